@@ -1,0 +1,132 @@
+"""Operators a client can analyse, one model per `kind` (a discriminated union)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import ConfigDict, Field
+
+from schemas.common import Dim, DTypeName, IndexDTypeName, NonNegativeFinite, StrictModel
+
+Shape = Annotated[list[Dim], Field(min_length=1, max_length=8, description="Tensor shape (elements per axis)")]
+
+
+class MatmulOp(StrictModel):
+    """C[batch, m, n] = A[batch, m, k] @ B[k, n] (+ bias[n]); runs on the tensor units."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "bf16"}]})
+    kind: Literal["matmul"]
+    m: Dim
+    n: Dim
+    k: Dim
+    batch: Dim = 1
+    bias: bool = False
+    dtype: DTypeName = Field("bf16", description="Type of every operand unless overridden below")
+    a_dtype: DTypeName | None = Field(None, description="Type of A (activations)")
+    b_dtype: DTypeName | None = Field(None, description="Type of B (weights)")
+    c_dtype: DTypeName | None = Field(None, description="Type of C (output) and of the bias")
+    compute_dtype: DTypeName | None = Field(None, description="Peak to use; default: the wider of A and B")
+    weight_shared: bool = Field(True, description="B is one weight shared by the batch (read once), not one per item")
+
+
+class ElementwiseOp(StrictModel):
+    """A map over same-shaped tensors (add, mul, silu, ...); runs on the vector units."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "elementwise", "op": "silu", "shape": [8, 4096, 14336], "dtype": "bf16"}]})
+    kind: Literal["elementwise"]
+    op: str = Field(min_length=1, max_length=32, description="add, sub, mul, relu, silu, gelu, sigmoid, or any name with flops_per_element")
+    shape: Shape
+    dtype: DTypeName = "bf16"
+    arity: int | None = Field(None, ge=1, le=16, description="Inputs read; default from the op table")
+    flops_per_element: NonNegativeFinite | None = Field(
+        None, le=1e6, description="Overrides the op table's FLOP per element")
+    out_dtype: DTypeName | None = None
+
+
+class LayerNormOp(StrictModel):
+    """LayerNorm over the last axis of `shape`."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "layernorm", "shape": [8, 2048, 4096], "dtype": "bf16"}]})
+    kind: Literal["layernorm"]
+    shape: Shape
+    dtype: DTypeName = "bf16"
+    elementwise_affine: bool = True
+    bias: bool = True
+    param_dtype: DTypeName | None = None
+
+
+class RMSNormOp(StrictModel):
+    """RMSNorm over the last axis of `shape`."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "rmsnorm", "shape": [8, 2048, 4096], "dtype": "bf16"}]})
+    kind: Literal["rmsnorm"]
+    shape: Shape
+    dtype: DTypeName = "bf16"
+    elementwise_affine: bool = True
+    param_dtype: DTypeName | None = None
+
+
+class SoftmaxOp(StrictModel):
+    """Softmax normalised over the last axis of `shape`."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "softmax", "shape": [8, 32, 2048, 2048], "dtype": "bf16"}]})
+    kind: Literal["softmax"]
+    shape: Shape
+    dtype: DTypeName = "bf16"
+
+
+class EmbeddingOp(StrictModel):
+    """Token embedding lookup (a gather of `tokens` rows of a [vocab, hidden] table)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "embedding", "tokens": 16384, "hidden": 4096, "vocab": 128256, "dtype": "bf16"}]})
+    kind: Literal["embedding"]
+    tokens: Dim
+    hidden: Dim
+    vocab: Dim
+    dtype: DTypeName = "bf16"
+    index_dtype: IndexDTypeName = "int32"
+
+
+class RopeOp(StrictModel):
+    """Rotary position embedding applied to a [batch, seq_len, heads, head_dim] tensor."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "rope", "batch": 8, "seq_len": 2048, "heads": 32, "head_dim": 128, "dtype": "bf16"}]})
+    kind: Literal["rope"]
+    batch: Dim = 1
+    seq_len: Dim
+    heads: Dim
+    head_dim: Dim
+    dtype: DTypeName = "bf16"
+
+
+class AttentionOp(StrictModel):
+    """Scaled dot-product attention core (QK^T, softmax, PV), without the projections."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "attention", "batch": 1, "heads": 32, "kv_heads": 8, "head_dim": 128,
+         "q_len": 4096, "kv_len": 4096, "dtype": "bf16", "implementation": "flash", "causal": True}]})
+    kind: Literal["attention"]
+    batch: Dim = 1
+    heads: Dim
+    kv_heads: Dim | None = Field(None, description="K/V heads (grouped-query attention); default: heads")
+    head_dim: Dim
+    q_len: Dim
+    kv_len: Dim | None = Field(None, description="Keys and values attended to; default: q_len")
+    dtype: DTypeName = "bf16"
+    implementation: Literal["flash", "naive"] = "flash"
+    causal: bool = False
+    sram_bytes: Annotated[int, Field(ge=1, le=2**40)] | None = Field(
+        None, description="On-chip memory per thread block, for the FlashAttention I/O model (flash only)")
+
+
+OPERATOR_MODELS = (MatmulOp, ElementwiseOp, LayerNormOp, RMSNormOp, SoftmaxOp, EmbeddingOp, RopeOp, AttentionOp)
+OPERATOR_KINDS = tuple(model.model_fields["kind"].annotation.__args__[0] for model in OPERATOR_MODELS)
+
+Operator = Annotated[Union[OPERATOR_MODELS], Field(discriminator="kind")]

@@ -1,0 +1,129 @@
+"""Rebuild service/data/devices.json (the nominal catalog) from the team's datasheet collection.
+
+Usage: python scripts/import_devices.py ../shared/data/devices.json > service/data/devices.json
+
+Every number keeps the citation the collection gives for it (the most specific source key that
+covers the field). Only dense datasheet peaks are taken; measured figures are left out on purpose:
+they belong in benchmark submissions, not in the nominal catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+GIB = 2**30
+MIB = 2**20
+
+# peak_dense key -> (dtype, unit)
+PEAK_KEYS = {
+    "fp64_tflops": ("fp64", "vector"),
+    "fp64_tensor_tflops": ("fp64", "tensor"),
+    "fp32_tflops": ("fp32", "vector"),
+    "fp32_matrix_tflops": ("fp32", "tensor"),
+    "tf32_tensor_tflops": ("tf32", "tensor"),
+    "fp16_tensor_tflops": ("fp16", "tensor"),
+    "bf16_tensor_tflops": ("bf16", "tensor"),
+    "fp8_tensor_tflops": ("fp8", "tensor"),
+    "int8_tensor_tops": ("int8", "tensor"),
+    "int4_tensor_tops": ("int4", "tensor"),
+    "fp4_tensor_tflops": ("fp4", "tensor"),
+}
+
+
+def citation(device: dict, path: str) -> str:
+    sources = device.get("sources", {})
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        key = ".".join(parts[:cut])
+        if key in sources:
+            found = sources[key]
+            return " ; ".join(found) if isinstance(found, list) else str(found)
+    return f"shared/data/devices.json entry {device['id']} (no per-field source listed; see its notes)"
+
+
+def convert(device: dict) -> dict:
+    memory, compute = device["memory"], device["compute"]
+    on_chip = device.get("on_chip_bandwidth") or {}
+    cache = device.get("cache") or {}
+    peaks = [
+        {"dtype": dtype, "unit": unit, "flops_per_s": round(value * 1e12), "citation": citation(device, f"peak_dense.{key}")}
+        for key, (dtype, unit) in PEAK_KEYS.items()
+        if (value := device["peak_dense"].get(key))
+    ]
+    levels = [{
+        "level": "hbm",
+        "bandwidth_bytes_per_s": round(memory["bandwidth_gbps"] * 1e9),
+        "capacity_bytes": memory["capacity_gb_nominal"] * GIB,
+        "citation": citation(device, "memory.bandwidth_gbps"),
+    }]
+    if on_chip.get("l2_tbps_theoretical"):
+        levels.append({
+            "level": "l2",
+            "bandwidth_bytes_per_s": round(on_chip["l2_tbps_theoretical"] * 1e12),
+            "capacity_bytes": cache["l2_mb"] * MIB if cache.get("l2_mb") else None,
+            "citation": citation(device, "on_chip_bandwidth.l2_tbps_theoretical"),
+        })
+    if on_chip.get("l1_smem_aggregate_tbps_theoretical"):
+        per_sm = cache.get("l1_smem_kb_per_sm")
+        levels.append({
+            "level": "smem",
+            "bandwidth_bytes_per_s": round(on_chip["l1_smem_aggregate_tbps_theoretical"] * 1e12),
+            "capacity_bytes": per_sm * 1024 * compute["units"] if per_sm else None,
+            "citation": citation(device, "on_chip_bandwidth.l1_smem_aggregate_tbps_theoretical"),
+        })
+    interconnect = device.get("interconnect") or {}
+    scale_up = interconnect.get("scale_up") or {}
+    pcie = interconnect.get("pcie") or {}
+    link_gbps, link_kind, link_path = None, None, None
+    if scale_up.get("gbps_unidirectional_total"):
+        link_gbps, link_kind, link_path = scale_up["gbps_unidirectional_total"], scale_up.get("type"), "interconnect.scale_up"
+    elif pcie.get("gbps_per_direction"):
+        link_gbps, link_kind, link_path = pcie["gbps_per_direction"], f"PCIe Gen{pcie.get('gen')} x{pcie.get('lanes')}", "interconnect.pcie"
+    clock = compute.get("boost_clock_ghz")
+    citations = {
+        "memory_capacity_bytes": citation(device, "memory.capacity_gb_nominal"),
+        "sm_count": citation(device, "compute.units"),
+        "boost_clock_hz": citation(device, "compute.boost_clock_ghz"),
+    }
+    if device.get("tdp_w"):
+        citations["tdp_w"] = citation(device, "tdp_w")
+    if link_gbps:
+        citations["interconnect_bandwidth_bytes_per_s"] = citation(device, link_path)
+    return {
+        "id": device["id"],
+        "name": device["name"],
+        "vendor": device["vendor"],
+        "architecture": device.get("architecture"),
+        "memory_type": memory.get("type"),
+        "memory_capacity_bytes": round(memory["capacity_gb_nominal"] * GIB),
+        "memory_capacity_marketing": f"{memory['capacity_gb_nominal']:g} GB",
+        "memory_capacity_physical_bytes": memory["capacity_gib_physical"] * GIB if memory.get("capacity_gib_physical") else None,
+        "compute_peaks": peaks,
+        "memory_levels": levels,
+        "sm_count": compute.get("units"),
+        "compute_unit_name": compute.get("unit_name"),
+        "boost_clock_hz": round(clock * 1e9) if clock else None,
+        "tdp_w": device.get("tdp_w"),
+        "interconnect_bandwidth_bytes_per_s": round(link_gbps * 1e9) if link_gbps else None,
+        "interconnect_kind": link_kind,
+        "confidence": device.get("confidence"),
+        "citations": citations,
+    }
+
+
+def main(path: str) -> None:
+    collection = json.load(open(path))
+    catalog = {
+        "about": "Nominal (datasheet, dense) device catalog of the roofline service, in SI units. "
+                 "Imported from the team's datasheet collection by scripts/import_devices.py; "
+                 "each number carries its citation. memory_capacity_bytes reads the marketed GB "
+                 "figure as binary GiB of the enabled memory stacks.",
+        "devices": [convert(d) for d in collection["devices"]],
+    }
+    json.dump(catalog, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

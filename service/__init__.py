@@ -1,0 +1,1 @@
+"""The roofline service: first-principles and measured performance bounds for accelerator workloads."""

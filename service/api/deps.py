@@ -1,0 +1,59 @@
+"""Dependencies shared by the routes: sessions, settings, the device catalog, the writer check."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlmodel import Session
+
+from service.catalog import DeviceCatalog
+from service.config import Settings
+from service.errors import Unauthorized
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    with Session(request.app.state.engine) as session:
+        yield session
+
+
+def get_app_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_catalog(request: Request) -> DeviceCatalog:
+    return request.app.state.catalog
+
+
+_bearer = HTTPBearer(auto_error=False, description="A token listed in ROOFLINE_API_TOKENS")
+
+
+def require_writer(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str:
+    """The label of the token that authorised this write. Every configured token is compared in
+    constant time, so the time taken does not reveal how much of a guess was right."""
+    tokens = request.app.state.writer_tokens
+    if not tokens:
+        raise Unauthorized("writes are disabled: no token is configured. Set ROOFLINE_API_TOKENS "
+                           "(e.g. ROOFLINE_API_TOKENS='ops=<secret>') and send 'Authorization: Bearer <secret>'")
+    if credentials is None:
+        raise Unauthorized("this operation writes and needs 'Authorization: Bearer <token>'")
+    offered = credentials.credentials.encode()
+    label = None
+    for token, token_label in tokens.items():
+        if hmac.compare_digest(offered, token.encode()):
+            label = token_label
+    if label is None:
+        raise Unauthorized("the bearer token is not valid")
+    return label
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+CatalogDep = Annotated[DeviceCatalog, Depends(get_catalog)]
+WriterDep = Annotated[str, Depends(require_writer)]

@@ -1,0 +1,65 @@
+"""Device catalog: reads are open, writes need a bearer token and refresh the in-memory catalog."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+
+from schemas.devices import DeviceCreate, DevicePublic, DeviceSummary, DeviceUpdate
+from service import repository
+from service.api.deps import CatalogDep, SessionDep, WriterDep
+from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
+from service.models import Device
+
+router = APIRouter(prefix="/v1/devices", tags=["devices"])
+
+
+def _summary(device: Device) -> DeviceSummary:
+    hbm = next(level for level in device.memory_levels if level["level"] == "hbm")
+    tensor = [p["flops_per_s"] for p in device.compute_peaks if p["unit"] == "tensor"]
+    return DeviceSummary(
+        id=device.id, name=device.name, vendor=device.vendor, origin=device.origin,
+        memory_capacity_bytes=device.memory_capacity_bytes,
+        hbm_bandwidth_bytes_per_s=hbm["bandwidth_bytes_per_s"],
+        peak_tensor_flops_per_s=max(tensor) if tensor else None,
+    )
+
+
+@router.get("", summary="List devices", operation_id="list_devices",
+            description="Every device in the catalog, summarised. Capacity in bytes, bandwidth in bytes/s, peaks in FLOP/s.")
+def list_devices(session: SessionDep) -> list[DeviceSummary]:
+    return [_summary(device) for device in repository.list_devices(session)]
+
+
+@router.get("/{device_id}", summary="Get a device", operation_id="get_device", responses=NOT_FOUND,
+            description="The full specification: dense compute peaks per (dtype, unit) in FLOP/s, bandwidth per "
+                        "memory level in bytes/s, capacity in bytes, and a citation for every number.")
+def get_device(device_id: str, session: SessionDep) -> DevicePublic:
+    return DevicePublic.model_validate(repository.get_device(session, device_id=device_id), from_attributes=True)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Add a device", operation_id="create_device",
+             responses={**UNAUTHORIZED, **CONFLICT, **INVALID},
+             description="Adds a device. Units: FLOP/s, bytes/s, bytes, Hz, W. Every number needs a citation.")
+def create_device(body: DeviceCreate, session: SessionDep, catalog: CatalogDep, _writer: WriterDep) -> DevicePublic:
+    device = repository.create_device(session, device_id=body.id, spec=body.model_dump(exclude={"id"}))
+    catalog.reload()
+    return DevicePublic.model_validate(device, from_attributes=True)
+
+
+@router.put("/{device_id}", summary="Replace a device", operation_id="replace_device",
+            responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID},
+            description="Replaces the whole specification of an existing device (fields left out take their defaults).")
+def replace_device(device_id: str, body: DeviceUpdate, session: SessionDep, catalog: CatalogDep,
+                   _writer: WriterDep) -> DevicePublic:
+    device = repository.replace_device(session, device_id=device_id, spec=body.model_dump())
+    catalog.reload()
+    return DevicePublic.model_validate(device, from_attributes=True)
+
+
+@router.delete("/{device_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a device",
+               operation_id="delete_device", responses={**UNAUTHORIZED, **NOT_FOUND},
+               description="Removes a device. A deleted catalog device is not seeded again.")
+def delete_device(device_id: str, session: SessionDep, catalog: CatalogDep, _writer: WriterDep) -> Response:
+    repository.delete_device(session, device_id=device_id)
+    catalog.reload()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

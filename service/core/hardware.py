@@ -1,0 +1,60 @@
+"""Device specifications: compute peaks per (dtype, unit) and bandwidth per memory level."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Unit(StrEnum):
+    tensor = "tensor"  # matrix engines: tensor cores, MFMA units, MXUs
+    vector = "vector"  # everything else: CUDA cores, SIMD lanes, VPUs
+
+
+class MemoryLevelName(StrEnum):
+    hbm = "hbm"  # device memory, whatever its technology (HBM, GDDR, LPDDR)
+    l2 = "l2"
+    smem = "smem"  # shared memory / L1, aggregated over all SMs
+
+
+@dataclass(frozen=True)
+class ComputePeak:
+    dtype: str
+    unit: Unit
+    flops_per_s: float
+    citation: str
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    level: MemoryLevelName
+    bandwidth_bytes_per_s: float
+    citation: str
+    capacity_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    id: str
+    name: str
+    vendor: str
+    memory_capacity_bytes: int
+    compute_peaks: tuple[ComputePeak, ...]
+    memory_levels: tuple[MemoryLevel, ...]
+    sm_count: int | None = None
+    boost_clock_hz: float | None = None
+    tdp_w: float | None = None
+    interconnect_bandwidth_bytes_per_s: float | None = None
+    citations: dict[str, str] = field(default_factory=dict)
+
+    def peak(self, dtype: str, unit: Unit) -> ComputePeak | None:
+        for peak in self.compute_peaks:
+            if peak.dtype == dtype and peak.unit == unit:
+                return peak
+        return None
+
+    def memory_level(self, level: str) -> MemoryLevel | None:
+        for candidate in self.memory_levels:
+            if candidate.level == level:
+                return candidate
+        return None

@@ -1,0 +1,37 @@
+"""What every operator cost model returns, and the guards shared by all of them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from service.core.errors import CostModelError
+from service.core.hardware import Unit
+
+# Element counts above 2**53 are no longer exact in float64; nothing real is that large.
+MAX_ELEMENTS = 2**53
+
+
+@dataclass(frozen=True)
+class OperatorCost:
+    """Model FLOPs and ideal HBM traffic of one operator, plus the conventions used to count them."""
+
+    kind: str
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    compute_dtype: str
+    unit: Unit
+    assumptions: tuple[str, ...]
+
+    @property
+    def bytes_total(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+
+def element_count(field: str, tensor: str, *dims: int) -> int:
+    """Product of `dims`, refused (naming `field` and `tensor`) when it cannot be represented exactly."""
+    count = math.prod(dims)
+    if count > MAX_ELEMENTS:
+        raise CostModelError(field, f"tensor {tensor} would hold {count} elements, above the limit of 2**53")
+    return count

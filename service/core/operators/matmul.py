@@ -1,0 +1,47 @@
+"""Dense matrix multiplication: C[b, M, N] = A[b, M, K] @ B[(b,) K, N] (+ bias[N])."""
+
+from __future__ import annotations
+
+from service.core.dtypes import bytes_per_element
+from service.core.hardware import Unit
+from service.core.operators.base import OperatorCost, element_count
+
+
+def matmul_cost(
+    *,
+    m: int,
+    n: int,
+    k: int,
+    batch: int = 1,
+    bias: bool = False,
+    dtype: str = "bf16",
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    c_dtype: str | None = None,
+    compute_dtype: str | None = None,
+    weight_shared: bool = True,
+) -> OperatorCost:
+    a_dtype, b_dtype, c_dtype = a_dtype or dtype, b_dtype or dtype, c_dtype or dtype
+    s_a, s_b, s_c = (bytes_per_element(d) for d in (a_dtype, b_dtype, c_dtype))
+    # Weight-only quantisation (int4 B times bf16 A) dequantises to the wider operand's type.
+    compute_dtype = compute_dtype or (a_dtype if s_a >= s_b else b_dtype)
+
+    a_elems = element_count("m", "A [batch, m, k]", batch, m, k)
+    c_elems = element_count("n", "C [batch, m, n]", batch, m, n)
+    b_copies = 1 if weight_shared else batch
+    b_elems = element_count("k", "B [k, n]", b_copies, k, n)
+
+    flops = 2 * a_elems * n + (c_elems if bias else 0)
+    bias_bytes = b_copies * n * s_c if bias else 0
+    bytes_read = a_elems * s_a + b_elems * s_b + bias_bytes
+    bytes_written = c_elems * s_c
+
+    assumptions = [
+        "matmul: FLOPs = 2*batch*m*n*k (one multiply-add = 2 FLOP)" + (" + batch*m*n for the bias" if bias else ""),
+        "matmul: ideal single pass, A and B read once and C written once",
+        "matmul: B is " + ("a weight shared across the batch, read once" if weight_shared else "read once per batch item"),
+        f"matmul: A {a_dtype}, B {b_dtype}, C {c_dtype}; computed in {compute_dtype} on the tensor unit",
+    ]
+    if bias:
+        assumptions.append(f"matmul: bias of n elements read in the output type ({c_dtype})")
+    return OperatorCost("matmul", flops, bytes_read, bytes_written, compute_dtype, Unit.tensor, tuple(assumptions))

@@ -1,0 +1,112 @@
+"""One exception tree and one error format: {"error": code, "detail": text, "fields": [{loc, msg}]}."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from schemas.operators import OPERATOR_KINDS
+from service.core.errors import CostModelError
+
+log = logging.getLogger("roofline.errors")
+
+UNION_TAGS = frozenset(OPERATOR_KINDS)
+UNION_FIELDS = frozenset({"operator"})
+
+
+class ServiceError(Exception):
+    status_code = 500
+    code = "internal_error"
+    headers: dict[str, str] | None = None
+
+    def __init__(self, detail: str, fields: list[dict[str, str]] | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.fields = fields or []
+
+
+class DeviceNotFound(ServiceError):
+    status_code = 404
+    code = "device_not_found"
+
+    def __init__(self, device_id: str):
+        super().__init__(f"no device with id {device_id!r}; GET /v1/devices lists the known ids")
+
+
+class AlreadyExists(ServiceError):
+    status_code = 409
+    code = "already_exists"
+
+    def __init__(self, what: str, key: str):
+        super().__init__(f"a {what} with id {key!r} already exists; use PUT to replace it")
+
+
+class Unauthorized(ServiceError):
+    status_code = 401
+    code = "unauthorized"
+    headers = {"WWW-Authenticate": "Bearer"}
+
+
+class Unprocessable(ServiceError):
+    status_code = 422
+    code = "unprocessable"
+
+
+class DatabaseUnavailable(ServiceError):
+    status_code = 503
+    code = "database_unavailable"
+
+
+def _body(code: str, detail: str, fields: list[dict[str, str]] | None = None) -> dict:
+    return {"error": code, "detail": detail, "fields": fields or []}
+
+
+def _loc(parts) -> str:
+    return ".".join(str(p) for p in parts)
+
+
+def _client_path(loc: tuple) -> list:
+    """The error's location as the client wrote the body: pydantic adds the tag of a discriminated
+    union member (body.operator.matmul.m) and validator names, neither of which is in the request."""
+    path = []
+    for part in loc:
+        if isinstance(part, str) and (part in UNION_TAGS and path and path[-1] in UNION_FIELDS
+                                      or part.startswith(("function-", "tagged-union["))):
+            continue
+        path.append(part)
+    return path
+
+
+def _validation_fields(exc: RequestValidationError) -> list[dict[str, str]]:
+    return [{"loc": _loc(_client_path(tuple(error.get("loc", ())))), "msg": error.get("msg", "invalid value")}
+            for error in exc.errors()]
+
+
+def cost_model_error(exc: CostModelError, prefix: str) -> Unprocessable:
+    return Unprocessable(str(exc.reason), [{"loc": f"{prefix}.{exc.field}", "msg": exc.reason}])
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def _service_error(_request: Request, exc: ServiceError):
+        return JSONResponse(_body(exc.code, exc.detail, exc.fields), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError):
+        fields = _validation_fields(exc)
+        summary = "; ".join(f"{f['loc']}: {f['msg']}" for f in fields[:5])
+        return JSONResponse(_body("validation_error", f"invalid request: {summary}", fields), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code, "http_error")
+        return JSONResponse(_body(code, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception):
+        log.exception("unhandled error", exc_info=exc)
+        return JSONResponse(_body("internal_error", "an unexpected error occurred; it has been logged"), status_code=500)

@@ -1,0 +1,50 @@
+"""The ASGI application: `service.main:app`."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.api.routes import analyze, devices, health
+from service.catalog import DeviceCatalog
+from service.config import Settings, get_settings
+from service.db import make_engine
+from service.errors import install_error_handlers
+from service.migrate import upgrade
+
+DESCRIPTION = """
+Tells how fast an accelerator workload can run, and why: FLOPs, bytes moved, arithmetic intensity,
+the bound (memory or compute), the attainable time and MFU, computed from first principles against a
+catalog of datasheet (nominal) device roofs.
+
+All JSON fields are SI base units: FLOP, bytes, seconds, FLOP/s, bytes/s. Reads are open; writes need
+`Authorization: Bearer <token>` with a token from `ROOFLINE_API_TOKENS`. Every error has the shape
+`{"error": code, "detail": text, "fields": [{"loc", "msg"}]}`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if settings.migrate_on_start:
+            upgrade(settings.database_url)
+        engine = make_engine(settings.database_url)
+        app.state.engine = engine
+        app.state.catalog = DeviceCatalog(engine)
+        app.state.catalog.reload()
+        yield
+        engine.dispose()
+
+    app = FastAPI(title="Roofline service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.writer_tokens = settings.writer_tokens()
+    install_error_handlers(app)
+    for module in (health, devices, analyze):
+        app.include_router(module.router)
+    return app
+
+
+app = create_app()

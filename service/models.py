@@ -1,0 +1,49 @@
+"""Database tables."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, DateTime, MetaData
+from sqlmodel import Field, SQLModel
+
+# Stable constraint names, so that migrations can refer to them on every dialect.
+SQLModel.metadata.naming_convention = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata: MetaData = SQLModel.metadata
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Device(SQLModel, table=True):
+    __tablename__ = "devices"
+
+    id: str = Field(primary_key=True, max_length=64)
+    name: str = Field(max_length=200)
+    vendor: str = Field(max_length=100)
+    architecture: str | None = Field(default=None, max_length=200)
+    memory_type: str | None = Field(default=None, max_length=100)
+    memory_capacity_bytes: int = Field(sa_type=BigInteger)
+    memory_capacity_marketing: str | None = Field(default=None, max_length=50)
+    memory_capacity_physical_bytes: int | None = Field(default=None, sa_type=BigInteger)
+    compute_peaks: list[dict[str, Any]] = Field(sa_column=Column(JSON, nullable=False))
+    memory_levels: list[dict[str, Any]] = Field(sa_column=Column(JSON, nullable=False))
+    sm_count: int | None = None
+    compute_unit_name: str | None = Field(default=None, max_length=50)
+    boost_clock_hz: float | None = None
+    tdp_w: float | None = None
+    interconnect_bandwidth_bytes_per_s: float | None = None
+    interconnect_kind: str | None = Field(default=None, max_length=100)
+    confidence: str | None = Field(default=None, max_length=500)
+    citations: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))
+    origin: str = Field(max_length=16)
+    created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))

@@ -1,0 +1,110 @@
+"""POST /v1/analyze/operator end to end, against the seeded nominal catalog."""
+
+import json
+
+import pytest
+
+H100 = "nvidia-h100-sxm"
+# Datasheet figures of the seeded H100 SXM: 989.4e12 bf16 tensor FLOP/s (dense), 3.35e12 bytes/s HBM.
+H100_BF16, H100_HBM = 989.4e12, 3.35e12
+
+
+def analyze(client, operator, device_id=H100):
+    return client.post("/v1/analyze/operator", json={"device_id": device_id, "operator": operator})
+
+
+def test_matmul_on_h100(client):
+    response = analyze(client, {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["flops"] == 2 * 4096**3
+    assert body["bytes"] == {"read": 2 * 4096 * 4096 * 2, "written": 4096 * 4096 * 2, "total": 3 * 4096 * 4096 * 2}
+    assert body["arithmetic_intensity"] == pytest.approx(4096 / 3)
+    assert body["ridge_point"] == pytest.approx(H100_BF16 / H100_HBM)  # about 295.3 FLOP/byte
+    assert body["bound"] == "compute"
+    assert body["time_s"] == pytest.approx(2 * 4096**3 / H100_BF16)
+    assert body["mfu"] == 1.0
+    assert body["compute_roof"]["dtype"] == "bf16" and body["compute_roof"]["unit"] == "tensor"
+    assert body["compute_roof"]["source"] == "nominal" and body["compute_roof"]["citation"]
+    assert body["memory_roof"] == {**body["memory_roof"], "level": "hbm", "bytes_per_s": H100_HBM, "source": "nominal"}
+    assert any("2*batch*m*n*k" in line for line in body["assumptions"])
+
+
+def test_decode_gemv_is_memory_bound(client):
+    # One token through a 4096x4096 bf16 weight: I = 2*4096*4096 / (2*4096*4096 + 2*2*4096) ~ 1 FLOP/byte.
+    body = analyze(client, {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}).json()
+    assert body["bound"] == "memory"
+    assert body["time_s"] == pytest.approx((4096 * 4096 * 2 + 2 * 4096 * 2) / H100_HBM)
+    assert body["mfu"] == pytest.approx(body["arithmetic_intensity"] / body["ridge_point"])
+
+
+@pytest.mark.parametrize("operator, flops, total_bytes", [
+    ({"kind": "elementwise", "op": "silu", "shape": [2, 3, 4]}, 96, 96),
+    ({"kind": "layernorm", "shape": [4, 8], "dtype": "fp32"}, 160, 320),
+    ({"kind": "rmsnorm", "shape": [4, 8]}, 128, 144),
+    ({"kind": "softmax", "shape": [2, 10], "dtype": "fp16"}, 100, 80),
+    ({"kind": "embedding", "tokens": 10, "hidden": 16, "vocab": 1000}, 0, 680),
+    ({"kind": "rope", "batch": 2, "seq_len": 3, "heads": 4, "head_dim": 8}, 576, 864),
+    ({"kind": "attention", "heads": 2, "head_dim": 4, "q_len": 3}, 378, 192),
+])
+def test_every_operator_kind(client, operator, flops, total_bytes):
+    # The counts are the hand derivations of tests/core/test_operators.py, seen through HTTP.
+    response = analyze(client, operator)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["kind"] == operator["kind"]
+    assert (body["flops"], body["bytes"]["total"]) == (flops, total_bytes)
+    expected_unit = "tensor" if operator["kind"] == "attention" else "vector"
+    assert body["compute_roof"]["unit"] == expected_unit
+    assert body["assumptions"]
+
+
+def test_unknown_device_is_404(client):
+    response = analyze(client, {"kind": "softmax", "shape": [8]}, device_id="no-such-gpu")
+    assert response.status_code == 404
+    assert response.json()["error"] == "device_not_found"
+
+
+@pytest.mark.parametrize("operator, loc", [
+    ({"kind": "matmul", "m": 0, "n": 1, "k": 1}, "body.operator.m"),
+    ({"kind": "matmul", "n": 1, "k": 1}, "body.operator.m"),
+    ({"kind": "matmul", "m": 1, "n": 1, "k": 1, "dtype": "fp7"}, "body.operator.dtype"),
+    ({"kind": "matmul", "m": 1, "n": 1, "k": 1, "mm": 3}, "body.operator.mm"),
+    ({"kind": "convolution"}, "body.operator"),
+    ({"kind": "elementwise", "op": "tanh", "shape": [4]}, "body.operator.op"),
+    ({"kind": "attention", "heads": 6, "kv_heads": 4, "head_dim": 64, "q_len": 8}, "body.operator.kv_heads"),
+    # C [batch, m, n] would hold 2**80 elements; the error is reported on n, with the tensor named.
+    ({"kind": "matmul", "m": 2**40, "n": 2**40, "k": 2}, "body.operator.n"),
+    ({"kind": "matmul", "m": 2**41, "n": 1, "k": 1}, "body.operator.m"),
+    ({"kind": "elementwise", "op": "x", "shape": [4], "flops_per_element": -1}, "body.operator.flops_per_element"),
+])
+def test_invalid_operators_are_422_naming_the_field(client, operator, loc):
+    response = analyze(client, operator)
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["error"] in {"validation_error", "unprocessable"}
+    assert loc in [field["loc"] for field in body["fields"]]
+
+
+def test_missing_peak_for_dtype_is_422(client):
+    response = analyze(client, {"kind": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "fp8"}, "nvidia-a100-80gb-sxm")
+    assert response.status_code == 422
+    assert "no tensor peak for fp8" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("raw", [
+    '{"device_id": "nvidia-h100-sxm", "operator": {"kind": "elementwise", "op": "x", "shape": [4], "flops_per_element": NaN}}',
+    '{"device_id": "nvidia-h100-sxm", "operator": {"kind": "elementwise", "op": "x", "shape": [4], "flops_per_element": Infinity}}',
+    '{"device_id": "nvidia-h100-sxm", "operator": ',
+    '[]',
+])
+def test_non_finite_and_malformed_bodies_are_422(client, raw):
+    response = client.post("/v1/analyze/operator", content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422
+    assert response.json()["error"] == "validation_error"
+
+
+def test_huge_flops_per_element_cannot_produce_infinity(client):
+    response = analyze(client, {"kind": "elementwise", "op": "x", "shape": [2**26, 2**26], "flops_per_element": 1e300})
+    assert response.status_code == 422
+    assert "inf" not in json.dumps(response.json()).lower().replace("information", "")

@@ -1,0 +1,140 @@
+"""Device catalog over HTTP: reads open, writes authenticated, the analysis cache refreshed on write."""
+
+import copy
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.config import Settings
+from service.main import create_app
+from tests.conftest import AUTH
+
+NEW_DEVICE = {
+    "id": "lab-h100-capped",
+    "name": "H100 SXM capped at 500 W",
+    "vendor": "NVIDIA",
+    "memory_capacity_bytes": 80 * 2**30,
+    "compute_peaks": [{"dtype": "bf16", "unit": "tensor", "flops_per_s": 800e12, "citation": "lab sheet 12"}],
+    "memory_levels": [{"level": "hbm", "bandwidth_bytes_per_s": 3.0e12, "citation": "lab sheet 12"}],
+    "tdp_w": 500,
+    "citations": {"memory_capacity_bytes": "lab sheet 12", "tdp_w": "nvidia-smi -pl 500"},
+}
+
+
+def test_health_and_readiness(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json()["status"] == "ok"
+
+
+def test_list_and_get(client):
+    devices = client.get("/v1/devices").json()
+    by_id = {d["id"]: d for d in devices}
+    h100 = by_id["nvidia-h100-sxm"]
+    assert h100["memory_capacity_bytes"] == 80 * 2**30  # "80 GB" of 16 GiB HBM3 stacks
+    assert h100["hbm_bandwidth_bytes_per_s"] == 3.35e12
+    # The dense fp8 figure, half of the 3,958 TFLOP/s the datasheet quotes with sparsity.
+    assert h100["peak_tensor_flops_per_s"] == 1978.9e12
+    full = client.get("/v1/devices/nvidia-h100-sxm").json()
+    assert full["origin"] == "catalog"
+    assert full["memory_capacity_marketing"] == "80 GB"
+    assert {(p["dtype"], p["unit"]) for p in full["compute_peaks"]} >= {("bf16", "tensor"), ("fp32", "vector")}
+
+
+def test_get_unknown_is_404(client):
+    response = client.get("/v1/devices/nope")
+    assert response.status_code == 404
+    assert response.json()["error"] == "device_not_found"
+
+
+def test_create_analyze_replace_delete(client):
+    response = client.post("/v1/devices", json=NEW_DEVICE, headers=AUTH)
+    assert response.status_code == 201, response.text
+    assert response.json()["origin"] == "user"
+    assert client.post("/v1/devices", json=NEW_DEVICE, headers=AUTH).status_code == 409
+
+    gemv = {"device_id": "lab-h100-capped", "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}
+    first = client.post("/v1/analyze/operator", json=gemv).json()
+    assert first["memory_roof"]["bytes_per_s"] == 3.0e12
+
+    replacement = copy.deepcopy(NEW_DEVICE)
+    del replacement["id"]
+    replacement["memory_levels"][0]["bandwidth_bytes_per_s"] = 2.5e12
+    response = client.put("/v1/devices/lab-h100-capped", json=replacement, headers=AUTH)
+    assert response.status_code == 200
+    second = client.post("/v1/analyze/operator", json=gemv).json()
+    # Same bytes over 2.5e12 instead of 3.0e12 bytes/s: the time grows by 3.0 / 2.5.
+    assert second["time_s"] == pytest.approx(first["time_s"] * 3.0 / 2.5)
+
+    assert client.delete("/v1/devices/lab-h100-capped", headers=AUTH).status_code == 204
+    assert client.get("/v1/devices/lab-h100-capped").status_code == 404
+    assert client.post("/v1/analyze/operator", json=gemv).status_code == 404
+
+
+@pytest.mark.parametrize("mutate, loc_fragment", [
+    (lambda d: d.update(memory_levels=[{"level": "l2", "bandwidth_bytes_per_s": 1e12, "citation": "x"}]), "hbm"),
+    (lambda d: d["compute_peaks"][0].update(flops_per_s=-1), "flops_per_s"),
+    (lambda d: d["compute_peaks"][0].update(citation=""), "citation"),
+    (lambda d: d.update(citations={}), "citations"),
+    (lambda d: d.update(id="Has Spaces"), "id"),
+    (lambda d: d["compute_peaks"].append(dict(d["compute_peaks"][0])), "duplicate"),
+])
+def test_invalid_devices_are_422(client, mutate, loc_fragment):
+    device = copy.deepcopy(NEW_DEVICE)
+    mutate(device)
+    response = client.post("/v1/devices", json=device, headers=AUTH)
+    assert response.status_code == 422
+    body = response.json()
+    assert loc_fragment in body["detail"]
+    assert client.get(f"/v1/devices/{NEW_DEVICE['id']}").status_code == 404  # nothing half-written
+
+
+def test_put_unknown_is_404(client):
+    body = {k: v for k, v in NEW_DEVICE.items() if k != "id"}
+    assert client.put("/v1/devices/nope", json=body, headers=AUTH).status_code == 404
+
+
+def write_operations(app):
+    """Every non-GET operation of the OpenAPI document, with a concrete path."""
+    for path, item in app.openapi()["paths"].items():
+        for method in item:
+            if method.upper() not in {"GET", "HEAD", "OPTIONS"} and not path.startswith("/v1/analyze"):
+                yield method.upper(), path.replace("{device_id}", "nvidia-t4")
+
+
+@pytest.mark.parametrize("headers", [
+    {},
+    {"Authorization": "Basic dGVzdDp0ZXN0"},
+    {"Authorization": "Bearer"},
+    {"Authorization": "Bearer wrong-token"},
+    {"Authorization": "Bearer test-token-7f3a-but-longer"},
+])
+def test_every_write_refuses_bad_credentials(client, headers):
+    operations = list(write_operations(client.app))
+    assert {method for method, _ in operations} >= {"POST", "PUT", "DELETE"}
+    for method, path in operations:
+        response = client.request(method, path, json=NEW_DEVICE, headers=headers)
+        assert response.status_code == 401, (method, path)
+        assert response.json()["error"] == "unauthorized"
+        assert "test-token" not in response.text
+    assert client.get("/v1/devices/nvidia-t4").status_code == 200  # nothing was deleted
+
+
+def test_with_no_token_configured_writes_say_how_to_enable_them(database_url):
+    settings = Settings(database_url=database_url, api_tokens="")
+    with TestClient(create_app(settings)) as client:
+        response = client.delete("/v1/devices/nvidia-t4", headers={"Authorization": "Bearer anything"})
+    assert response.status_code == 401
+    assert "ROOFLINE_API_TOKENS" in response.json()["detail"]
+
+
+def test_openapi_shows_an_example_per_operator_kind(client):
+    spec = client.get("/openapi.json").json()
+    body = spec["paths"]["/v1/analyze/operator"]["post"]["requestBody"]["content"]["application/json"]
+    kinds = {example["value"]["operator"]["kind"] for example in body["examples"].values()}
+    assert kinds == {"matmul", "elementwise", "layernorm", "rmsnorm", "softmax", "embedding", "rope", "attention"}
+
+
+def test_token_labels_never_expose_the_token():
+    tokens = Settings(api_tokens="ops=alpha, bare-secret ,").writer_tokens()
+    assert tokens["alpha"] == "ops"
+    assert tokens["bare-secret"].startswith("token-") and "bare-secret" not in tokens["bare-secret"]
