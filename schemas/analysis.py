@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
-from schemas.common import BoundName, DeviceId, MemoryLevelName, RoofSourceName, StrictModel, UnitName
+from schemas.common import (
+    BoundName, DeviceId, MemoryLevelName, NonNegativeFinite, PositiveFinite, RoofSourceName, StrictModel, UnitName,
+)
 from schemas.operators import Operator
 
+RoofsMode = Literal["effective", "nominal", "measured"]
 
-class OperatorAnalysisRequest(StrictModel):
+
+class RoofOptions(StrictModel):
+    """What every analysis accepts about roofs."""
+
+    roofs: RoofsMode = Field(
+        "effective", description="'effective': measured roof where benchmarks exist, else nominal; "
+                                 "'nominal': datasheet only; 'measured': benchmarks only (422 when missing)")
+    sustained_clock_hz: PositiveFinite | None = Field(
+        None, description="What-if: scale compute roofs by this clock over the device's boost clock, Hz")
+
+
+class OperatorAnalysisRequest(RoofOptions):
     device_id: DeviceId
     operator: Operator
+    measured_time_s: PositiveFinite | None = Field(
+        None, description="A measured run time, seconds: the answer then also reports what was achieved")
+    bytes_by_level: dict[MemoryLevelName, NonNegativeFinite] | None = Field(
+        None, description="Traffic per memory level, bytes (e.g. from a profiler); replaces the modelled traffic")
 
 
 class ByteCounts(BaseModel):
@@ -34,6 +54,26 @@ class MemoryRoofOut(BaseModel):
     citation: str
 
 
+class LevelCeilingOut(BaseModel):
+    level: MemoryLevelName
+    bytes: float = Field(description="Traffic at this level, bytes")
+    bytes_per_s: float = Field(description="Bandwidth roof of this level, bytes/s")
+    source: RoofSourceName
+    time_s: float = Field(description="bytes / bandwidth, seconds")
+    arithmetic_intensity: float = Field(description="FLOPs per byte of this level's traffic")
+    ridge_point: float = Field(description="Compute roof / this level's bandwidth, FLOP/byte")
+
+
+class AchievedOut(BaseModel):
+    measured_time_s: float
+    flops_per_s: float = Field(description="Model FLOPs / measured time, FLOP/s")
+    bandwidth_bytes_per_s: float = Field(description="HBM bytes / measured time, bytes/s")
+    mfu: float | None = Field(description="Achieved FLOP/s over the nominal peak (comparable across teams)")
+    roof_fraction: float = Field(description="Lower-bound time / measured time, at the roofs used (how close to them)")
+    compute_roof_fraction: float = Field(description="Achieved FLOP/s over the compute roof used")
+    bandwidth_fraction: float = Field(description="Achieved HBM bandwidth over the HBM roof used")
+
+
 class OperatorAnalysis(BaseModel):
     device_id: str
     kind: str
@@ -46,7 +86,11 @@ class OperatorAnalysis(BaseModel):
     compute_time_s: float = Field(description="FLOPs / compute roof, seconds")
     memory_time_s: float = Field(description="bytes / memory roof, seconds")
     time_s: float = Field(description="Lower bound: max(compute_time_s, memory_time_s), seconds")
-    mfu: float = Field(description="Attainable FLOP/s over the nominal peak of the dtype and unit (0..1)")
+    mfu: float | None = Field(description="Attainable FLOP/s over the nominal peak of the dtype and unit (0..1); "
+                                          "null when the device lists no nominal peak for it")
     compute_roof: ComputeRoofOut
-    memory_roof: MemoryRoofOut
+    memory_roof: MemoryRoofOut = Field(description="The binding memory level's roof")
+    bound_level: MemoryLevelName = Field(description="The memory level whose time is longest")
+    levels: list[LevelCeilingOut] = Field(description="One ceiling per memory level with known traffic and bandwidth")
+    achieved: AchievedOut | None = Field(None, description="Present when measured_time_s was given")
     assumptions: list[str] = Field(description="The counting conventions and roof choices behind these numbers")

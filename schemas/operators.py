@@ -11,6 +11,12 @@ from schemas.common import Dim, DTypeName, IndexDTypeName, NonNegativeFinite, St
 Shape = Annotated[list[Dim], Field(min_length=1, max_length=8, description="Tensor shape (elements per axis)")]
 
 
+class TileShape(StrictModel):
+    m: Annotated[int, Field(ge=1, le=4096)]
+    n: Annotated[int, Field(ge=1, le=4096)]
+    k: Annotated[int, Field(ge=1, le=4096)]
+
+
 class MatmulOp(StrictModel):
     """C[batch, m, n] = A[batch, m, k] @ B[k, n] (+ bias[n]); runs on the tensor units."""
 
@@ -28,6 +34,7 @@ class MatmulOp(StrictModel):
     c_dtype: DTypeName | None = Field(None, description="Type of C (output) and of the bias")
     compute_dtype: DTypeName | None = Field(None, description="Peak to use; default: the wider of A and B")
     weight_shared: bool = Field(True, description="B is one weight shared by the batch (read once), not one per item")
+    tile: TileShape | None = Field(None, description="Kernel tile for the L2 traffic model; default: the device's")
 
 
 class ElementwiseOp(StrictModel):

@@ -9,13 +9,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from schemas.benchmarks import BENCHMARK_KINDS
 from schemas.operators import OPERATOR_KINDS
 from service.core.errors import CostModelError
 
 log = logging.getLogger("roofline.errors")
 
-UNION_TAGS = frozenset(OPERATOR_KINDS)
-UNION_FIELDS = frozenset({"operator"})
+# Tags of the discriminated unions, and the fields (or the body itself) that hold such unions.
+UNION_TAGS = frozenset(OPERATOR_KINDS) | frozenset(BENCHMARK_KINDS)
+UNION_FIELDS = frozenset({"operator", "body"})
 
 
 class ServiceError(Exception):
@@ -35,6 +37,14 @@ class DeviceNotFound(ServiceError):
 
     def __init__(self, device_id: str):
         super().__init__(f"no device with id {device_id!r}; GET /v1/devices lists the known ids")
+
+
+class BenchmarkNotFound(ServiceError):
+    status_code = 404
+    code = "benchmark_not_found"
+
+    def __init__(self, device_id: str, benchmark_id: int):
+        super().__init__(f"device {device_id!r} has no benchmark {benchmark_id}")
 
 
 class AlreadyExists(ServiceError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, MetaData
+from sqlalchemy import JSON, BigInteger, Column, DateTime, ForeignKey, Integer, MetaData, String, Text
 from sqlmodel import Field, SQLModel
 
 # Stable constraint names, so that migrations can refer to them on every dialect.
@@ -45,5 +45,32 @@ class Device(SQLModel, table=True):
     confidence: str | None = Field(default=None, max_length=500)
     citations: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))
     origin: str = Field(max_length=16)
+    base_device_id: str | None = Field(default=None, max_length=64)
+    default_matmul_tile: list[int] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class Benchmark(SQLModel, table=True):
+    """One submitted measurement of a compute roof (dtype, unit) or a bandwidth roof (level)."""
+
+    __tablename__ = "benchmarks"
+
+    id: int | None = Field(default=None, sa_column=Column(Integer, primary_key=True, autoincrement=True))
+    device_id: str = Field(sa_column=Column(String(64), ForeignKey("devices.id", ondelete="CASCADE"),
+                                            nullable=False, index=True))
+    kind: str = Field(max_length=32)
+    dtype: str | None = Field(default=None, max_length=16)
+    unit: str | None = Field(default=None, max_length=16)
+    level: str | None = Field(default=None, max_length=16)
+    flops_per_s: float | None = None
+    bytes_per_s: float | None = None
+    tool: str = Field(max_length=200)
+    measured_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    host: str | None = Field(default=None, max_length=200)
+    clock_hz: float | None = None
+    power_limit_w: float | None = None
+    notes: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    exceeds_nominal_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    submitted_by: str = Field(max_length=100)
+    created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))

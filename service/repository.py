@@ -7,8 +7,8 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from service.errors import AlreadyExists, DeviceNotFound
-from service.models import Device, utcnow
+from service.errors import AlreadyExists, BenchmarkNotFound, DeviceNotFound
+from service.models import Benchmark, Device, utcnow
 
 
 def list_devices(session: Session) -> list[Device]:
@@ -54,3 +54,38 @@ def delete_device(session: Session, *, device_id: str) -> None:
 
 def ping(session: Session) -> None:
     session.exec(select(1)).one()
+
+
+def add_benchmarks(session: Session, *, device_id: str, records: list[dict[str, Any]], submitted_by: str) -> list[Benchmark]:
+    """Stores all records in one transaction: either every one is written or none."""
+    now = utcnow()
+    rows = [Benchmark(device_id=device_id, submitted_by=submitted_by, created_at=now,
+                      **{**record, "measured_at": record.get("measured_at") or now}) for record in records]
+    session.add_all(rows)
+    session.commit()
+    for row in rows:
+        session.refresh(row)
+    return rows
+
+
+def list_benchmarks(session: Session, *, device_id: str | None = None, kind: str | None = None,
+                    dtype: str | None = None, unit: str | None = None, level: str | None = None,
+                    host: str | None = None, limit: int = 1000, offset: int = 0) -> list[Benchmark]:
+    query = select(Benchmark)
+    for column, value in ((Benchmark.device_id, device_id), (Benchmark.kind, kind), (Benchmark.dtype, dtype),
+                          (Benchmark.unit, unit), (Benchmark.level, level), (Benchmark.host, host)):
+        if value is not None:
+            query = query.where(column == value)
+    return list(session.exec(query.order_by(Benchmark.id).offset(offset).limit(limit)))
+
+
+def all_benchmarks(session: Session) -> list[Benchmark]:
+    return list(session.exec(select(Benchmark)))
+
+
+def delete_benchmark(session: Session, *, device_id: str, benchmark_id: int) -> None:
+    row = session.get(Benchmark, benchmark_id)
+    if row is None or row.device_id != device_id:
+        raise BenchmarkNotFound(device_id, benchmark_id)
+    session.delete(row)
+    session.commit()

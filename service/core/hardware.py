@@ -17,6 +17,10 @@ class MemoryLevelName(StrEnum):
     smem = "smem"  # shared memory / L1, aggregated over all SMs
 
 
+# Output tile (m, n) and K step of a typical tensor-core GEMM kernel, when a device names none.
+DEFAULT_MATMUL_TILE = (128, 128, 64)
+
+
 @dataclass(frozen=True)
 class ComputePeak:
     dtype: str
@@ -46,6 +50,7 @@ class DeviceSpec:
     tdp_w: float | None = None
     interconnect_bandwidth_bytes_per_s: float | None = None
     citations: dict[str, str] = field(default_factory=dict)
+    matmul_tile: tuple[int, int, int] = DEFAULT_MATMUL_TILE
 
     def peak(self, dtype: str, unit: Unit) -> ComputePeak | None:
         for peak in self.compute_peaks:

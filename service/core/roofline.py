@@ -1,24 +1,24 @@
-"""The roofline: which roofs apply to an operator, and the bound and time they give.
+"""The roofline: the bound and lower-bound time an operator's cost gives on a device's roofs.
 
-T >= max(F / P, Q / B); attainable P_att = min(P, I * B) with I = F / Q; ridge I* = P / B;
-bound is "compute" when I >= I*. MFU at the roof = P_att / P_nominal.
+Per memory level l with traffic Q_l: T_l = Q_l / B_l. T >= max(F / P, max_l T_l); the level with the
+largest T_l binds. With I = F / Q_b and ridge I* = P / B_b of the binding level b, the bound is
+"compute" when I >= I*, attainable P_att = min(P, I * B_b) and MFU at the roof = P_att / P_nominal.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from service.core.dtypes import DType, peak_dtype
-from service.core.errors import CostModelError, NoComputePeakError
-from service.core.hardware import DeviceSpec, MemoryLevelName, Unit
+from service.core.errors import CostModelError
+from service.core.hardware import DeviceSpec, MemoryLevelName
 from service.core.operators.base import OperatorCost
-
-
-class RoofSource(StrEnum):
-    nominal = "nominal"
-    measured = "measured"
+from service.core.roofs import (
+    NO_MEASUREMENTS, ComputeRoof, MeasuredRoofs, MemoryRoof, RoofMode, require_memory_roof, select_compute_roof,
+    select_memory_roof,
+)
 
 
 class Bound(StrEnum):
@@ -27,20 +27,23 @@ class Bound(StrEnum):
 
 
 @dataclass(frozen=True)
-class ComputeRoof:
-    flops_per_s: float
-    dtype: str
-    unit: Unit
-    source: RoofSource
-    citation: str
+class LevelCeiling:
+    roof: MemoryRoof
+    bytes: float
+    time_s: float
+    arithmetic_intensity: float
+    ridge_point: float
 
 
 @dataclass(frozen=True)
-class MemoryRoof:
-    level: str
-    bytes_per_s: float
-    source: RoofSource
-    citation: str
+class Achieved:
+    measured_time_s: float
+    flops_per_s: float
+    bandwidth_bytes_per_s: float
+    mfu: float | None  # against the nominal peak, comparable across teams
+    roof_fraction: float  # lower-bound time / measured time: how close to the roofs used
+    compute_roof_fraction: float
+    bandwidth_fraction: float
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class RooflineResult:
     cost: OperatorCost
     compute_roof: ComputeRoof
     memory_roof: MemoryRoof
-    nominal_peak_flops_per_s: float
+    levels: tuple[LevelCeiling, ...]
     arithmetic_intensity: float
     ridge_point: float
     bound: Bound
@@ -56,92 +59,111 @@ class RooflineResult:
     compute_time_s: float
     memory_time_s: float
     time_s: float
-    mfu: float
+    mfu: float | None
+    achieved: Achieved | None
     assumptions: tuple[str, ...]
 
 
-def _available_peaks(device: DeviceSpec, unit: Unit) -> str:
-    names = sorted({p.dtype for p in device.compute_peaks if p.unit == unit})
-    return ", ".join(names) or "none"
+def _finite(field: str, *values: float) -> None:
+    if not all(math.isfinite(v) for v in values):
+        raise CostModelError(field, "the counts exceed the floating-point range")
 
 
-def nominal_compute_roof(device: DeviceSpec, dtype: str, unit: Unit) -> tuple[ComputeRoof, tuple[str, ...]]:
-    """The datasheet peak an operator in `dtype` on `unit` runs at, and any substitution made.
-
-    Tensor work needs a matrix peak of its own dtype; fp32 without one runs on the vector units.
-    Vector work without a peak of its dtype is computed in fp32 (as framework kernels upcast);
-    with no vector peak at all, the tensor peak of the dtype stands in as an optimistic bound.
-    """
-    wanted = peak_dtype(dtype)
-    if unit == Unit.tensor:
-        ladder = [(wanted, Unit.tensor)]
-        if wanted == DType.fp32:
-            ladder.append((DType.fp32, Unit.vector))
-    else:
-        ladder = [(wanted, Unit.vector), (DType.fp32, Unit.vector), (wanted, Unit.tensor)]
-    for rung, (peak_type, peak_unit) in enumerate(ladder):
-        peak = device.peak(peak_type, peak_unit)
-        if peak is None:
+def _level_ceilings(cost: OperatorCost, device: DeviceSpec, measured: MeasuredRoofs, mode: RoofMode,
+                    flops_per_s: float, bytes_by_level: Mapping[str, float] | None) -> tuple[list[LevelCeiling], list[str]]:
+    traffic = {MemoryLevelName.hbm.value: cost.bytes_total, **dict(cost.traffic_by_level)}
+    notes = []
+    if bytes_by_level:
+        traffic.update(bytes_by_level)
+        notes.append("traffic per level taken from the request's bytes_by_level for: " + ", ".join(sorted(bytes_by_level)))
+    ceilings = []
+    for level, level_bytes in traffic.items():
+        roof = (require_memory_roof(device, measured, level, mode) if level == MemoryLevelName.hbm
+                else select_memory_roof(device, measured, level, mode))
+        if roof is None:
+            notes.append(f"{level} traffic ({level_bytes:.4g} bytes) not bounded: device {device.id} has no {mode} {level} bandwidth")
             continue
-        roof = ComputeRoof(peak.flops_per_s, peak.dtype, peak.unit, RoofSource.nominal, peak.citation)
-        if rung == 0:
-            return roof, ()
-        note = (
-            f"{device.id} lists no {unit} peak for {dtype}; used its {peak_type} {peak_unit} peak"
-            + (" (an optimistic stand-in: the time is still a lower bound)" if peak_unit != unit else
-               " (the operation is assumed to compute in fp32)")
-        )
-        return roof, (note,)
-    raise NoComputePeakError(
-        "dtype",
-        f"device {device.id} has no {unit} peak for {dtype} "
-        f"(its {unit} peaks: {_available_peaks(device, unit)})",
-    )
+        if level_bytes <= 0:
+            continue
+        ceilings.append(LevelCeiling(roof, level_bytes, level_bytes / roof.bytes_per_s,
+                                     cost.flops / level_bytes, flops_per_s / roof.bytes_per_s))
+    return ceilings, notes
 
 
-def nominal_memory_roof(device: DeviceSpec, level: str = MemoryLevelName.hbm) -> MemoryRoof:
-    found = device.memory_level(level)
-    if found is None:
-        raise CostModelError("level", f"device {device.id} has no bandwidth for memory level {level}")
-    return MemoryRoof(found.level, found.bandwidth_bytes_per_s, RoofSource.nominal, found.citation)
-
-
-def evaluate(cost: OperatorCost, compute: ComputeRoof, memory: MemoryRoof,
-             nominal_peak_flops_per_s: float, extra_assumptions: tuple[str, ...] = ()) -> RooflineResult:
+def analyze(
+    cost: OperatorCost,
+    device: DeviceSpec,
+    *,
+    measured: MeasuredRoofs = NO_MEASUREMENTS,
+    mode: RoofMode = RoofMode.effective,
+    bytes_by_level: Mapping[str, float] | None = None,
+    sustained_clock_hz: float | None = None,
+    measured_time_s: float | None = None,
+) -> RooflineResult:
+    _finite("operator", cost.flops, cost.bytes_total)
     if cost.bytes_total <= 0:
         raise CostModelError("operator", "moves no bytes, so its arithmetic intensity is undefined")
-    if not (math.isfinite(cost.flops) and math.isfinite(cost.bytes_total)):
-        raise CostModelError("operator", "its FLOP or byte count exceeds the floating-point range")
-    intensity = cost.flops / cost.bytes_total
-    ridge = compute.flops_per_s / memory.bytes_per_s
-    bound = Bound.compute if intensity >= ridge else Bound.memory
-    attainable = min(compute.flops_per_s, intensity * memory.bytes_per_s)
+    compute, notes = select_compute_roof(device, measured, cost.compute_dtype, cost.unit, mode)
+    notes = list(notes)
+    if sustained_clock_hz is not None:
+        if not device.boost_clock_hz:
+            raise CostModelError("sustained_clock_hz", f"device {device.id} has no boost clock to scale from")
+        scale = sustained_clock_hz / device.boost_clock_hz
+        compute = ComputeRoof(compute.flops_per_s * scale, compute.dtype, compute.unit, compute.source,
+                              compute.citation, compute.nominal_flops_per_s)
+        notes.append(f"what-if: compute roof scaled by sustained clock {sustained_clock_hz:.4g} Hz / boost clock "
+                     f"{device.boost_clock_hz:.4g} Hz = {scale:.4f}; MFU stays against the unscaled nominal peak")
+
+    ceilings, level_notes = _level_ceilings(cost, device, measured, mode, compute.flops_per_s, bytes_by_level)
+    binding = max(ceilings, key=lambda c: c.time_s)
     compute_time = cost.flops / compute.flops_per_s
-    memory_time = cost.bytes_total / memory.bytes_per_s
+    time_s = max(compute_time, binding.time_s)
+    bound = Bound.compute if binding.arithmetic_intensity >= binding.ridge_point else Bound.memory
+    attainable = min(compute.flops_per_s, binding.arithmetic_intensity * binding.roof.bytes_per_s)
+    nominal_peak = compute.nominal_flops_per_s
+    mfu = attainable / nominal_peak if nominal_peak else None
+
+    achieved = None
+    if measured_time_s is not None:
+        hbm = next(c for c in ceilings if c.roof.level == MemoryLevelName.hbm)
+        achieved = Achieved(
+            measured_time_s=measured_time_s,
+            flops_per_s=cost.flops / measured_time_s,
+            bandwidth_bytes_per_s=hbm.bytes / measured_time_s,
+            mfu=cost.flops / measured_time_s / nominal_peak if nominal_peak else None,
+            roof_fraction=time_s / measured_time_s,
+            compute_roof_fraction=cost.flops / measured_time_s / compute.flops_per_s,
+            bandwidth_fraction=hbm.bytes / measured_time_s / hbm.roof.bytes_per_s,
+        )
+        if measured_time_s < time_s:
+            notes.append("the measured time beats the lower bound: a roof is understated or the counts overstated")
+        _finite("measured_time_s", achieved.flops_per_s, achieved.bandwidth_bytes_per_s)
+
     roof_notes = (
-        f"compute roof: {compute.source} {compute.dtype} {compute.unit} peak, {compute.flops_per_s:.4g} FLOP/s",
-        f"memory roof: {memory.source} {memory.level} bandwidth, {memory.bytes_per_s:.4g} bytes/s",
-        "time: lower bound max(FLOPs / compute roof, bytes / memory roof), compute and traffic fully overlapped",
-        "mfu: attainable FLOP/s at the roof divided by the nominal peak of the same dtype and unit",
+        f"compute roof: {compute.source} {compute.dtype} {compute.unit}, {compute.flops_per_s:.4g} FLOP/s",
+        *(f"memory roof: {c.roof.source} {c.roof.level} bandwidth, {c.roof.bytes_per_s:.4g} bytes/s" for c in ceilings),
+        "time: lower bound max(FLOPs / compute roof, max over levels of bytes / bandwidth), perfect overlap",
+        "mfu: attainable (or achieved) FLOP/s over the nominal peak of the dtype and unit",
     )
+    if nominal_peak is None:
+        notes.append(f"mfu: not defined, device {device.id} lists no nominal {compute.dtype} {compute.unit} peak")
     return RooflineResult(
         cost=cost,
         compute_roof=compute,
-        memory_roof=memory,
-        nominal_peak_flops_per_s=nominal_peak_flops_per_s,
-        arithmetic_intensity=intensity,
-        ridge_point=ridge,
+        memory_roof=binding.roof,
+        levels=tuple(ceilings),
+        arithmetic_intensity=binding.arithmetic_intensity,
+        ridge_point=binding.ridge_point,
         bound=bound,
         attainable_flops_per_s=attainable,
         compute_time_s=compute_time,
-        memory_time_s=memory_time,
-        time_s=max(compute_time, memory_time),
-        mfu=attainable / nominal_peak_flops_per_s,
-        assumptions=cost.assumptions + extra_assumptions + roof_notes,
+        memory_time_s=binding.time_s,
+        time_s=time_s,
+        mfu=mfu,
+        achieved=achieved,
+        assumptions=cost.assumptions + tuple(notes) + tuple(level_notes) + roof_notes,
     )
 
 
 def analyze_nominal(cost: OperatorCost, device: DeviceSpec) -> RooflineResult:
-    compute, substitutions = nominal_compute_roof(device, cost.compute_dtype, cost.unit)
-    memory = nominal_memory_roof(device)
-    return evaluate(cost, compute, memory, compute.flops_per_s, substitutions)
+    return analyze(cost, device, mode=RoofMode.nominal)

@@ -98,7 +98,7 @@ def write_operations(app):
     for path, item in app.openapi()["paths"].items():
         for method in item:
             if method.upper() not in {"GET", "HEAD", "OPTIONS"} and not path.startswith("/v1/analyze"):
-                yield method.upper(), path.replace("{device_id}", "nvidia-t4")
+                yield method.upper(), path.replace("{device_id}", "nvidia-t4").replace("{benchmark_id}", "1")
 
 
 @pytest.mark.parametrize("headers", [

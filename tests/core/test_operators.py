@@ -157,3 +157,12 @@ def test_tensors_beyond_exact_float_range_are_refused():
     with pytest.raises(CostModelError) as error:
         matmul_cost(m=2**30, n=2**30, k=2**30)
     assert error.value.field in {"m", "n", "k"}
+
+
+def test_matmul_l2_traffic_with_tiles():
+    # M = 256, N = 384, K = 64, 128x128 tiles: 2 tile rows, 3 tile columns.
+    cost = matmul_cost(m=256, n=384, k=64, tile=(128, 128, 32))
+    a_bytes, b_bytes, c_bytes = 256 * 64 * 2, 64 * 384 * 2, 256 * 384 * 2
+    # A fetched from L2 once per tile column (3x), B once per tile row (2x), C written once.
+    assert dict(cost.traffic_by_level) == {"l2": 3 * a_bytes + 2 * b_bytes + c_bytes}
+    assert cost.bytes_total == a_bytes + b_bytes + c_bytes  # HBM: each operand once

@@ -60,7 +60,7 @@ def test_compute_bound_mfu_is_one_at_the_roof():
 def test_vector_work_in_bf16_falls_back_to_the_fp32_vector_peak_and_says_so():
     result = analyze_nominal(elementwise_cost(op="silu", shape=[1024], dtype="bf16"), DEVICE)
     assert (result.compute_roof.dtype, result.compute_roof.unit) == ("fp32", Unit.vector)
-    assert any("lists no vector peak for bf16" in line for line in result.assumptions)
+    assert any("has no vector roof for bf16" in line for line in result.assumptions)
 
 
 def test_missing_tensor_peak_is_an_error_naming_the_dtype():

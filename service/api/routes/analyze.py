@@ -30,4 +30,4 @@ async def analyze_operator_route(
     body: Annotated[OperatorAnalysisRequest, Body(openapi_examples=OPERATOR_EXAMPLES)],
     catalog: CatalogDep,
 ) -> OperatorAnalysis:
-    return analyze_operator(body, catalog.get(body.device_id))
+    return analyze_operator(body, catalog.get(body.device_id), catalog.measured(body.device_id))

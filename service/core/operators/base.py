@@ -23,6 +23,8 @@ class OperatorCost:
     compute_dtype: str
     unit: Unit
     assumptions: tuple[str, ...]
+    # Traffic at on-chip levels (l2, smem) where the model knows it; HBM traffic is bytes_total.
+    traffic_by_level: tuple[tuple[str, float], ...] = ()
 
     @property
     def bytes_total(self) -> float:

@@ -20,6 +20,7 @@ def matmul_cost(
     c_dtype: str | None = None,
     compute_dtype: str | None = None,
     weight_shared: bool = True,
+    tile: tuple[int, int, int] | None = None,
 ) -> OperatorCost:
     a_dtype, b_dtype, c_dtype = a_dtype or dtype, b_dtype or dtype, c_dtype or dtype
     s_a, s_b, s_c = (bytes_per_element(d) for d in (a_dtype, b_dtype, c_dtype))
@@ -44,4 +45,16 @@ def matmul_cost(
     ]
     if bias:
         assumptions.append(f"matmul: bias of n elements read in the output type ({c_dtype})")
-    return OperatorCost("matmul", flops, bytes_read, bytes_written, compute_dtype, Unit.tensor, tuple(assumptions))
+    traffic: tuple[tuple[str, float], ...] = ()
+    if tile is not None:
+        tile_m, tile_n, _ = tile
+        # Each output tile streams its A row panel and B column panel from L2: A is fetched once per
+        # column of tiles and B once per row of tiles (per batch item when B is not shared).
+        l2_bytes = (batch * -(-n // tile_n) * m * k * s_a
+                    + batch * -(-m // tile_m) * k * n * s_b
+                    + bias_bytes + bytes_written)
+        traffic = (("l2", l2_bytes),)
+        assumptions.append(f"matmul: {tile_m}x{tile_n} output tiles; L2 serves A once per tile column and B once "
+                           "per tile row (plus C written), HBM sees each operand once")
+    return OperatorCost("matmul", flops, bytes_read, bytes_written, compute_dtype, Unit.tensor, tuple(assumptions),
+                        traffic)

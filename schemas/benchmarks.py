@@ -1,0 +1,129 @@
+"""Measured roofs: benchmark submissions, the ERT import, and the roofs view of a device."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.common import DTypeName, MemoryLevelName, PositiveFinite, RoofSourceName, StrictModel, UnitName
+
+ShortText = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class BenchmarkMetadata(StrictModel):
+    tool: ShortText = Field(description="What measured it, e.g. 'nvbandwidth 0.7', 'ERT 1.1', 'cublas gemm sweep'")
+    measured_at: datetime | None = Field(None, description="When it was measured (ISO 8601); default: now")
+    host: str | None = Field(None, max_length=200, description="Host or cluster label")
+    clock_hz: PositiveFinite | None = Field(None, description="SM clock during the run, Hz, if known")
+    power_limit_w: PositiveFinite | None = Field(None, description="Power limit during the run, W, if known")
+    notes: str | None = Field(None, max_length=4000)
+    exceeds_nominal_reason: str | None = Field(
+        None, min_length=1, max_length=1000,
+        description="Required when the value exceeds its nominal counterpart by more than the tolerance (5 %): why")
+
+
+class ComputeBenchmarkCreate(BenchmarkMetadata):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 7.2e14, "tool": "cublasLt gemm 8192^3",
+         "host": "cluster-a/node-17", "power_limit_w": 700}]})
+    kind: Literal["compute"]
+    dtype: DTypeName
+    unit: UnitName
+    flops_per_s: PositiveFinite
+
+
+class BandwidthBenchmarkCreate(BenchmarkMetadata):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 2.9e12, "tool": "nvbandwidth 0.7",
+         "host": "cluster-a/node-17"}]})
+    kind: Literal["memory_bandwidth"]
+    level: MemoryLevelName
+    bytes_per_s: PositiveFinite
+
+
+BENCHMARK_KINDS = ("compute", "memory_bandwidth")
+BenchmarkCreate = Annotated[Union[ComputeBenchmarkCreate, BandwidthBenchmarkCreate], Field(discriminator="kind")]
+
+
+class BenchmarkPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    device_id: str
+    kind: Literal["compute", "memory_bandwidth"]
+    dtype: str | None
+    unit: str | None
+    level: str | None
+    flops_per_s: float | None
+    bytes_per_s: float | None
+    tool: str
+    measured_at: datetime
+    host: str | None
+    clock_hz: float | None
+    power_limit_w: float | None
+    notes: str | None
+    exceeds_nominal_reason: str | None
+    submitted_by: str = Field(description="Label of the token that submitted it (never the token)")
+    created_at: datetime
+
+
+class ErtImport(StrictModel):
+    """An Empirical Roofline Toolkit result: its `roofline.json` with `empirical.gflops.data` and
+    `empirical.gbytes.data` as [name, value] pairs in GFLOP/s and GB/s (1e9)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "tool": "ERT 1.1.0", "host": "cluster-a/node-17",
+        "roofline": {"empirical": {"gflops": {"data": [["FP64 GFLOPs", 7068.9]]},
+                                   "gbytes": {"data": [["L1", 14029.3], ["L2", 2996.8], ["DRAM", 828.8]]}}}}]})
+    tool: ShortText = "ERT"
+    measured_at: datetime | None = None
+    host: str | None = Field(None, max_length=200)
+    notes: str | None = Field(None, max_length=4000)
+    exceeds_nominal_reason: str | None = Field(None, min_length=1, max_length=1000)
+    roofline: dict[str, Any] = Field(description="The roofline.json document as ERT wrote it")
+
+
+class ErtImportResult(BaseModel):
+    created: list[BenchmarkPublic]
+    skipped: list[str] = Field(description="Entries not mapped onto a roof, with the reason")
+
+
+class MeasuredStats(BaseModel):
+    median: float
+    count: int
+    min: float
+    max: float
+    latest_at: datetime | None
+
+
+class ComputeRoofView(BaseModel):
+    dtype: str
+    unit: UnitName
+    nominal_flops_per_s: float | None
+    measured: MeasuredStats | None
+    effective_flops_per_s: float
+    source: RoofSourceName
+
+
+class MemoryRoofView(BaseModel):
+    level: MemoryLevelName
+    nominal_bytes_per_s: float | None
+    measured: MeasuredStats | None
+    effective_bytes_per_s: float
+    source: RoofSourceName
+
+
+class RidgePoint(BaseModel):
+    dtype: str
+    unit: UnitName
+    level: MemoryLevelName
+    nominal: float | None = Field(description="Nominal compute roof / nominal bandwidth, FLOP/byte")
+    effective: float = Field(description="Effective compute roof / effective bandwidth, FLOP/byte")
+
+
+class DeviceRoofs(BaseModel):
+    device_id: str
+    compute: list[ComputeRoofView]
+    memory: list[MemoryRoofView]
+    ridge_points: list[RidgePoint]

@@ -1,0 +1,72 @@
+"""Benchmark validation against nominal roofs, and the nominal / measured / effective view of a device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.benchmarks import ComputeRoofView, DeviceRoofs, MeasuredStats, MemoryRoofView, RidgePoint
+from service.core.hardware import DeviceSpec, MemoryLevelName
+from service.core.roofs import MeasuredRoof, MeasuredRoofs, RoofMode, exceeds_nominal, select_compute_roof, select_memory_roof
+from service.errors import Unprocessable
+
+
+def roof_key(record: dict[str, Any]) -> tuple[str, str] | str:
+    return (record["dtype"], record["unit"]) if record["kind"] == "compute" else record["level"]
+
+
+def roof_value(record: dict[str, Any]) -> float:
+    return record["flops_per_s"] if record["kind"] == "compute" else record["bytes_per_s"]
+
+
+def validate_against_nominal(device: DeviceSpec, records: list[dict[str, Any]], loc: str) -> None:
+    """Refuses (422) measurements implausibly above the datasheet unless they say why."""
+    problems = []
+    for index, record in enumerate(records):
+        if record.get("exceeds_nominal_reason"):
+            continue
+        reason = exceeds_nominal(device, record["kind"], roof_key(record), roof_value(record))
+        if reason:
+            field = "flops_per_s" if record["kind"] == "compute" else "bytes_per_s"
+            problems.append({"loc": loc.format(index=index, field=field), "msg": reason})
+    if problems:
+        raise Unprocessable(problems[0]["msg"], problems)
+
+
+def _stats(measured: MeasuredRoof | None) -> MeasuredStats | None:
+    if measured is None:
+        return None
+    return MeasuredStats(median=measured.median, count=measured.count, min=measured.minimum,
+                         max=measured.maximum, latest_at=measured.latest_at)
+
+
+def device_roofs(device: DeviceSpec, measured: MeasuredRoofs) -> DeviceRoofs:
+    compute_keys = sorted({(p.dtype, p.unit.value) for p in device.compute_peaks} | set(measured.compute))
+    compute = []
+    for dtype, unit in compute_keys:
+        nominal = device.peak(dtype, unit)
+        roof, _ = select_compute_roof(device, measured, dtype, unit, RoofMode.effective)
+        if (roof.dtype, roof.unit) != (dtype, unit):
+            continue
+        compute.append(ComputeRoofView(
+            dtype=dtype, unit=unit, nominal_flops_per_s=nominal.flops_per_s if nominal else None,
+            measured=_stats(measured.compute.get((dtype, unit))), effective_flops_per_s=roof.flops_per_s,
+            source=roof.source))
+    memory = []
+    for level in MemoryLevelName:
+        effective = select_memory_roof(device, measured, level, RoofMode.effective)
+        if effective is None:
+            continue
+        nominal = device.memory_level(level)
+        memory.append(MemoryRoofView(
+            level=level, nominal_bytes_per_s=nominal.bandwidth_bytes_per_s if nominal else None,
+            measured=_stats(measured.memory.get(level)), effective_bytes_per_s=effective.bytes_per_s,
+            source=effective.source))
+    hbm = next(m for m in memory if m.level == MemoryLevelName.hbm)
+    ridge_points = [
+        RidgePoint(dtype=c.dtype, unit=c.unit, level=hbm.level,
+                   nominal=(c.nominal_flops_per_s / hbm.nominal_bytes_per_s
+                            if c.nominal_flops_per_s and hbm.nominal_bytes_per_s else None),
+                   effective=c.effective_flops_per_s / hbm.effective_bytes_per_s)
+        for c in compute
+    ]
+    return DeviceRoofs(device_id=device.id, compute=compute, memory=memory, ridge_points=ridge_points)

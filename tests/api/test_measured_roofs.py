@@ -1,0 +1,250 @@
+"""Measured roofs end to end: submissions override nominal roofs, with provenance in every answer."""
+
+import threading
+from datetime import datetime, timezone
+
+import httpx
+import pytest
+
+from tests.conftest import AUTH
+
+H100 = "nvidia-h100-sxm"
+NOMINAL_HBM = 3.35e12
+NOMINAL_BF16 = 989.4e12
+GEMV = {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}  # 33,570,816 bytes, clearly memory-bound
+GEMV_BYTES = 4096 * 4096 * 2 + 2 * 4096 * 2
+
+
+def submit_hbm(client, value, **extra):
+    body = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": value, "tool": "nvbandwidth", **extra}
+    return client.post(f"/v1/devices/{H100}/benchmarks", json=body, headers=AUTH)
+
+
+def analyze(client, operator=GEMV, **options):
+    response = client.post("/v1/analyze/operator", json={"device_id": H100, "operator": operator, **options})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_measured_hbm_overrides_nominal_for_later_analyses(client):
+    before = analyze(client)
+    assert before["memory_roof"]["source"] == "nominal"
+    assert before["time_s"] == pytest.approx(GEMV_BYTES / NOMINAL_HBM)
+
+    for value in (2.8e12, 3.0e12, 2.9e12):
+        response = submit_hbm(client, value, host="cluster-a/node-1")
+        assert response.status_code == 201, response.text
+        assert response.json()["submitted_by"] == "tester"
+
+    after = analyze(client)
+    # Median of 2.8, 3.0 and 2.9 TB/s is 2.9e12 bytes/s.
+    assert after["memory_roof"] == {**after["memory_roof"], "source": "measured", "bytes_per_s": 2.9e12}
+    assert "median of 3" in after["memory_roof"]["citation"]
+    assert after["time_s"] == pytest.approx(GEMV_BYTES / 2.9e12)
+    assert after["ridge_point"] == pytest.approx(NOMINAL_BF16 / 2.9e12)
+    # At the roof on the slope, MFU = I * B_effective / P_nominal: it drops with the measured bandwidth.
+    assert after["mfu"] == pytest.approx(after["arithmetic_intensity"] * 2.9e12 / NOMINAL_BF16)
+
+    nominal = analyze(client, roofs="nominal")
+    assert nominal["memory_roof"]["source"] == "nominal"
+    assert nominal["time_s"] == before["time_s"]
+
+    roofs = client.get(f"/v1/devices/{H100}/roofs").json()
+    hbm = next(m for m in roofs["memory"] if m["level"] == "hbm")
+    assert hbm["nominal_bytes_per_s"] == NOMINAL_HBM and hbm["effective_bytes_per_s"] == 2.9e12
+    assert hbm["measured"]["count"] == 3 and (hbm["measured"]["min"], hbm["measured"]["max"]) == (2.8e12, 3.0e12)
+    ridge = next(r for r in roofs["ridge_points"] if (r["dtype"], r["unit"]) == ("bf16", "tensor"))
+    assert ridge["nominal"] == pytest.approx(NOMINAL_BF16 / NOMINAL_HBM)
+    assert ridge["effective"] == pytest.approx(NOMINAL_BF16 / 2.9e12)
+
+
+def test_deleting_a_bad_measurement_restores_the_roof(client):
+    bad = submit_hbm(client, 1.0e12).json()
+    assert analyze(client)["memory_roof"]["bytes_per_s"] == 1.0e12
+    assert client.delete(f"/v1/devices/{H100}/benchmarks/{bad['id']}", headers=AUTH).status_code == 204
+    assert analyze(client)["memory_roof"]["source"] == "nominal"
+    assert client.delete(f"/v1/devices/{H100}/benchmarks/{bad['id']}", headers=AUTH).status_code == 404
+
+
+def test_measured_mode_needs_a_measurement(client):
+    response = client.post("/v1/analyze/operator", json={"device_id": H100, "operator": GEMV, "roofs": "measured"})
+    assert response.status_code == 422
+    assert response.json()["fields"][0]["loc"] == "body.roofs"
+    submit_hbm(client, 3.0e12)
+    compute = {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 7.0e14, "tool": "gemm sweep"}
+    assert client.post(f"/v1/devices/{H100}/benchmarks", json=compute, headers=AUTH).status_code == 201
+    body = analyze(client, roofs="measured")
+    assert body["compute_roof"]["source"] == body["memory_roof"]["source"] == "measured"
+    assert body["compute_roof"]["flops_per_s"] == 7.0e14
+
+
+def test_compute_measurement_moves_the_ridge_and_mfu_stays_against_nominal(client):
+    compute = {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 6.0e14, "tool": "gemm"}
+    assert client.post(f"/v1/devices/{H100}/benchmarks", json=compute, headers=AUTH).status_code == 201
+    body = analyze(client, {"kind": "matmul", "m": 8192, "n": 8192, "k": 8192})
+    assert body["bound"] == "compute"
+    assert body["time_s"] == pytest.approx(2 * 8192**3 / 6.0e14)
+    assert body["mfu"] == pytest.approx(6.0e14 / NOMINAL_BF16)
+
+
+@pytest.mark.parametrize("body, loc", [
+    ({"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": -1, "tool": "x"}, "body.bytes_per_s"),
+    ({"kind": "memory_bandwidth", "level": "l3", "bytes_per_s": 1e12, "tool": "x"}, "body.level"),
+    ({"kind": "compute", "dtype": "fp7", "unit": "tensor", "flops_per_s": 1e12, "tool": "x"}, "body.dtype"),
+    ({"kind": "compute", "dtype": "bf16", "unit": "matrix", "flops_per_s": 1e12, "tool": "x"}, "body.unit"),
+    ({"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 1e12}, "body.tool"),
+    # 3.6e12 is 7.5 % above the nominal 3.35e12: beyond the 5 % tolerance without a reason.
+    ({"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3.6e12, "tool": "x"}, "body.bytes_per_s"),
+])
+def test_invalid_submissions_are_422(client, body, loc):
+    response = client.post(f"/v1/devices/{H100}/benchmarks", json=body, headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert loc in [f["loc"] for f in response.json()["fields"]]
+    assert client.get(f"/v1/devices/{H100}/benchmarks").json() == []
+
+
+def test_non_finite_submission_is_422(client):
+    raw = '{"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": Infinity, "tool": "x"}'
+    response = client.post(f"/v1/devices/{H100}/benchmarks", content=raw,
+                           headers={**AUTH, "Content-Type": "application/json"})
+    assert response.status_code == 422
+
+
+def test_above_nominal_with_a_reason_is_accepted(client):
+    # 3.5e12 is 4.5 % above nominal (inside the tolerance); 3.6e12 needs the reason.
+    assert submit_hbm(client, 3.5e12).status_code == 201
+    response = submit_hbm(client, 3.6e12, exceeds_nominal_reason="HBM overclocked to 5.6 Gbps per pin")
+    assert response.status_code == 201
+    assert response.json()["exceeds_nominal_reason"].startswith("HBM overclocked")
+
+
+def test_listing_filters(client):
+    submit_hbm(client, 3.0e12, host="a")
+    submit_hbm(client, 2.9e12, host="b")
+    compute = {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 7e14, "tool": "gemm", "host": "a"}
+    client.post(f"/v1/devices/{H100}/benchmarks", json=compute, headers=AUTH)
+    url = f"/v1/devices/{H100}/benchmarks"
+    assert len(client.get(url).json()) == 3
+    assert [b["bytes_per_s"] for b in client.get(url, params={"kind": "memory_bandwidth"}).json()] == [3.0e12, 2.9e12]
+    assert len(client.get(url, params={"host": "a"}).json()) == 2
+    assert client.get(url, params={"level": "l3"}).status_code == 422
+    assert client.get("/v1/devices/nope/benchmarks").status_code == 404
+
+
+ERT = {"empirical": {
+    "gflops": {"data": [["FP64 GFLOPs", 7068.9], ["INT8 GOPs", 1.0]]},
+    "gbytes": {"data": [["L1", 14029.3], ["L2", 2996.8], ["DRAM", 828.8], ["L3", 100.0]]},
+}}
+
+
+def test_ert_import_maps_levels_and_units(client):
+    device = "nvidia-v100-sxm2-32gb"  # nominal: fp64 vector 7.8e12, HBM 9e11, L2 3.13e12, smem 1.567e13
+    response = client.post(f"/v1/devices/{device}/benchmarks/ert", json={"tool": "ERT 1.1.0", "roofline": ERT}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    created = {(b["kind"], b["dtype"] or b["level"]): b for b in body["created"]}
+    assert created[("compute", "fp64")]["flops_per_s"] == pytest.approx(7068.9e9)
+    assert created[("compute", "fp64")]["unit"] == "vector"
+    assert created[("memory_bandwidth", "hbm")]["bytes_per_s"] == pytest.approx(828.8e9)
+    assert created[("memory_bandwidth", "l2")]["bytes_per_s"] == pytest.approx(2996.8e9)
+    assert created[("memory_bandwidth", "smem")]["bytes_per_s"] == pytest.approx(14029.3e9)
+    assert len(body["skipped"]) == 2  # INT8 GOPs, L3
+    roofs = client.get(f"/v1/devices/{device}/roofs").json()
+    hbm = next(m for m in roofs["memory"] if m["level"] == "hbm")
+    assert (hbm["source"], hbm["effective_bytes_per_s"]) == ("measured", pytest.approx(828.8e9))
+
+
+def test_ert_import_is_all_or_nothing(client):
+    device = "nvidia-v100-sxm2-32gb"
+    broken = {"empirical": {"gflops": {"data": [["FP64 GFLOPs", 7068.9]]}, "gbytes": {"data": [["DRAM", "fast"]]}}}
+    response = client.post(f"/v1/devices/{device}/benchmarks/ert", json={"roofline": broken}, headers=AUTH)
+    assert response.status_code == 422
+    assert response.json()["fields"][0]["loc"] == "body.roofline.empirical.gbytes.data.0"
+    assert client.get(f"/v1/devices/{device}/benchmarks").json() == []
+
+
+def test_achieved_versus_attainable(client):
+    submit_hbm(client, 2.5e12)
+    # Measured 20 us for the GEMV: achieved FLOP/s = 33,554,432 / 20e-6; bandwidth = 33,570,816 bytes / 20e-6.
+    body = analyze(client, measured_time_s=20e-6)
+    achieved = body["achieved"]
+    assert achieved["flops_per_s"] == pytest.approx(2 * 4096 * 4096 / 20e-6)
+    assert achieved["bandwidth_bytes_per_s"] == pytest.approx(GEMV_BYTES / 20e-6)
+    assert achieved["mfu"] == pytest.approx(2 * 4096 * 4096 / 20e-6 / NOMINAL_BF16)
+    # The effective (measured) roof is 2.5e12: the lower bound is GEMV_BYTES / 2.5e12, about 13.4 us.
+    assert achieved["roof_fraction"] == pytest.approx(GEMV_BYTES / 2.5e12 / 20e-6)
+    assert achieved["bandwidth_fraction"] == pytest.approx(GEMV_BYTES / 20e-6 / 2.5e12)
+
+
+def test_hierarchical_roofline_names_the_binding_level(client):
+    # V100 has nominal L2 (3.13e12) and HBM (9e11) bandwidths. A 4096^3 fp16 matmul with 16x16 tiles
+    # fetches A 256 times and B 256 times from L2: 2 * 256 * 33,554,432 bytes + C 33,554,432 bytes.
+    operator = {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "fp16", "tile": {"m": 16, "n": 16, "k": 16}}
+    response = client.post("/v1/analyze/operator", json={"device_id": "nvidia-v100-sxm2-32gb", "operator": operator})
+    body = response.json()
+    levels = {level["level"]: level for level in body["levels"]}
+    l2_bytes = 2 * 256 * 4096 * 4096 * 2 + 4096 * 4096 * 2
+    assert levels["l2"]["bytes"] == l2_bytes
+    assert levels["hbm"]["bytes"] == 3 * 4096 * 4096 * 2
+    # L2: 17.2 GB / 3.13 TB/s = 5.50 ms > compute 137.4 GFLOP / 125 TFLOP/s = 1.10 ms: L2-bound.
+    assert body["bound"] == "memory" and body["bound_level"] == "l2"
+    assert body["time_s"] == pytest.approx(l2_bytes / 3.13e12)
+    # Profiler-supplied traffic replaces the model.
+    profiled = client.post("/v1/analyze/operator", json={
+        "device_id": "nvidia-v100-sxm2-32gb", "operator": operator, "bytes_by_level": {"l2": 1e9, "smem": 1e10}}).json()
+    assert {level["level"]: level["bytes"] for level in profiled["levels"]} == {"hbm": 3 * 4096 * 4096 * 2, "l2": 1e9, "smem": 1e10}
+    assert profiled["bound"] == "compute"
+
+
+def test_sustained_clock_what_if_scales_compute_roofs(client):
+    operator = {"kind": "matmul", "m": 8192, "n": 8192, "k": 8192}
+    # H100 SXM boost clock 1.98 GHz; at 1.5 GHz the bf16 roof is 989.4e12 * 1.5 / 1.98.
+    body = analyze(client, operator, sustained_clock_hz=1.5e9)
+    assert body["compute_roof"]["flops_per_s"] == pytest.approx(NOMINAL_BF16 * 1.5 / 1.98)
+    assert body["mfu"] == pytest.approx(1.5 / 1.98)
+
+
+def test_concurrent_submissions_all_persist(settings):
+    """8 writers x 10 submissions through a real uvicorn server on the SQLite file: nothing lost or locked."""
+    import socket
+
+    import uvicorn
+
+    from service.main import create_app
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(f"{base}/healthz").status_code == 200:
+                break
+        except httpx.TransportError:
+            threading.Event().wait(0.05)
+    statuses, errors = [], []
+
+    def writer(index):
+        with httpx.Client(base_url=base, headers=AUTH, timeout=30) as http:
+            for n in range(10):
+                body = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 2.0e12 + index * 1e10 + n * 1e8,
+                        "tool": f"writer-{index}", "measured_at": datetime.now(timezone.utc).isoformat()}
+                response = http.post(f"/v1/devices/{H100}/benchmarks", json=body)
+                statuses.append(response.status_code)
+                if response.status_code != 201:
+                    errors.append(response.text)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stored = httpx.get(f"{base}/v1/devices/{H100}/benchmarks").json()
+    server.should_exit = True
+    thread.join(timeout=10)
+    assert errors == []
+    assert statuses.count(201) == 80
+    assert len(stored) == 80
