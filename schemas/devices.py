@@ -30,6 +30,25 @@ class MemoryLevel(StrictModel):
     citation: Citation
 
 
+class Microarchitecture(StrictModel):
+    """Numbers peaks can be derived from: units x FMA per unit per cycle x 2 x clock; bus bits / 8 x rate."""
+
+    units: int = Field(ge=1, le=100_000, description="SMs / compute units")
+    clock_hz: PositiveFinite
+    tensor_fma_per_unit_per_cycle: dict[DTypeName, PositiveFinite] = Field(default_factory=dict)
+    vector_fma_per_unit_per_cycle: dict[DTypeName, PositiveFinite] = Field(default_factory=dict)
+    memory_bus_width_bits: int | None = Field(None, ge=1, le=1_000_000)
+    memory_transfers_per_s_per_pin: PositiveFinite | None = None
+
+
+class DerivedPeakOut(BaseModel):
+    dtype: str
+    unit: UnitName
+    flops_per_s: float
+    formula: str
+    datasheet_flops_per_s: float | None = Field(description="The stored peak of the same dtype and unit, if any")
+
+
 H100_EXAMPLE = {
     "name": "H100 SXM5 80GB",
     "vendor": "NVIDIA",
@@ -59,8 +78,13 @@ class DeviceBase(StrictModel):
     memory_capacity_bytes: Bytes = Field(description="Device memory as built, bytes (an '80 GB' HBM card holds 80 GiB)")
     memory_capacity_marketing: str | None = Field(None, max_length=50, description="The marketed figure, e.g. '80 GB'")
     memory_capacity_physical_bytes: Bytes | None = None
-    compute_peaks: list[ComputePeak] = Field(min_length=1, max_length=64)
-    memory_levels: list[MemoryLevel] = Field(min_length=1, max_length=8, description="Must include 'hbm'")
+    compute_peaks: list[ComputePeak] = Field(default_factory=list, max_length=64,
+                                             description="Dense peaks; may be left to the microarchitecture derivation")
+    memory_levels: list[MemoryLevel] = Field(default_factory=list, max_length=8,
+                                             description="Must include 'hbm' unless derivable from microarchitecture")
+    microarchitecture: Microarchitecture | None = None
+    default_matmul_tile: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
+        None, min_length=3, max_length=3, description="[m, n, k] tile of the L2 traffic model; default [128, 128, 64]")
     sm_count: int | None = Field(None, ge=1, le=100_000, description="Streaming multiprocessors / compute units")
     compute_unit_name: str | None = Field(None, max_length=50)
     boost_clock_hz: PositiveFinite | None = None
@@ -80,8 +104,12 @@ class DeviceBase(StrictModel):
         levels = [m.level for m in self.memory_levels]
         if len(set(levels)) != len(levels):
             raise ValueError("memory_levels: each level may appear once")
-        if "hbm" not in levels:
-            raise ValueError("memory_levels: the 'hbm' level (device memory) is required")
+        micro = self.microarchitecture
+        if not peaks and not (micro and (micro.tensor_fma_per_unit_per_cycle or micro.vector_fma_per_unit_per_cycle)):
+            raise ValueError("compute_peaks: give at least one peak, or FMA rates under microarchitecture")
+        if "hbm" not in levels and not (micro and micro.memory_bus_width_bits and micro.memory_transfers_per_s_per_pin):
+            raise ValueError("memory_levels: the 'hbm' level (device memory) is required, "
+                             "or its bus width and data rate under microarchitecture")
         uncited = [name for name in CITED_SCALARS if getattr(self, name) is not None and name not in self.citations]
         if uncited:
             raise ValueError(f"citations: a source is required for {', '.join(uncited)}")
@@ -97,10 +125,32 @@ class DeviceUpdate(DeviceBase):
     """A full replacement of a device's specification (PUT); the id comes from the path."""
 
 
+class ProfileCreate(StrictModel):
+    """A device that inherits its base's nominal specification and carries its own measurements."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"id": "h100-sxm-cluster-b-500w", "name": "H100 SXM, cluster B, capped at 500 W", "tdp_w": 500,
+         "citations": {"tdp_w": "nvidia-smi -pl 500 on cluster B"}}]})
+    id: DeviceId
+    name: str | None = Field(None, min_length=1, max_length=200)
+    tdp_w: PositiveFinite | None = Field(None, description="The profile's power limit, W")
+    confidence: str | None = Field(None, max_length=500)
+    citations: dict[str, Citation] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cited(self):
+        if self.tdp_w is not None and "tdp_w" not in self.citations:
+            raise ValueError("citations: a source is required for tdp_w")
+        return self
+
+
 class DevicePublic(DeviceBase):
     model_config = ConfigDict(extra="ignore")
     id: str
     origin: Literal["catalog", "user"] = Field(description="'catalog' for the seeded nominal catalog, 'user' for API-created")
+    base_device_id: str | None = Field(None, description="The device a profile inherited its nominal specification from")
+    derived_peaks: list[DerivedPeakOut] = Field(default_factory=list, description="Peaks derived from microarchitecture")
+    derived_hbm_bandwidth_bytes_per_s: float | None = None
     created_at: datetime
     updated_at: datetime
 

@@ -47,6 +47,7 @@ class Device(SQLModel, table=True):
     origin: str = Field(max_length=16)
     base_device_id: str | None = Field(default=None, max_length=64)
     default_matmul_tile: list[int] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    microarchitecture: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
 

@@ -1,4 +1,4 @@
-"""Benchmark submissions; device profiles (base_device_id) and per-device matmul tiles.
+"""Benchmark submissions; device profiles (base_device_id), matmul tiles, micro-architecture numbers.
 
 Revision ID: 0002
 Revises: 0001
@@ -18,6 +18,7 @@ def upgrade() -> None:
     with op.batch_alter_table("devices") as batch:
         batch.add_column(sa.Column("base_device_id", sa.String(length=64), nullable=True))
         batch.add_column(sa.Column("default_matmul_tile", sa.JSON(), nullable=True))
+        batch.add_column(sa.Column("microarchitecture", sa.JSON(), nullable=True))
     op.create_table(
         "benchmarks",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
@@ -48,5 +49,6 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_benchmarks_device_id"), table_name="benchmarks")
     op.drop_table("benchmarks")
     with op.batch_alter_table("devices") as batch:
+        batch.drop_column("microarchitecture")
         batch.drop_column("default_matmul_tile")
         batch.drop_column("base_device_id")

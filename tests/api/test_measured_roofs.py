@@ -248,3 +248,38 @@ def test_concurrent_submissions_all_persist(settings):
     assert errors == []
     assert statuses.count(201) == 80
     assert len(stored) == 80
+
+
+def test_profile_inherits_nominal_specs_and_keeps_its_own_measurements(client):
+    body = {"id": "h100-cluster-b-500w", "tdp_w": 500, "citations": {"tdp_w": "nvidia-smi -pl 500"}}
+    response = client.post(f"/v1/devices/{H100}/profiles", json=body, headers=AUTH)
+    assert response.status_code == 201, response.text
+    profile = response.json()
+    assert profile["base_device_id"] == H100 and profile["tdp_w"] == 500
+    base = client.get(f"/v1/devices/{H100}").json()
+    assert profile["compute_peaks"] == base["compute_peaks"]
+    body = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 2.6e12, "tool": "nvbandwidth"}
+    assert client.post("/v1/devices/h100-cluster-b-500w/benchmarks", json=body, headers=AUTH).status_code == 201
+    on_profile = client.post("/v1/analyze/operator", json={"device_id": "h100-cluster-b-500w", "operator": GEMV}).json()
+    assert on_profile["memory_roof"] == {**on_profile["memory_roof"], "source": "measured", "bytes_per_s": 2.6e12}
+    assert analyze(client)["memory_roof"]["source"] == "nominal"  # the base keeps its own roofs
+    assert client.post("/v1/devices/nope/profiles", json={"id": "x-1"}, headers=AUTH).status_code == 404
+
+
+def test_device_created_from_microarchitecture_numbers(client):
+    # 132 units x 2048 bf16 FMA/cycle x 2 x 1.83e9 Hz = 989.4e12 FLOP/s (to 0.1 %);
+    # 5120-bit bus x 5.24e9 transfers/s / 8 = 3.3536e12 bytes/s.
+    body = {"id": "derived-h100", "name": "H100 from first principles", "vendor": "NVIDIA",
+            "memory_capacity_bytes": 80 * 2**30, "citations": {"memory_capacity_bytes": "5 x 16 GiB HBM3 stacks"},
+            "microarchitecture": {"units": 132, "clock_hz": 1.83e9, "tensor_fma_per_unit_per_cycle": {"bf16": 2048},
+                                  "memory_bus_width_bits": 5120, "memory_transfers_per_s_per_pin": 5.24e9}}
+    response = client.post("/v1/devices", json=body, headers=AUTH)
+    assert response.status_code == 201, response.text
+    device = response.json()
+    [peak] = device["compute_peaks"]
+    assert peak["flops_per_s"] == pytest.approx(132 * 2048 * 2 * 1.83e9)
+    assert peak["citation"].startswith("derived:")
+    assert device["memory_levels"][0]["bandwidth_bytes_per_s"] == pytest.approx(3.3536e12)
+    assert device["derived_peaks"][0]["datasheet_flops_per_s"] == pytest.approx(peak["flops_per_s"])
+    incomplete = {**body, "id": "derived-2", "microarchitecture": {"units": 1, "clock_hz": 1e9}}
+    assert client.post("/v1/devices", json=incomplete, headers=AUTH).status_code == 422

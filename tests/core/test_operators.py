@@ -166,3 +166,16 @@ def test_matmul_l2_traffic_with_tiles():
     # A fetched from L2 once per tile column (3x), B once per tile row (2x), C written once.
     assert dict(cost.traffic_by_level) == {"l2": 3 * a_bytes + 2 * b_bytes + c_bytes}
     assert cost.bytes_total == a_bytes + b_bytes + c_bytes  # HBM: each operand once
+
+
+def test_derived_peaks_reproduce_the_h100_datasheet():
+    from service.core.derive import derived_bandwidth, derived_compute_peaks
+
+    # H100 SXM: 132 SMs x 4 tensor cores x 512 dense bf16 FMA per cycle each = 2048 per SM, at the
+    # 1.83 GHz tensor clock: 132 * 2048 * 2 * 1.83e9 = 989.4e12 FLOP/s (the datasheet's dense figure).
+    micro = {"units": 132, "clock_hz": 1.83e9, "tensor_fma_per_unit_per_cycle": {"bf16": 2048},
+             "memory_bus_width_bits": 5120, "memory_transfers_per_s_per_pin": 5.24e9}
+    [peak] = derived_compute_peaks(micro)
+    assert peak.flops_per_s == pytest.approx(989.4e12, rel=1e-3)
+    # 5120 / 8 * 5.24e9 = 3.3536e12 bytes/s against the 3.35e12 datasheet figure.
+    assert derived_bandwidth(micro).bytes_per_s == pytest.approx(3.3536e12)

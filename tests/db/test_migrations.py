@@ -54,3 +54,24 @@ def test_catalog_covers_the_team_datasheets_with_dense_peaks():
             if peak["unit"] == "tensor" and peak["dtype"] in sparse:
                 # A dense peak is half the with-sparsity figure, never equal to it.
                 assert peak["flops_per_s"] < sparse[peak["dtype"]] * 1e12, (sheet["id"], peak["dtype"])
+
+
+def test_upgrade_from_the_previous_revision_keeps_rows(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url, "0001")
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "insert into devices (id, name, vendor, memory_capacity_bytes, compute_peaks, memory_levels, citations, "
+            "origin, created_at, updated_at) values ('lab-card', 'Lab card', 'ACME', 1024, "
+            "'[{\"dtype\": \"bf16\", \"unit\": \"tensor\", \"flops_per_s\": 1e12, \"citation\": \"lab\"}]', "
+            "'[{\"level\": \"hbm\", \"bandwidth_bytes_per_s\": 1e11, \"citation\": \"lab\"}]', '{}', 'user', "
+            "'2026-01-01 00:00:00', '2026-01-01 00:00:00')"))
+        seeded = connection.execute(text("select count(*) from devices")).scalar_one()
+    upgrade(url)
+    with engine.connect() as connection:
+        assert connection.execute(text("select count(*) from devices")).scalar_one() == seeded
+        row = connection.execute(text("select name, base_device_id from devices where id = 'lab-card'")).one()
+        assert tuple(row) == ("Lab card", None)
+        assert "benchmarks" in inspect(connection).get_table_names()
+    engine.dispose()

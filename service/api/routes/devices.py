@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from schemas.devices import DeviceCreate, DevicePublic, DeviceSummary, DeviceUpdate
+from schemas.devices import DeviceCreate, DevicePublic, DeviceSummary, DeviceUpdate, ProfileCreate
 from service import repository
 from service.api.deps import CatalogDep, SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
+from service.device_specs import device_public, profile_spec, with_derived_peaks
 from service.models import Device
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
@@ -34,16 +35,16 @@ def list_devices(session: SessionDep) -> list[DeviceSummary]:
             description="The full specification: dense compute peaks per (dtype, unit) in FLOP/s, bandwidth per "
                         "memory level in bytes/s, capacity in bytes, and a citation for every number.")
 def get_device(device_id: str, session: SessionDep) -> DevicePublic:
-    return DevicePublic.model_validate(repository.get_device(session, device_id=device_id), from_attributes=True)
+    return device_public(repository.get_device(session, device_id=device_id))
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Add a device", operation_id="create_device",
              responses={**UNAUTHORIZED, **CONFLICT, **INVALID},
              description="Adds a device. Units: FLOP/s, bytes/s, bytes, Hz, W. Every number needs a citation.")
 def create_device(body: DeviceCreate, session: SessionDep, catalog: CatalogDep, _writer: WriterDep) -> DevicePublic:
-    device = repository.create_device(session, device_id=body.id, spec=body.model_dump(exclude={"id"}))
+    device = repository.create_device(session, device_id=body.id, spec=with_derived_peaks(body.model_dump(exclude={"id"})))
     catalog.reload()
-    return DevicePublic.model_validate(device, from_attributes=True)
+    return device_public(device)
 
 
 @router.put("/{device_id}", summary="Replace a device", operation_id="replace_device",
@@ -51,9 +52,21 @@ def create_device(body: DeviceCreate, session: SessionDep, catalog: CatalogDep, 
             description="Replaces the whole specification of an existing device (fields left out take their defaults).")
 def replace_device(device_id: str, body: DeviceUpdate, session: SessionDep, catalog: CatalogDep,
                    _writer: WriterDep) -> DevicePublic:
-    device = repository.replace_device(session, device_id=device_id, spec=body.model_dump())
+    device = repository.replace_device(session, device_id=device_id, spec=with_derived_peaks(body.model_dump()))
     catalog.reload()
-    return DevicePublic.model_validate(device, from_attributes=True)
+    return device_public(device)
+
+
+@router.post("/{device_id}/profiles", status_code=status.HTTP_201_CREATED, summary="Create a device profile",
+             operation_id="create_profile", responses={**UNAUTHORIZED, **NOT_FOUND, **CONFLICT, **INVALID},
+             description="A new device that copies the base device's nominal specification (e.g. one cluster's H100s "
+                         "capped at 500 W) and then carries its own benchmark submissions and effective roofs.")
+def create_profile(device_id: str, body: ProfileCreate, session: SessionDep, catalog: CatalogDep,
+                   _writer: WriterDep) -> DevicePublic:
+    base = repository.get_device(session, device_id=device_id)
+    device = repository.create_device(session, device_id=body.id, spec=profile_spec(base, body))
+    catalog.reload()
+    return device_public(device)
 
 
 @router.delete("/{device_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a device",
