@@ -52,29 +52,28 @@ class ElementwiseOp(StrictModel):
     out_dtype: DTypeName | None = None
 
 
-class LayerNormOp(StrictModel):
+class _NormOp(StrictModel):
+    shape: Shape
+    dtype: DTypeName = "bf16"
+    elementwise_affine: bool = Field(True, description="Has a learned scale (gamma), read like an input")
+    param_dtype: DTypeName | None = Field(None, description="Type of the parameters; default: dtype")
+
+
+class LayerNormOp(_NormOp):
     """LayerNorm over the last axis of `shape`."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"kind": "layernorm", "shape": [8, 2048, 4096], "dtype": "bf16"}]})
     kind: Literal["layernorm"]
-    shape: Shape
-    dtype: DTypeName = "bf16"
-    elementwise_affine: bool = True
-    bias: bool = True
-    param_dtype: DTypeName | None = None
+    bias: bool = Field(True, description="Has a learned shift (beta) as well, when elementwise_affine")
 
 
-class RMSNormOp(StrictModel):
+class RMSNormOp(_NormOp):
     """RMSNorm over the last axis of `shape`."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"kind": "rmsnorm", "shape": [8, 2048, 4096], "dtype": "bf16"}]})
     kind: Literal["rmsnorm"]
-    shape: Shape
-    dtype: DTypeName = "bf16"
-    elementwise_affine: bool = True
-    param_dtype: DTypeName | None = None
 
 
 class SoftmaxOp(StrictModel):
