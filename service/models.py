@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Column, DateTime, ForeignKey, Integer, MetaData, String, Text
+from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
 # Stable constraint names, so that migrations can refer to them on every dialect.
@@ -21,6 +22,23 @@ metadata: MetaData = SQLModel.metadata
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """Timestamps stored in UTC and always read back timezone-aware (SQLite drops the offset)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
 
 
 class Device(SQLModel, table=True):
@@ -48,8 +66,8 @@ class Device(SQLModel, table=True):
     base_device_id: str | None = Field(default=None, max_length=64)
     default_matmul_tile: list[int] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     microarchitecture: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
-    created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    updated_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
 
 
 class Benchmark(SQLModel, table=True):
@@ -67,11 +85,11 @@ class Benchmark(SQLModel, table=True):
     flops_per_s: float | None = None
     bytes_per_s: float | None = None
     tool: str = Field(max_length=200)
-    measured_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    measured_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     host: str | None = Field(default=None, max_length=200)
     clock_hz: float | None = None
     power_limit_w: float | None = None
     notes: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     exceeds_nominal_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     submitted_by: str = Field(max_length=100)
-    created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

@@ -283,3 +283,11 @@ def test_device_created_from_microarchitecture_numbers(client):
     assert device["derived_peaks"][0]["datasheet_flops_per_s"] == pytest.approx(peak["flops_per_s"])
     incomplete = {**body, "id": "derived-2", "microarchitecture": {"units": 1, "clock_hz": 1e9}}
     assert client.post("/v1/devices", json=incomplete, headers=AUTH).status_code == 422
+
+
+def test_timestamps_come_back_in_utc(client):
+    body = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3e12, "tool": "x",
+            "measured_at": "2026-11-30T12:00:00+02:00"}
+    created = client.post(f"/v1/devices/{H100}/benchmarks", json=body, headers=AUTH).json()
+    listed = client.get(f"/v1/devices/{H100}/benchmarks").json()[0]
+    assert created["measured_at"] == listed["measured_at"] == "2026-11-30T10:00:00Z"
