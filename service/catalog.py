@@ -10,6 +10,7 @@ import threading
 from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -18,10 +19,12 @@ from sqlmodel import Session
 from service import repository
 from service.core.hardware import DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
-from service.errors import DeviceNotFound
-from service.models import Benchmark, Device
+from service.errors import DeviceNotFound, ModelNotFound
+from service.core.transformer.architecture import Architecture
+from service.models import Benchmark, Device, ModelConfig
 
 NOMINAL_CATALOG_PATH = Path(__file__).parent / "data" / "devices.json"
+MODEL_CATALOG_DIR = Path(__file__).parent / "data" / "models"
 
 
 @lru_cache
@@ -30,26 +33,43 @@ def nominal_catalog() -> tuple[dict[str, Any], ...]:
     return tuple(json.loads(NOMINAL_CATALOG_PATH.read_text())["devices"])
 
 
-def spec_from_row(row: Device) -> DeviceSpec:
+@lru_cache
+def model_catalog() -> tuple[dict[str, Any], ...]:
+    """The reference model configs shipped with the service: id, name, source and the config itself."""
+    index = json.loads((MODEL_CATALOG_DIR / "index.json").read_text())["models"]
+    return tuple({**entry, "config": json.loads((MODEL_CATALOG_DIR / entry["file"]).read_text())} for entry in index)
+
+
+def device_spec(fields: Mapping[str, Any]) -> DeviceSpec:
+    """A device's specification from its stored fields (a table row's, or a catalog file entry's)."""
+    tile = fields.get("default_matmul_tile")
     return DeviceSpec(
-        id=row.id,
-        name=row.name,
-        vendor=row.vendor,
-        memory_capacity_bytes=row.memory_capacity_bytes,
+        id=fields["id"],
+        name=fields["name"],
+        vendor=fields["vendor"],
+        memory_capacity_bytes=fields["memory_capacity_bytes"],
         compute_peaks=tuple(
-            ComputePeak(p["dtype"], Unit(p["unit"]), float(p["flops_per_s"]), p["citation"]) for p in row.compute_peaks
+            ComputePeak(p["dtype"], Unit(p["unit"]), float(p["flops_per_s"]), p["citation"]) for p in fields["compute_peaks"]
         ),
         memory_levels=tuple(
             MemoryLevel(MemoryLevelName(m["level"]), float(m["bandwidth_bytes_per_s"]), m["citation"], m.get("capacity_bytes"))
-            for m in row.memory_levels
+            for m in fields["memory_levels"]
         ),
-        sm_count=row.sm_count,
-        boost_clock_hz=row.boost_clock_hz,
-        tdp_w=row.tdp_w,
-        interconnect_bandwidth_bytes_per_s=row.interconnect_bandwidth_bytes_per_s,
-        citations=dict(row.citations),
-        matmul_tile=tuple(row.default_matmul_tile) if row.default_matmul_tile else DEFAULT_MATMUL_TILE,
+        sm_count=fields.get("sm_count"),
+        boost_clock_hz=fields.get("boost_clock_hz"),
+        tdp_w=fields.get("tdp_w"),
+        interconnect_bandwidth_bytes_per_s=fields.get("interconnect_bandwidth_bytes_per_s"),
+        citations=dict(fields.get("citations") or {}),
+        matmul_tile=tuple(tile) if tile else DEFAULT_MATMUL_TILE,
     )
+
+
+def nominal_device(device_id: str) -> DeviceSpec:
+    """A device of the shipped catalog, without a database (tests, the CLI's local mode)."""
+    for entry in nominal_catalog():
+        if entry["id"] == device_id:
+            return device_spec(entry)
+    raise DeviceNotFound(device_id)
 
 
 def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
@@ -78,13 +98,23 @@ class DeviceCatalog:
         self._lock = threading.Lock()
         self._specs: dict[str, DeviceSpec] = {}
         self._measured: dict[str, MeasuredRoofs] = {}
+        self._models: dict[str, tuple[ModelConfig, Architecture]] = {}
 
     def reload(self) -> None:
+        from service.model_specs import architecture_of
+
         with Session(self._engine) as session:
-            specs = {row.id: spec_from_row(row) for row in repository.list_devices(session)}
+            specs = {row.id: device_spec(row.model_dump()) for row in repository.list_devices(session)}
             measured = measured_roofs(repository.all_benchmarks(session))
+            models = {row.id: (row, architecture_of(row.config)) for row in repository.list_models(session)}
         with self._lock:
-            self._specs, self._measured = specs, measured
+            self._specs, self._measured, self._models = specs, measured, models
+
+    def model(self, model_id: str) -> tuple[ModelConfig, Architecture]:
+        found = self._models.get(model_id)
+        if found is None:
+            raise ModelNotFound(model_id)
+        return found
 
     def get(self, device_id: str) -> DeviceSpec:
         spec = self._specs.get(device_id)

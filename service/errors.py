@@ -39,6 +39,14 @@ class DeviceNotFound(ServiceError):
         super().__init__(f"no device with id {device_id!r}; GET /v1/devices lists the known ids")
 
 
+class ModelNotFound(ServiceError):
+    status_code = 404
+    code = "model_not_found"
+
+    def __init__(self, model_id: str):
+        super().__init__(f"no model with id {model_id!r}; GET /v1/models lists the known ids")
+
+
 class BenchmarkNotFound(ServiceError):
     status_code = 404
     code = "benchmark_not_found"
@@ -52,7 +60,7 @@ class AlreadyExists(ServiceError):
     code = "already_exists"
 
     def __init__(self, what: str, key: str):
-        super().__init__(f"a {what} with id {key!r} already exists; use PUT to replace it")
+        super().__init__(f"a {what} with id {key!r} already exists")
 
 
 class Unauthorized(ServiceError):

@@ -6,7 +6,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from service.api.routes import analyze, benchmarks, devices, health
+from service.api.routes import analyze, benchmarks, devices, health, models
 from service.catalog import DeviceCatalog
 from service.config import Settings, get_settings
 from service.db import make_engine
@@ -42,7 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.writer_tokens = settings.writer_tokens()
     install_error_handlers(app)
-    for module in (health, devices, benchmarks, analyze):
+    for module in (health, devices, benchmarks, models, analyze):
         app.include_router(module.router)
     return app
 

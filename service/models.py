@@ -93,3 +93,18 @@ class Benchmark(SQLModel, table=True):
     exceeds_nominal_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     submitted_by: str = Field(max_length=100)
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class ModelConfig(SQLModel, table=True):
+    """A catalog model: its config (a Hugging Face config.json, or the generic schema)."""
+
+    __tablename__ = "models"
+
+    id: str = Field(primary_key=True, max_length=100)
+    name: str = Field(max_length=200)
+    family: str = Field(max_length=50)
+    config: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    source: str | None = Field(default=None, max_length=1000)
+    origin: str = Field(max_length=16)
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    updated_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

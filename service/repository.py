@@ -7,8 +7,8 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from service.errors import AlreadyExists, BenchmarkNotFound, DeviceNotFound
-from service.models import Benchmark, Device, utcnow
+from service.errors import AlreadyExists, BenchmarkNotFound, DeviceNotFound, ModelNotFound
+from service.models import Benchmark, Device, ModelConfig, utcnow
 
 
 def list_devices(session: Session) -> list[Device]:
@@ -22,17 +22,20 @@ def get_device(session: Session, *, device_id: str) -> Device:
     return device
 
 
-def create_device(session: Session, *, device_id: str, spec: dict[str, Any], origin: str = "user") -> Device:
-    now = utcnow()
-    device = Device(id=device_id, origin=origin, created_at=now, updated_at=now, **spec)
-    session.add(device)
+def _insert(session: Session, row, what: str, key: str):
+    session.add(row)
     try:
         session.commit()
     except IntegrityError:
         session.rollback()
-        raise AlreadyExists("device", device_id) from None
-    session.refresh(device)
-    return device
+        raise AlreadyExists(what, key) from None
+    session.refresh(row)
+    return row
+
+
+def create_device(session: Session, *, device_id: str, spec: dict[str, Any], origin: str = "user") -> Device:
+    now = utcnow()
+    return _insert(session, Device(id=device_id, origin=origin, created_at=now, updated_at=now, **spec), "device", device_id)
 
 
 def replace_device(session: Session, *, device_id: str, spec: dict[str, Any]) -> Device:
@@ -88,4 +91,28 @@ def delete_benchmark(session: Session, *, device_id: str, benchmark_id: int) -> 
     if row is None or row.device_id != device_id:
         raise BenchmarkNotFound(device_id, benchmark_id)
     session.delete(row)
+    session.commit()
+
+
+def list_models(session: Session) -> list[ModelConfig]:
+    return list(session.exec(select(ModelConfig).order_by(ModelConfig.id)))
+
+
+def get_model(session: Session, *, model_id: str) -> ModelConfig:
+    model = session.get(ModelConfig, model_id)
+    if model is None:
+        raise ModelNotFound(model_id)
+    return model
+
+
+def create_model(session: Session, *, model_id: str, name: str, family: str, config: dict[str, Any],
+                 source: str | None) -> ModelConfig:
+    now = utcnow()
+    row = ModelConfig(id=model_id, name=name, family=family, config=config, source=source, origin="user",
+                      created_at=now, updated_at=now)
+    return _insert(session, row, "model", model_id)
+
+
+def delete_model(session: Session, *, model_id: str) -> None:
+    session.delete(get_model(session, model_id=model_id))
     session.commit()

@@ -7,9 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Body
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
+from schemas.models import KvCapacity, KvCapacityRequest, ModelAnalysis, ModelAnalysisRequest
 from service.analysis import analyze_operator
+from service.model_specs import analyze_model_request, kv_capacity_request
 from service.api.deps import CatalogDep
-from service.api.examples import OPERATOR_EXAMPLES
+from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.api.responses import INVALID, NOT_FOUND
 
 router = APIRouter(prefix="/v1/analyze", tags=["analysis"])
@@ -31,3 +33,34 @@ async def analyze_operator_route(
     catalog: CatalogDep,
 ) -> OperatorAnalysis:
     return analyze_operator(body, catalog.get(body.device_id), catalog.measured(body.device_id))
+
+
+@router.post(
+    "/model", summary="Roofline of a transformer step", operation_id="analyze_model",
+    responses={**NOT_FOUND, **INVALID},
+    description=(
+        "One prefill or decode step of a catalog model (`model_id`) or an inline config (`model`), operator by "
+        "operator: one row per operator of each distinct layer (with how many layers share it), the embedding and "
+        "LM head, and totals (FLOPs, HBM bytes, weight and KV bytes, seconds). Prefill answers `ttft_s`; decode "
+        "answers `tpot_s` and `tokens_per_s`; with `output_len`, `e2e_latency_s`. Units: FLOP, bytes, seconds."
+    ),
+)
+async def analyze_model_route(
+    body: Annotated[ModelAnalysisRequest, Body(openapi_examples=MODEL_EXAMPLES)], catalog: CatalogDep,
+) -> ModelAnalysis:
+    return analyze_model_request(body, catalog)
+
+
+@router.post(
+    "/kv-capacity", summary="KV-cache concurrency", operation_id="analyze_kv_capacity",
+    responses={**NOT_FOUND, **INVALID},
+    description=(
+        "How many requests of `context_len` tokens fit beside the weights: floor((usable - weights - workspace) / "
+        "KV bytes per request), per device under tensor parallelism. Bytes throughout; `fits: false` with the "
+        "shortfall when the weights alone do not fit."
+    ),
+)
+async def kv_capacity_route(
+    body: Annotated[KvCapacityRequest, Body(openapi_examples=KV_EXAMPLES)], catalog: CatalogDep,
+) -> KvCapacity:
+    return kv_capacity_request(body, catalog)

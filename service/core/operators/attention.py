@@ -20,13 +20,23 @@ from service.core.operators.base import OperatorCost, element_count
 SOFTMAX_FLOPS_PER_SCORE = 5
 
 
-def causal_pairs(q_len: int, kv_len: int) -> int:
+def causal_pairs(q_len: int, kv_len: int, window: int | None = None) -> int:
     """Unmasked (query, key) pairs when the q_len queries are the last positions of kv_len keys.
 
     Query i (0-based) sits at position kv_len - q_len + i and sees that many keys plus itself, so the
-    sum is q*n - q*(q-1)/2; for q = n that is n*(n+1)/2.
+    sum is q*n - q*(q-1)/2; for q = n that is n*(n+1)/2. A sliding window w caps each query at w keys.
     """
-    return q_len * kv_len - q_len * (q_len - 1) // 2
+    if window is None:
+        return q_len * kv_len - q_len * (q_len - 1) // 2
+
+    def seen_up_to(last: int) -> int:  # sum over positions p = 0..last of min(p + 1, w)
+        if last < 0:
+            return 0
+        if last + 1 <= window:
+            return (last + 1) * (last + 2) // 2
+        return window * (window + 1) // 2 + (last + 1 - window) * window
+
+    return seen_up_to(kv_len - 1) - seen_up_to(kv_len - q_len - 1)
 
 
 def floor_sum(count: int, step: int, divisor: int, offset: int) -> int:
@@ -84,9 +94,17 @@ def attention_cost(
     implementation: str = "flash",
     causal: bool = False,
     sram_bytes: int | None = None,
+    kv_dtype: str | None = None,
+    v_head_dim: int | None = None,
+    shared_kv: bool = False,
+    window: int | None = None,
 ) -> OperatorCost:
     kv_heads = heads if kv_heads is None else kv_heads
     kv_len = q_len if kv_len is None else kv_len
+    v_dim = v_head_dim or head_dim
+    kv_dtype = kv_dtype or dtype
+    if window is not None and not causal:
+        raise CostModelError("window", "a sliding window applies to causal attention only")
     if heads % kv_heads:
         raise CostModelError("kv_heads", f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     if causal and q_len > kv_len:
@@ -94,23 +112,31 @@ def attention_cost(
     if sram_bytes is not None and implementation != "flash":
         raise CostModelError("sram_bytes", "applies only to implementation 'flash'")
     group = heads // kv_heads
-    s = bytes_per_element(dtype)
+    s, s_kv = bytes_per_element(dtype), bytes_per_element(kv_dtype)
+    # With a window, only the last q_len + w - 1 keys are ever attended to.
+    keys = min(kv_len, q_len + window - 1) if window else kv_len
 
     q_elems = element_count("q_len", "Q [batch, heads, q_len, head_dim]", batch, heads, q_len, head_dim)
-    kv_elems = element_count("kv_len", "K [batch, kv_heads, kv_len, head_dim]", batch, kv_heads, kv_len, head_dim)
+    o_elems = element_count("q_len", "O [batch, heads, q_len, v_head_dim]", batch, heads, q_len, v_dim)
+    k_elems = element_count("kv_len", "K [batch, kv_heads, kv_len, head_dim]", batch, kv_heads, keys, head_dim)
+    v_elems = 0 if shared_kv else element_count("kv_len", "V [batch, kv_heads, kv_len, v_head_dim]", batch, kv_heads, keys, v_dim)
     scores = element_count("kv_len", "S [batch, heads, q_len, kv_len]", batch, heads, q_len, kv_len)
-    pairs = causal_pairs(q_len, kv_len) if causal else q_len * kv_len
-    flops = batch * heads * pairs * (4 * head_dim + SOFTMAX_FLOPS_PER_SCORE)
+    pairs = causal_pairs(q_len, kv_len, window) if causal else q_len * kv_len
+    flops = batch * heads * pairs * (2 * head_dim + 2 * v_dim + SOFTMAX_FLOPS_PER_SCORE)
 
     assumptions = [
-        f"attention: FLOPs = batch*heads*pairs*(4*head_dim + {SOFTMAX_FLOPS_PER_SCORE}) "
+        f"attention: FLOPs = batch*heads*pairs*(2*head_dim + 2*v_head_dim + {SOFTMAX_FLOPS_PER_SCORE}) "
         "(QK^T and PV at 2 FLOP per multiply-add, softmax 5 FLOP per score)",
         "attention: causal, pairs = q*n - q*(q-1)/2 (queries are the last q_len positions)" if causal
         else "attention: not causal, pairs = q_len*kv_len",
         "attention: softmax FLOPs counted at the tensor-unit peak with the two matmuls (one kernel)",
         f"attention: grouped-query, {group} query head(s) per K/V head" if group > 1 else "attention: one K/V head per query head",
     ]
-    kv_bytes = 2 * kv_elems * s
+    if window:
+        assumptions.append(f"attention: sliding window of {window} keys; {keys} of {kv_len} keys are read")
+    if shared_kv:
+        assumptions.append("attention: K and V are one cached latent tensor (MLA), read once")
+    kv_bytes = (k_elems + v_elems) * s_kv
     # Naive attention writes S and P once each and reads each back once.
     score_bytes_each_way = 0.0
     if implementation == "naive":
@@ -121,8 +147,8 @@ def attention_cost(
         assumptions.append("attention (flash, ideal): Q, K, V read once per head that owns them, O written once")
     else:
         block_rows = flash_block_rows(sram_bytes, head_dim, s)
-        keys = keys_streamed_per_kv_head(q_len, kv_len, group, block_rows, causal)
-        kv_bytes = 2 * batch * kv_heads * keys * head_dim * s
+        streamed = keys_streamed_per_kv_head(q_len, kv_len, group, block_rows, causal)
+        kv_bytes = batch * kv_heads * streamed * (head_dim + (0 if shared_kv else v_dim)) * s_kv
         assumptions.append(
             f"attention (flash, I/O model): blocks of B_r = min(M/(4d), d) = {block_rows} query rows "
             f"(M = {sram_bytes} bytes of SRAM); K and V streamed once per block"
@@ -133,8 +159,9 @@ def attention_cost(
         "attention",
         flops=flops,
         bytes_read=q_elems * s + kv_bytes + score_bytes_each_way,
-        bytes_written=q_elems * s + score_bytes_each_way,
+        bytes_written=o_elems * s + score_bytes_each_way,
         compute_dtype=dtype,
         unit=Unit.tensor,
         assumptions=tuple(assumptions),
+        kv_bytes_read=kv_bytes,
     )

@@ -25,6 +25,10 @@ class OperatorCost:
     assumptions: tuple[str, ...]
     # Traffic at on-chip levels (l2, smem) where the model knows it; HBM traffic is bytes_total.
     traffic_by_level: tuple[tuple[str, float], ...] = ()
+    # The parts of bytes_read / bytes_written that are weights and KV cache (for model totals).
+    weight_bytes_read: float = 0.0
+    kv_bytes_read: float = 0.0
+    kv_bytes_written: float = 0.0
 
     @property
     def bytes_total(self) -> float:

@@ -21,9 +21,12 @@ def matmul_cost(
     compute_dtype: str | None = None,
     weight_shared: bool = True,
     tile: tuple[int, int, int] | None = None,
+    b_bytes_per_element: float | None = None,
 ) -> OperatorCost:
     a_dtype, b_dtype, c_dtype = a_dtype or dtype, b_dtype or dtype, c_dtype or dtype
     s_a, s_b, s_c = (bytes_per_element(d) for d in (a_dtype, b_dtype, c_dtype))
+    # Group-quantised weights carry scales: bytes per element = bits / 8 + scale bytes / group size.
+    s_b = b_bytes_per_element or s_b
     # Weight-only quantisation (int4 B times bf16 A) dequantises to the wider operand's type.
     compute_dtype = compute_dtype or (a_dtype if s_a >= s_b else b_dtype)
 
@@ -57,4 +60,4 @@ def matmul_cost(
         assumptions.append(f"matmul: {tile_m}x{tile_n} output tiles; L2 serves A once per tile column and B once "
                            "per tile row (plus C written), HBM sees each operand once")
     return OperatorCost("matmul", flops, bytes_read, bytes_written, compute_dtype, Unit.tensor, tuple(assumptions),
-                        traffic)
+                        traffic, weight_bytes_read=b_elems * s_b + bias_bytes if weight_shared else 0.0)

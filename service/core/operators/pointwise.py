@@ -81,6 +81,7 @@ def _normalisation(kind: str, shape: list[int], dtype: str, param_dtype: str | N
         compute_dtype=dtype,
         unit=Unit.vector,
         assumptions=tuple(assumptions),
+        weight_bytes_read=params_per_row * hidden * s_param,
     )
 
 

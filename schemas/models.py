@@ -1,0 +1,209 @@
+"""Transformer models: the catalog, model analysis and KV-cache capacity."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.analysis import RoofOptions
+from schemas.common import DeviceId, DTypeName, NonNegativeFinite, PositiveFinite, StrictModel
+
+Count = Annotated[int, Field(ge=1, le=2**24)]
+Length = Annotated[int, Field(ge=1, le=2**24, description="Tokens")]
+ModelIdField = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9._-]*$",
+                                    examples=["llama-3.1-8b"])]
+
+
+class GenericArchitecture(StrictModel):
+    """Any decoder-only transformer the family readers do not cover."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "format": "generic", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
+        "intermediate": 14336, "vocab": 128256, "gated_mlp": True}]})
+    format: Literal["generic"]
+    layers: Count
+    hidden: Count
+    heads: Count
+    kv_heads: Count | None = None
+    head_dim: Count | None = None
+    intermediate: Annotated[int, Field(ge=0, le=2**24)] = 0
+    vocab: Count
+    gated_mlp: bool = True
+    activation: Literal["silu", "gelu", "relu"] = "silu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    tied_embeddings: bool = False
+    qkv_bias: bool = False
+    sliding_window: Count | None = None
+    experts: Annotated[int, Field(ge=0, le=4096)] = 0
+    top_k: Annotated[int, Field(ge=1, le=4096)] = 1
+    expert_intermediate: Annotated[int, Field(ge=1, le=2**24)] = 1
+    shared_experts: Annotated[int, Field(ge=0, le=64)] = 0
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ValueError("kv_heads must divide heads")
+        if not self.head_dim and self.hidden % self.heads:
+            raise ValueError("head_dim is required when heads does not divide hidden")
+        if self.experts and self.top_k > self.experts:
+            raise ValueError("top_k cannot exceed experts")
+        if not self.experts and not self.intermediate:
+            raise ValueError("intermediate is required for a dense model")
+        return self
+
+
+class ModelDTypes(StrictModel):
+    weights: DTypeName = Field("bf16", description="Stored type of the weights (int4, int8, fp8 for quantised models)")
+    activations: DTypeName = "bf16"
+    kv_cache: DTypeName = "bf16"
+    weight_group_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
+        None, description="Group-quantised weights: elements per scale (e.g. 128); bytes = bits/8 + scale/group")
+    weight_scale_bytes: Annotated[float, Field(gt=0, le=8)] = Field(2.0, description="Bytes per scale (fp16: 2)")
+
+
+class ModelChoice(StrictModel):
+    model_id: ModelIdField | None = Field(None, description="A catalog model (GET /v1/models)")
+    model: dict[str, Any] | None = Field(
+        None, description="An inline Hugging Face config.json, or a generic description with \"format\": \"generic\"")
+
+    @model_validator(mode="after")
+    def _one_model(self):
+        if (self.model_id is None) == (self.model is None):
+            raise ValueError("give exactly one of model_id and model")
+        return self
+
+
+class ModelAnalysisRequest(ModelChoice, RoofOptions):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 32, "seq_len": 4096}]})
+    device_id: DeviceId
+    phase: Literal["prefill", "decode"]
+    batch_size: Count = 1
+    seq_len: Length = Field(description="Prompt length (prefill) or tokens already in the KV cache (decode)")
+    dtypes: ModelDTypes = Field(default_factory=ModelDTypes)
+    attention_implementation: Literal["flash", "naive"] = "flash"
+    tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = 1
+    output_len: Length | None = Field(None, description="Tokens to generate: the answer adds the end-to-end latency")
+
+
+class RowOut(BaseModel):
+    name: str
+    kind: str
+    group: str = Field(description="'model' for the embedding and head, else which layers the row belongs to")
+    layers: int = Field(description="Layers holding this row")
+    count: int = Field(description="Instances per layer")
+    flops: float = Field(description="FLOPs of one instance")
+    bytes: float = Field(description="Bytes of one instance (HBM traffic, or interconnect bytes per device)")
+    arithmetic_intensity: float | None
+    bound: Literal["memory", "compute", "interconnect"]
+    time_s: float = Field(description="Lower-bound time of one instance, seconds")
+    total_time_s: float = Field(description="time_s x count x layers, seconds")
+    weight_bytes: float
+    kv_bytes_read: float
+    kv_bytes_written: float
+
+
+class ModelTotals(BaseModel):
+    flops: float
+    bytes: float = Field(description="HBM traffic, bytes")
+    weight_bytes_read: float
+    kv_bytes_read: float
+    kv_bytes_written: float
+    interconnect_bytes: float = Field(description="Per device, bytes")
+    time_s: float = Field(description="Sum of the rows' total_time_s, seconds")
+    memory_bound_time_share: float
+    compute_bound_time_share: float
+    interconnect_time_share: float
+
+
+class ParamCounts(BaseModel):
+    total: int
+    active: int = Field(description="Used by one token (top-k routed experts plus shared ones)")
+
+
+class ModelAnalysis(BaseModel):
+    device_id: str
+    model: str
+    phase: Literal["prefill", "decode"]
+    batch_size: int
+    seq_len: int
+    tensor_parallel: int
+    params: ParamCounts
+    rows: list[RowOut]
+    totals: ModelTotals
+    mfu: float | None
+    ttft_s: float | None = Field(description="Prefill: time to the first token, seconds")
+    tpot_s: float | None = Field(description="Decode: time per output token (one step), seconds")
+    tokens_per_s: float = Field(description="Tokens processed (prefill) or generated (decode) per second over the batch")
+    e2e_latency_s: float | None = Field(description="With output_len: prefill plus the decode steps, seconds")
+    compute_roof_source: str
+    memory_roof_source: str
+    assumptions: list[str]
+
+
+class KvCapacityRequest(ModelChoice):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "context_len": 8192, "tensor_parallel": 4,
+         "memory_utilization": 0.9}]})
+    device_id: DeviceId
+    context_len: Length
+    dtypes: ModelDTypes = Field(default_factory=ModelDTypes)
+    workspace_bytes: NonNegativeFinite = Field(0, description="Activations and runtime reserve per device, bytes")
+    memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="Fraction of capacity the server may use (default 1.0)")
+    memory_capacity_bytes: PositiveFinite | None = Field(None, description="Explicit usable bytes per device")
+    tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = 1
+
+    @model_validator(mode="after")
+    def _one_capacity(self):
+        if self.memory_utilization is not None and self.memory_capacity_bytes is not None:
+            raise ValueError("give memory_utilization or memory_capacity_bytes, not both")
+        return self
+
+
+class KvCapacity(BaseModel):
+    device_id: str
+    model: str
+    context_len: int
+    tensor_parallel: int
+    usable_bytes: float = Field(description="Per device, bytes")
+    weights_bytes: float = Field(description="Per device, bytes")
+    workspace_bytes: float
+    kv_bytes_per_token: float = Field(description="Per device, all layers, bytes")
+    kv_bytes_per_request: float = Field(description="Per device at context_len (sliding windows capped), bytes")
+    available_kv_bytes: float
+    max_concurrent_requests: int = Field(description="floor(available / per request), never rounded up")
+    max_context_len: int | None = Field(description="Longest context one request can hold; null if unbounded")
+    fits: bool
+    shortfall_bytes: float = Field(description="How much the weights and workspace exceed the usable memory")
+    assumptions: list[str]
+
+
+class ModelCreate(StrictModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"id": "my-llama", "name": "Our fine-tune", "config": {"model_type": "llama", "hidden_size": 2048,
+         "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4,
+         "vocab_size": 32000, "hidden_act": "silu", "tie_word_embeddings": False}}]})
+    id: ModelIdField
+    name: str | None = Field(None, max_length=200)
+    source: str | None = Field(None, max_length=1000)
+    config: dict[str, Any]
+
+
+class ModelSummary(BaseModel):
+    id: str
+    name: str
+    family: str
+    params_total: int
+    params_active: int
+    origin: Literal["catalog", "user"]
+
+
+class ModelPublic(ModelSummary):
+    source: str | None
+    config: dict[str, Any]
+    layers: str = Field(description="The distinct layer kinds, e.g. '21 x dense (window 4096), 21 x dense'")
+    kv_bytes_per_token_bf16: float = Field(description="K and V of one token over all layers in bf16, bytes")
+    created_at: datetime

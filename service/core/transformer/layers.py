@@ -1,0 +1,253 @@
+"""The operators of one transformer layer (and of the embedding and LM head), as cost rows.
+
+Tokens per step T = batch x q_len: the prompt in prefill, one new token per sequence in decode (whose
+attention then reads the whole cache: kv_len = context + 1). Tensor parallelism over t devices splits
+heads, MLP width and experts' width by t (Megatron style) and adds one all-reduce of the [T, hidden]
+activations after the attention block and one after the MLP, on the device's interconnect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.dtypes import bytes_per_element
+from service.core.errors import CostModelError
+from service.core.hardware import Unit
+from service.core.operators import (
+    attention_cost, elementwise_cost, embedding_cost, layernorm_cost, matmul_cost, rmsnorm_cost, rope_cost, softmax_cost,
+)
+from service.core.operators.base import OperatorCost
+from service.core.transformer.architecture import Architecture, LayerGroup
+
+
+@dataclass(frozen=True)
+class ModelDTypes:
+    weights: str = "bf16"
+    activations: str = "bf16"
+    kv_cache: str = "bf16"
+    weight_group_size: int | None = None  # group-quantised weights carry one scale per group
+    weight_scale_bytes: float = 2.0
+
+    def weight_bytes_per_element(self) -> float | None:
+        if not self.weight_group_size:
+            return None
+        return bytes_per_element(self.weights) + self.weight_scale_bytes / self.weight_group_size
+
+
+@dataclass(frozen=True)
+class Step:
+    batch: int
+    q_len: int
+    kv_len: int
+    tensor_parallel: int = 1
+    attention_implementation: str = "flash"
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.q_len
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    kind: str
+    count: int  # instances per layer (or 1 for the model-level rows)
+    cost: OperatorCost | None = None
+    comm_bytes: float = 0.0  # interconnect bytes per device, for all-reduce rows
+    attention_params: dict | None = None  # how an attention row was built, to re-cost it at other lengths
+
+    @property
+    def is_comm(self) -> bool:
+        return self.cost is None
+
+
+def expected_active_experts(tokens: int, experts: int, top_k: int) -> float:
+    """Experts hit by `tokens` tokens under uniform independent routing: E * (1 - (1 - k/E)^T)."""
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
+def grouped_expert_matmul(*, token_rows: int, active_experts: float, n: int, k: int, dtypes: ModelDTypes) -> OperatorCost:
+    """The routed experts' projection, all experts in one grouped kernel: every routed token row is
+    multiplied by its expert's weight, and each active expert's weight is read once."""
+    s_a, s_c = bytes_per_element(dtypes.activations), bytes_per_element(dtypes.activations)
+    s_w = dtypes.weight_bytes_per_element() or bytes_per_element(dtypes.weights)
+    weights = active_experts * k * n * s_w
+    compute = dtypes.activations if s_a >= bytes_per_element(dtypes.weights) else dtypes.weights
+    return OperatorCost(
+        "grouped_matmul", flops=2 * token_rows * n * k,
+        bytes_read=token_rows * k * s_a + weights, bytes_written=token_rows * n * s_c,
+        compute_dtype=compute, unit=Unit.tensor,
+        assumptions=(f"experts: {token_rows} routed token rows over {active_experts:.4g} expected active experts "
+                     "(uniform independent routing), each active expert's weight read once",),
+        weight_bytes_read=weights,
+    )
+
+
+def _norm(arch: Architecture, shape: list[int], dtypes: ModelDTypes) -> OperatorCost:
+    if arch.norm == "layernorm":
+        return layernorm_cost(shape=shape, dtype=dtypes.activations)
+    return rmsnorm_cost(shape=shape, dtype=dtypes.activations)
+
+
+def _linear(tokens: int, n: int, k: int, dtypes: ModelDTypes, bias: bool = False, weight_dtype: str | None = None) -> OperatorCost:
+    return matmul_cost(m=tokens, n=n, k=k, bias=bias, a_dtype=dtypes.activations, b_dtype=weight_dtype or dtypes.weights,
+                       c_dtype=dtypes.activations, b_bytes_per_element=None if weight_dtype else dtypes.weight_bytes_per_element())
+
+
+def _split(value: int, tp: int, what: str) -> int:
+    if value % tp:
+        raise CostModelError("tensor_parallel", f"{what} ({value}) is not divisible by tensor_parallel ({tp})")
+    return value // tp
+
+
+def _allreduce(name: str, tokens: int, arch: Architecture, dtypes: ModelDTypes, tp: int) -> Row:
+    # A ring all-reduce sends and receives 2 (t-1)/t of the buffer per device.
+    buffer = tokens * arch.hidden * bytes_per_element(dtypes.activations)
+    return Row(name, "allreduce", 1, comm_bytes=2 * (tp - 1) / tp * buffer)
+
+
+def _attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
+    tp, tokens, h = step.tensor_parallel, step.tokens, arch.hidden
+    heads = _split(arch.heads, tp, "num_attention_heads")
+    act = dtypes.activations
+    if arch.latent is not None:
+        return _latent_attention_rows(arch, step, dtypes, heads)
+    kv_heads = _split(arch.kv_heads, tp, "num_key_value_heads")
+    d = arch.head_dim
+    rows = [Row("qkv_proj", "matmul", 1, _linear(tokens, (heads + 2 * kv_heads) * d, h, dtypes, arch.qkv_bias))]
+    if arch.qk_norm:
+        rows += [Row("q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act)),
+                 Row("k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, d], dtype=act))]
+    rows += [
+        Row("rope", "rope", 1, rope_cost(batch=step.batch, seq_len=step.q_len, heads=heads + kv_heads, head_dim=d, dtype=act)),
+        Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, 2 * kv_heads * d, dtypes)),
+        _attention_row(batch=step.batch, heads=heads, kv_heads=kv_heads, head_dim=d, q_len=step.q_len,
+                       kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
+                       window=group.sliding_window, implementation=step.attention_implementation),
+        Row("o_proj", "matmul", 1, _linear(tokens, h, heads * d, dtypes, arch.o_bias)),
+    ]
+    return rows
+
+
+def _attention_row(**params) -> Row:
+    return Row("attention", "attention", 1, attention_cost(**params), attention_params=params)
+
+
+def _cache_write(tokens: int, width: int, dtypes: ModelDTypes) -> OperatorCost:
+    cost = elementwise_cost(op="cache_write", shape=[tokens, width], dtype=dtypes.activations, arity=1,
+                            flops_per_element=0, out_dtype=dtypes.kv_cache)
+    return OperatorCost(cost.kind, cost.flops, cost.bytes_read, cost.bytes_written, cost.compute_dtype, cost.unit,
+                        ("kv cache: the new tokens' keys and values written once in the cache dtype",),
+                        kv_bytes_written=cost.bytes_written)
+
+
+def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, heads: int) -> list[Row]:
+    """Multi-head latent attention. Prefill expands the latent into per-head K and V and runs ordinary
+    attention; decode absorbs the up-projections into the query and output, attending over the cached
+    latent directly (one shared K/V head of kv_lora_rank + rope dims). The latent cache is not split by
+    tensor parallelism: every device holds it whole."""
+    lat, h, tokens, act = arch.latent, arch.hidden, step.tokens, dtypes.activations
+    qk_head = lat.qk_nope_head_dim + lat.qk_rope_head_dim
+    rows = []
+    if lat.q_lora_rank:
+        rows += [Row("q_a_proj", "matmul", 1, _linear(tokens, lat.q_lora_rank, h, dtypes)),
+                 Row("q_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, lat.q_lora_rank], dtype=act)),
+                 Row("q_b_proj", "matmul", 1, _linear(tokens, heads * qk_head, lat.q_lora_rank, dtypes))]
+    else:
+        rows.append(Row("q_proj", "matmul", 1, _linear(tokens, heads * qk_head, h, dtypes)))
+    rows += [
+        Row("kv_a_proj", "matmul", 1, _linear(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, h, dtypes)),
+        Row("kv_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, lat.kv_lora_rank], dtype=act)),
+        Row("rope", "rope", 1, rope_cost(batch=step.batch, seq_len=step.q_len, heads=heads + 1,
+                                         head_dim=lat.qk_rope_head_dim, dtype=act)),
+        Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, dtypes)),
+    ]
+    if step.q_len > 1:
+        rows += [
+            Row("kv_b_proj", "matmul", 1, _linear(step.batch * step.kv_len, heads * (lat.qk_nope_head_dim + lat.v_head_dim),
+                                                  lat.kv_lora_rank, dtypes)),
+            _attention_row(batch=step.batch, heads=heads, head_dim=qk_head, v_head_dim=lat.v_head_dim, q_len=step.q_len,
+                           kv_len=step.kv_len, dtype=act, kv_dtype=act, causal=True,
+                           implementation=step.attention_implementation),
+        ]
+    else:
+        latent_dim = lat.kv_lora_rank + lat.qk_rope_head_dim
+        per_head = dict(batch=heads, weight_shared=False, a_dtype=act, b_dtype=dtypes.weights, c_dtype=act)
+        rows += [
+            Row("q_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.kv_lora_rank, k=lat.qk_nope_head_dim, **per_head)),
+            _attention_row(batch=step.batch, heads=heads, kv_heads=1, head_dim=latent_dim, v_head_dim=lat.kv_lora_rank,
+                           q_len=1, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
+                           shared_kv=True, implementation=step.attention_implementation),
+            Row("out_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.v_head_dim, k=lat.kv_lora_rank, **per_head)),
+        ]
+    rows.append(Row("o_proj", "matmul", 1, _linear(tokens, h, heads * lat.v_head_dim, dtypes)))
+    return rows
+
+
+def _mlp_rows(prefix: str, arch: Architecture, tokens: int, width: int, dtypes: ModelDTypes) -> list[Row]:
+    act, h = dtypes.activations, arch.hidden
+    rows = [Row(f"{prefix}gate_up_proj" if arch.gated_mlp else f"{prefix}up_proj", "matmul", 1,
+                _linear(tokens, (2 if arch.gated_mlp else 1) * width, h, dtypes, arch.mlp_bias)),
+            Row(f"{prefix}{arch.activation}", "elementwise", 1, elementwise_cost(op=arch.activation, shape=[tokens, width], dtype=act))]
+    if arch.gated_mlp:
+        rows.append(Row(f"{prefix}gate_mul", "elementwise", 1, elementwise_cost(op="mul", shape=[tokens, width], dtype=act)))
+    rows.append(Row(f"{prefix}down_proj", "matmul", 1, _linear(tokens, h, width, dtypes, arch.mlp_bias)))
+    return rows
+
+
+def _moe_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
+    moe, tokens, tp, act, h = arch.moe, step.tokens, step.tensor_parallel, dtypes.activations, arch.hidden
+    width = _split(moe.expert_intermediate, tp, "moe_intermediate_size")
+    active = expected_active_experts(tokens, moe.experts, moe.top_k)
+    routed = tokens * moe.top_k
+    gate_up = (2 if arch.gated_mlp else 1) * width
+    rows = [
+        Row("router", "matmul", 1, _linear(tokens, moe.experts, h, dtypes, weight_dtype=act)),
+        Row("router_softmax", "softmax", 1, softmax_cost(shape=[tokens, moe.experts], dtype=act)),
+        Row("experts_gate_up_proj", "grouped_matmul", 1,
+            grouped_expert_matmul(token_rows=routed, active_experts=active, n=gate_up, k=h, dtypes=dtypes)),
+        Row(f"experts_{arch.activation}", "elementwise", 1, elementwise_cost(op=arch.activation, shape=[routed, width], dtype=act)),
+    ]
+    if arch.gated_mlp:
+        rows.append(Row("experts_gate_mul", "elementwise", 1, elementwise_cost(op="mul", shape=[routed, width], dtype=act)))
+    rows += [
+        Row("experts_down_proj", "grouped_matmul", 1,
+            grouped_expert_matmul(token_rows=routed, active_experts=active, n=h, k=width, dtypes=dtypes)),
+        Row("experts_combine", "elementwise", 1,
+            elementwise_cost(op="combine", shape=[tokens, h], dtype=act, arity=moe.top_k, flops_per_element=2 * moe.top_k)),
+    ]
+    if moe.shared_experts:
+        rows += _mlp_rows("shared_", arch, tokens, _split(moe.shared_intermediate, tp, "shared expert width"), dtypes)
+    return rows
+
+
+def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
+    tokens, tp, act = step.tokens, step.tensor_parallel, dtypes.activations
+    norms_each = arch.norms_per_layer // 2
+    rows = [Row("attn_norm", arch.norm, norms_each, _norm(arch, [tokens, arch.hidden], dtypes))]
+    rows += _attention_rows(arch, group, step, dtypes)
+    if tp > 1:
+        rows.append(_allreduce("attn_allreduce", tokens, arch, dtypes, tp))
+    rows += [Row("attn_residual", "elementwise", 1, elementwise_cost(op="add", shape=[tokens, arch.hidden], dtype=act)),
+             Row("mlp_norm", arch.norm, norms_each, _norm(arch, [tokens, arch.hidden], dtypes))]
+    if group.moe:
+        rows += _moe_rows(arch, step, dtypes)
+    else:
+        rows += _mlp_rows("", arch, tokens, _split(arch.intermediate, tp, "intermediate_size"), dtypes)
+    if tp > 1:
+        rows.append(_allreduce("mlp_allreduce", tokens, arch, dtypes, tp))
+    rows.append(Row("mlp_residual", "elementwise", 1, elementwise_cost(op="add", shape=[tokens, arch.hidden], dtype=act)))
+    return rows
+
+
+def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tuple[list[Row], list[Row]]:
+    """The embedding before the layers; the final norm and LM head after them. The LM head runs on the
+    last token of each sequence only (what serving engines compute), split over the vocabulary under TP."""
+    vocab = _split(arch.vocab, step.tensor_parallel, "vocab_size") if step.tensor_parallel > 1 else arch.vocab
+    embed = embedding_cost(tokens=step.tokens, hidden=arch.hidden, vocab=arch.vocab, dtype=dtypes.activations)
+    embed = OperatorCost(embed.kind, embed.flops, embed.bytes_read, embed.bytes_written, embed.compute_dtype, embed.unit,
+                         embed.assumptions, weight_bytes_read=min(step.tokens, arch.vocab) * arch.hidden
+                         * bytes_per_element(dtypes.activations))
+    head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.tokens, arch.hidden], dtypes)),
+            Row("lm_head", "matmul", 1, _linear(step.batch, vocab, arch.hidden, dtypes))]
+    return [Row("embedding", "embedding", 1, embed)], head

@@ -1,0 +1,106 @@
+"""Model catalog, model analysis and KV capacity over HTTP."""
+
+import pytest
+
+from service.catalog import model_catalog, nominal_catalog
+from tests.conftest import AUTH
+
+TINY = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000, "hidden_act": "silu",
+        "tie_word_embeddings": False}
+
+
+def test_catalog_lists_every_reference_model(client):
+    models = {m["id"]: m for m in client.get("/v1/models").json()}
+    assert set(models) == {entry["id"] for entry in model_catalog()}
+    assert models["mixtral-8x7b"]["params_active"] < models["mixtral-8x7b"]["params_total"]
+    llama = client.get("/v1/models/llama-3.1-8b").json()
+    assert llama["params_total"] == 8_030_261_248 and llama["kv_bytes_per_token_bf16"] == 131_072
+    assert client.get("/v1/models/nope").status_code == 404
+
+
+def test_create_analyze_and_delete_a_model(client):
+    response = client.post("/v1/models", json={"id": "tiny", "config": TINY}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    assert response.json()["params_total"] == 1_100_048_384  # TinyLlama's shape
+    assert client.post("/v1/models", json={"id": "tiny", "config": TINY}, headers=AUTH).status_code == 409
+    body = {"device_id": "nvidia-l4", "model_id": "tiny", "phase": "decode", "seq_len": 100}
+    assert client.post("/v1/analyze/model", json=body).status_code == 200
+    assert client.delete("/v1/models/tiny", headers=AUTH).status_code == 204
+    assert client.post("/v1/analyze/model", json=body).status_code == 404
+    assert client.post("/v1/models", json={"id": "x", "config": TINY}).status_code == 401
+
+
+def test_unusable_config_is_422_naming_the_fields(client):
+    response = client.post("/v1/models", json={"id": "broken", "config": {"model_type": "llama", "hidden_size": 64}},
+                           headers=AUTH)
+    assert response.status_code == 422
+    locs = [f["loc"] for f in response.json()["fields"]]
+    assert "body.config.num_hidden_layers" in locs and "body.config.vocab_size" in locs
+    inline = client.post("/v1/analyze/model", json={"device_id": "nvidia-h100-sxm", "phase": "decode", "seq_len": 8,
+                                                     "model": {"model_type": "gpt_neox"}})
+    assert inline.status_code == 422 and inline.json()["fields"][0]["loc"] == "body.model.model_type"
+    generic = client.post("/v1/analyze/model", json={"device_id": "nvidia-h100-sxm", "phase": "decode", "seq_len": 8,
+                                                      "model": {"format": "generic", "layers": 2}})
+    assert generic.status_code == 422 and "body.model.hidden" in [f["loc"] for f in generic.json()["fields"]]
+
+
+@pytest.mark.parametrize("body", [
+    {"device_id": "nvidia-h100-sxm", "phase": "decode", "seq_len": 8},
+    {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "model": TINY, "phase": "decode", "seq_len": 8},
+    {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "train", "seq_len": 8},
+    {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "seq_len": 0},
+    {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "seq_len": 8, "tensor_parallel": 3},
+])
+def test_invalid_model_requests_are_422(client, body):
+    assert client.post("/v1/analyze/model", json=body).status_code == 422
+
+
+def test_decode_and_prefill_serving_metrics(client):
+    base = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "seq_len": 4096}
+    decode = client.post("/v1/analyze/model", json={**base, "phase": "decode", "batch_size": 32}).json()
+    assert decode["ttft_s"] is None and decode["tpot_s"] == decode["totals"]["time_s"]
+    assert decode["tokens_per_s"] == pytest.approx(32 / decode["tpot_s"])
+    assert decode["totals"]["time_s"] == pytest.approx(sum(r["total_time_s"] for r in decode["rows"]))
+    assert decode["totals"]["flops"] == pytest.approx(sum(r["flops"] * r["layers"] * r["count"] for r in decode["rows"]))
+    prefill = client.post("/v1/analyze/model", json={**base, "phase": "prefill", "output_len": 128}).json()
+    assert prefill["ttft_s"] == prefill["totals"]["time_s"]
+    assert prefill["e2e_latency_s"] > prefill["ttft_s"]
+    names = {r["name"] for r in prefill["rows"]}
+    assert {"embedding", "qkv_proj", "attention", "o_proj", "gate_up_proj", "down_proj", "lm_head"} <= names
+
+
+def test_kv_capacity(client):
+    body = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "context_len": 8192, "tensor_parallel": 4,
+            "memory_utilization": 0.9}
+    result = client.post("/v1/analyze/kv-capacity", json=body).json()
+    # Per device: 0.9 * 80 GiB = 77,309,411,328 usable; weights 70,553,706,496 * 2 / 4 = 35,276,853,248;
+    # KV per token 2 * (8/4) * 128 * 2 * 80 = 81,920; per request 8192 * 81,920 = 671,088,640;
+    # floor(42,032,558,080 / 671,088,640) = 62.
+    assert result["weights_bytes"] == 35_276_853_248
+    assert result["kv_bytes_per_request"] == 671_088_640
+    assert result["max_concurrent_requests"] == 62
+    assert result["fits"] is True
+    too_small = client.post("/v1/analyze/kv-capacity", json={**body, "tensor_parallel": 1}).json()
+    assert too_small["fits"] is False and too_small["max_concurrent_requests"] == 0 and too_small["shortfall_bytes"] > 0
+    both = client.post("/v1/analyze/kv-capacity", json={**body, "memory_capacity_bytes": 1e9})
+    assert both.status_code == 422
+
+
+def preferred_dtype(device):
+    tensor = {p["dtype"] for p in device["compute_peaks"] if p["unit"] == "tensor"}
+    return next((d for d in ("bf16", "fp16") if d in tensor), "fp32")
+
+
+def test_every_catalog_model_on_every_catalog_device(client):
+    for device in nominal_catalog():
+        dtype = preferred_dtype(device)
+        for entry in model_catalog():
+            for phase in ("prefill", "decode"):
+                body = {"device_id": device["id"], "model_id": entry["id"], "phase": phase, "batch_size": 2,
+                        "seq_len": 512, "dtypes": {"weights": dtype, "activations": dtype, "kv_cache": dtype}}
+                response = client.post("/v1/analyze/model", json=body)
+                assert response.status_code == 200, (device["id"], entry["id"], response.text)
+            capacity = client.post("/v1/analyze/kv-capacity", json={
+                "device_id": device["id"], "model_id": entry["id"], "context_len": 4096})
+            assert capacity.status_code == 200
