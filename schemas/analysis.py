@@ -74,6 +74,20 @@ class AchievedOut(BaseModel):
     bandwidth_fraction: float = Field(description="Achieved HBM bandwidth over the HBM roof used")
 
 
+class ShapeEfficiencyOut(BaseModel):
+    tile: list[int] = Field(description="[m, n, k] tile (rows tile only, for grouped matmuls: [min_row_tile, n, k])")
+    padding_efficiency: float = Field(description="Useful fraction of the padded work (0..1)")
+    model_flops: float
+    executed_flops: float = Field(description="FLOPs the hardware executes with padding (HFU counts these)")
+    tiles: int | None = None
+    sm_count: int | None = None
+    waves: float | None = Field(None, description="tiles / SMs")
+    wave_efficiency: float | None = Field(None, description="waves / ceil(waves)")
+    rows_with_data: int | None = None
+    rows_executed: int | None = None
+    applied: bool = Field(description="Whether the time estimate was slowed by these efficiencies")
+
+
 class OperatorAnalysis(BaseModel):
     device_id: str
     kind: str
@@ -93,4 +107,5 @@ class OperatorAnalysis(BaseModel):
     bound_level: MemoryLevelName = Field(description="The memory level whose time is longest")
     levels: list[LevelCeilingOut] = Field(description="One ceiling per memory level with known traffic and bandwidth")
     achieved: AchievedOut | None = Field(None, description="Present when measured_time_s was given")
+    shape_efficiency: ShapeEfficiencyOut | None = Field(None, description="Matmul and grouped matmul only")
     assumptions: list[str] = Field(description="The counting conventions and roof choices behind these numbers")

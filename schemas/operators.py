@@ -34,7 +34,27 @@ class MatmulOp(StrictModel):
     c_dtype: DTypeName | None = Field(None, description="Type of C (output) and of the bias")
     compute_dtype: DTypeName | None = Field(None, description="Peak to use; default: the wider of A and B")
     weight_shared: bool = Field(True, description="B is one weight shared by the batch (read once), not one per item")
-    tile: TileShape | None = Field(None, description="Kernel tile for the L2 traffic model; default: the device's")
+    tile: TileShape | None = Field(None, description="Kernel tile for the L2 traffic and shape-efficiency models; "
+                                                     "default: the device's")
+    apply_efficiency: bool = Field(False, description="Slow the compute roof by the padding and wave efficiency")
+
+
+class GroupedMatmulOp(StrictModel):
+    """Mixture-of-experts projections in one grouped GEMM: expert e multiplies its routed rows by its weight."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "grouped_matmul", "tokens_per_expert": [40, 0, 3, 21, 0, 0, 64, 0], "n": 28672, "k": 4096,
+         "dtype": "bf16"}]})
+    kind: Literal["grouped_matmul"]
+    tokens_per_expert: list[Annotated[int, Field(ge=0, le=2**31)]] = Field(min_length=1, max_length=4096)
+    n: Dim
+    k: Dim
+    dtype: DTypeName = "bf16"
+    a_dtype: DTypeName | None = None
+    b_dtype: DTypeName | None = None
+    c_dtype: DTypeName | None = None
+    min_row_tile: Annotated[int, Field(ge=1, le=1024)] = Field(16, description="Rows each expert is padded to")
+    apply_efficiency: bool = Field(False, description="Slow the compute roof by rows with data / rows executed")
 
 
 class ElementwiseOp(StrictModel):
@@ -130,9 +150,12 @@ class AttentionOp(StrictModel):
     causal: bool = False
     sram_bytes: Annotated[int, Field(ge=1, le=2**40)] | None = Field(
         None, description="On-chip memory per thread block, for the FlashAttention I/O model (flash only)")
+    kv_dtype: DTypeName | None = Field(None, description="Type of the K/V cache; default: dtype")
+    v_head_dim: Dim | None = Field(None, description="Head dimension of V when it differs from Q and K (MLA)")
+    window: Dim | None = Field(None, description="Sliding window: each query sees at most this many keys (causal only)")
 
 
-OPERATOR_MODELS = (MatmulOp, ElementwiseOp, LayerNormOp, RMSNormOp, SoftmaxOp, EmbeddingOp, RopeOp, AttentionOp)
+OPERATOR_MODELS = (MatmulOp, GroupedMatmulOp, ElementwiseOp, LayerNormOp, RMSNormOp, SoftmaxOp, EmbeddingOp, RopeOp, AttentionOp)
 OPERATOR_KINDS = tuple(model.model_fields["kind"].annotation.__args__[0] for model in OPERATOR_MODELS)
 
 Operator = Annotated[Union[OPERATOR_MODELS], Field(discriminator="kind")]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from schemas.analysis import (
     AchievedOut, ByteCounts, ComputeRoofOut, LevelCeilingOut, MemoryRoofOut, OperatorAnalysis, OperatorAnalysisRequest,
+    ShapeEfficiencyOut,
 )
+from service.core.efficiency import grouped_rows, matmul_efficiency
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
@@ -42,20 +44,48 @@ def roofline_response(device_id: str, result: RooflineResult) -> OperatorAnalysi
     )
 
 
-def analyze_operator(request: OperatorAnalysisRequest, device: DeviceSpec, measured: MeasuredRoofs) -> OperatorAnalysis:
-    fields = request.operator.model_dump(exclude={"kind"}, exclude_none=True)
-    if request.operator.kind == "matmul":
+def shape_efficiency(operator, device: DeviceSpec, cost) -> ShapeEfficiencyOut | None:
+    if operator.kind == "matmul":
+        tile = (operator.tile.m, operator.tile.n, operator.tile.k) if operator.tile else device.matmul_tile
+        e = matmul_efficiency(operator.m, operator.n, operator.k, operator.batch, tile, device.sm_count,
+                              2 * operator.batch * operator.m * operator.n * operator.k)
+        return ShapeEfficiencyOut(tile=list(tile), padding_efficiency=e.padding_efficiency, model_flops=e.model_flops,
+                                  executed_flops=e.executed_flops, tiles=e.tiles, sm_count=e.sm_count, waves=e.waves,
+                                  wave_efficiency=e.wave_efficiency, applied=operator.apply_efficiency)
+    if operator.kind == "grouped_matmul":
+        rows, executed = grouped_rows(operator.tokens_per_expert, operator.min_row_tile)
+        return ShapeEfficiencyOut(tile=[operator.min_row_tile, operator.n, operator.k],
+                                  padding_efficiency=rows / executed if executed else 1.0, model_flops=cost.flops,
+                                  executed_flops=cost.flops * executed / rows if rows else 0.0,
+                                  rows_with_data=rows, rows_executed=executed, applied=operator.apply_efficiency)
+    return None
+
+
+def operator_fields(operator, device: DeviceSpec) -> dict:
+    """The cost model's keyword arguments: the request's fields, the device's tile for a matmul."""
+    fields = operator.model_dump(exclude={"kind", "apply_efficiency"}, exclude_none=True)
+    if operator.kind == "matmul":
         tile = fields.get("tile")
         fields["tile"] = (tile["m"], tile["n"], tile["k"]) if tile else device.matmul_tile
+    return fields
+
+
+def analyze_operator(request: OperatorAnalysisRequest, device: DeviceSpec, measured: MeasuredRoofs) -> OperatorAnalysis:
     try:
-        cost = operator_cost(request.operator.kind, **fields)
+        cost = operator_cost(request.operator.kind, **operator_fields(request.operator, device))
     except CostModelError as exc:
         raise cost_model_error(exc, "body.operator") from None
+    shape = shape_efficiency(request.operator, device, cost)
+    efficiency = 1.0
+    if shape is not None and shape.applied:
+        efficiency = shape.padding_efficiency * (shape.wave_efficiency or 1.0)
     try:
         result = analyze(cost, device, measured=measured, mode=RoofMode(request.roofs),
                          bytes_by_level=request.bytes_by_level, sustained_clock_hz=request.sustained_clock_hz,
-                         measured_time_s=request.measured_time_s)
+                         measured_time_s=request.measured_time_s, compute_efficiency=efficiency)
     except CostModelError as exc:
         prefix = "body" if exc.field in {"roofs", "sustained_clock_hz", "measured_time_s"} else "body.operator"
         raise cost_model_error(exc, prefix) from None
-    return roofline_response(device.id, result)
+    response = roofline_response(device.id, result)
+    response.shape_efficiency = shape
+    return response

@@ -3,7 +3,8 @@
 from schemas.operators import OPERATOR_KINDS, OPERATOR_MODELS
 
 _SUMMARIES = {
-    "matmul": "Llama-3.1-8B gate projection, 4k tokens (bf16)",
+    "matmul": "A 4096-cube bf16 GEMM",
+    "grouped_matmul": "Mixtral-style experts' gate-up projection, 128 routed tokens over 8 experts",
     "elementwise": "SiLU over a gated-MLP activation",
     "layernorm": "LayerNorm over 16k tokens of 4096",
     "rmsnorm": "RMSNorm over 16k tokens of 4096",

@@ -99,6 +99,7 @@ def analyze(
     bytes_by_level: Mapping[str, float] | None = None,
     sustained_clock_hz: float | None = None,
     measured_time_s: float | None = None,
+    compute_efficiency: float = 1.0,
 ) -> RooflineResult:
     _finite("operator", cost.flops, cost.bytes_total)
     if cost.bytes_total <= 0:
@@ -113,6 +114,11 @@ def analyze(
                               compute.citation, compute.nominal_flops_per_s)
         notes.append(f"what-if: compute roof scaled by sustained clock {sustained_clock_hz:.4g} Hz / boost clock "
                      f"{device.boost_clock_hz:.4g} Hz = {scale:.4f}; MFU stays against the unscaled nominal peak")
+
+    if compute_efficiency < 1.0:
+        compute = ComputeRoof(compute.flops_per_s * compute_efficiency, compute.dtype, compute.unit, compute.source,
+                              compute.citation, compute.nominal_flops_per_s)
+        notes.append(f"shape: compute roof scaled by the padding and wave efficiency {compute_efficiency:.4f}")
 
     ceilings, level_notes = _level_ceilings(cost, device, measured, mode, compute.flops_per_s, bytes_by_level)
     binding = max(ceilings, key=lambda c: c.time_s)

@@ -108,3 +108,23 @@ def test_huge_flops_per_element_cannot_produce_infinity(client):
     response = analyze(client, {"kind": "elementwise", "op": "x", "shape": [2**26, 2**26], "flops_per_element": 1e300})
     assert response.status_code == 422
     assert "inf" not in json.dumps(response.json()).lower().replace("information", "")
+
+
+def test_matmul_shape_efficiency_reported_and_applied(client):
+    operator = {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096}
+    plain = analyze(client, operator).json()
+    shape = plain["shape_efficiency"]
+    assert shape["tiles"] == 1024 and shape["sm_count"] == 132 and not shape["applied"]
+    assert shape["wave_efficiency"] == pytest.approx(1024 / 132 / 8)
+    applied = analyze(client, {**operator, "apply_efficiency": True}).json()
+    # Compute-bound: the time grows by 1 / wave efficiency (padding is 1 for 4096 on 128x128x64).
+    assert applied["time_s"] == pytest.approx(plain["time_s"] / (1024 / 132 / 8))
+
+
+def test_grouped_matmul_operator(client):
+    operator = {"kind": "grouped_matmul", "tokens_per_expert": [250, 6, 0, 0], "n": 1024, "k": 512}
+    body = analyze(client, operator).json()
+    assert body["flops"] == 2 * 256 * 1024 * 512
+    assert body["shape_efficiency"]["rows_with_data"] == 256
+    assert body["shape_efficiency"]["rows_executed"] == 272
+    assert body["shape_efficiency"]["padding_efficiency"] == pytest.approx(256 / 272)

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from service.core.operators.attention import attention_cost
 from service.core.operators.base import OperatorCost
 from service.core.operators.embedding import embedding_cost
-from service.core.operators.matmul import matmul_cost
+from service.core.operators.matmul import grouped_matmul_cost, matmul_cost
 from service.core.operators.pointwise import (
     elementwise_cost,
     layernorm_cost,
@@ -16,6 +16,7 @@ from service.core.operators.pointwise import (
 
 COST_MODELS: dict[str, Callable[..., OperatorCost]] = {
     "matmul": matmul_cost,
+    "grouped_matmul": grouped_matmul_cost,
     "elementwise": elementwise_cost,
     "layernorm": layernorm_cost,
     "rmsnorm": rmsnorm_cost,

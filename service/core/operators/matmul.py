@@ -61,3 +61,41 @@ def matmul_cost(
                            "per tile row (plus C written), HBM sees each operand once")
     return OperatorCost("matmul", flops, bytes_read, bytes_written, compute_dtype, Unit.tensor, tuple(assumptions),
                         traffic, weight_bytes_read=b_elems * s_b + bias_bytes if weight_shared else 0.0)
+
+
+def grouped_matmul_cost(
+    *,
+    tokens_per_expert: list[int],
+    n: int,
+    k: int,
+    dtype: str = "bf16",
+    a_dtype: str | None = None,
+    b_dtype: str | None = None,
+    c_dtype: str | None = None,
+    min_row_tile: int = 16,
+) -> OperatorCost:
+    """Experts' projections in one grouped GEMM: expert e multiplies its t_e routed rows [t_e, k] by its
+    own weight [k, n]. Experts that receive no token are skipped: their weights are not read."""
+    from service.core.efficiency import grouped_rows
+
+    a_dtype, b_dtype, c_dtype = a_dtype or dtype, b_dtype or dtype, c_dtype or dtype
+    s_a, s_b, s_c = (bytes_per_element(d) for d in (a_dtype, b_dtype, c_dtype))
+    rows, executed_rows = grouped_rows(tokens_per_expert, min_row_tile)
+    active = sum(1 for t in tokens_per_expert if t)
+    element_count("n", "weights [experts, k, n]", active, k, n)
+    weights = active * k * n * s_b
+    return OperatorCost(
+        "grouped_matmul",
+        flops=2 * rows * n * k,
+        bytes_read=rows * k * s_a + weights,
+        bytes_written=rows * n * s_c,
+        compute_dtype=a_dtype if s_a >= s_b else b_dtype,
+        unit=Unit.tensor,
+        assumptions=(
+            f"grouped matmul: {rows} routed rows over {active} of {len(tokens_per_expert)} experts; "
+            "each active expert's weight read once, idle experts' weights not at all",
+            f"grouped matmul: each expert's rows padded to the {min_row_tile}-row tile: {executed_rows} rows executed "
+            f"for {rows} that carry data (executed FLOPs {2 * executed_rows * n * k})",
+        ),
+        weight_bytes_read=weights,
+    )
