@@ -83,6 +83,8 @@ class DeviceBase(StrictModel):
     memory_levels: list[MemoryLevel] = Field(default_factory=list, max_length=8,
                                              description="Must include 'hbm' unless derivable from microarchitecture")
     microarchitecture: Microarchitecture | None = None
+    kernel_launch_overhead_s: PositiveFinite | None = Field(
+        None, le=1, description="Cost of one kernel launch, seconds (fusion savings); default 4e-6")
     default_matmul_tile: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
         None, min_length=3, max_length=3, description="[m, n, k] tile of the L2 traffic model; default [128, 128, 64]")
     sm_count: int | None = Field(None, ge=1, le=100_000, description="Streaming multiprocessors / compute units")

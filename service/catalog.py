@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service import repository
-from service.core.hardware import DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
+from service.core.hardware import DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
 from service.errors import DeviceNotFound, ModelNotFound
 from service.core.transformer.architecture import Architecture
@@ -61,6 +61,7 @@ def device_spec(fields: Mapping[str, Any]) -> DeviceSpec:
         interconnect_bandwidth_bytes_per_s=fields.get("interconnect_bandwidth_bytes_per_s"),
         citations=dict(fields.get("citations") or {}),
         matmul_tile=tuple(tile) if tile else DEFAULT_MATMUL_TILE,
+        launch_overhead_s=fields.get("kernel_launch_overhead_s") or DEFAULT_LAUNCH_OVERHEAD_S,
     )
 
 

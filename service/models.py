@@ -66,6 +66,7 @@ class Device(SQLModel, table=True):
     base_device_id: str | None = Field(default=None, max_length=64)
     default_matmul_tile: list[int] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     microarchitecture: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    kernel_launch_overhead_s: float | None = None
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     updated_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
 

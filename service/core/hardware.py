@@ -17,6 +17,10 @@ class MemoryLevelName(StrEnum):
     smem = "smem"  # shared memory / L1, aggregated over all SMs
 
 
+# A kernel launch costs a few microseconds of host and device time on current GPUs; used when a device
+# names no overhead of its own (an order of magnitude, not a measured figure).
+DEFAULT_LAUNCH_OVERHEAD_S = 4e-6
+
 # Output tile (m, n) and K step of a typical tensor-core GEMM kernel, when a device names none.
 DEFAULT_MATMUL_TILE = (128, 128, 64)
 
@@ -51,6 +55,7 @@ class DeviceSpec:
     interconnect_bandwidth_bytes_per_s: float | None = None
     citations: dict[str, str] = field(default_factory=dict)
     matmul_tile: tuple[int, int, int] = DEFAULT_MATMUL_TILE
+    launch_overhead_s: float = DEFAULT_LAUNCH_OVERHEAD_S
 
     def peak(self, dtype: str, unit: Unit) -> ComputePeak | None:
         for peak in self.compute_peaks:

@@ -7,8 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Body
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
+from schemas.fusion import SWIGLU_EXAMPLE, FusionAnalysis, FusionRequest
 from schemas.models import KvCapacity, KvCapacityRequest, ModelAnalysis, ModelAnalysisRequest
 from service.analysis import analyze_operator
+from service.fusion import analyze_fusion
 from service.model_specs import analyze_model_request, kv_capacity_request
 from service.api.deps import CatalogDep
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
@@ -64,3 +66,20 @@ async def kv_capacity_route(
     body: Annotated[KvCapacityRequest, Body(openapi_examples=KV_EXAMPLES)], catalog: CatalogDep,
 ) -> KvCapacity:
     return kv_capacity_request(body, catalog)
+
+
+@router.post(
+    "/fusion", summary="What fusing kernels saves", operation_id="analyze_fusion",
+    responses={**NOT_FOUND, **INVALID},
+    description=(
+        "A dataflow graph of operators over named tensors (shapes and dtypes), and groups of operators to fuse "
+        "(default: all in one). Answers the unfused cost (per kernel and in total), the fused cost, and the savings "
+        "in bytes, fraction, roofline seconds, launches and launch seconds. A group holds at most one matrix "
+        "operator; cycles, undefined tensors, shape mismatches and groups that cannot be one kernel are 422s."
+    ),
+)
+async def analyze_fusion_route(
+    body: Annotated[FusionRequest, Body(openapi_examples={"swiglu": {"summary": "SiLU(gate) x up", "value": SWIGLU_EXAMPLE}})],
+    catalog: CatalogDep,
+) -> FusionAnalysis:
+    return analyze_fusion(body, catalog)
