@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.core.errors import CostModelError
 from service.core.hardware import Unit
@@ -12,9 +12,10 @@ from service.core.hardware import Unit
 MAX_ELEMENTS = 2**53
 
 
-@dataclass(frozen=True)
-class OperatorCost:
-    """Model FLOPs and ideal HBM traffic of one operator, plus the conventions used to count them."""
+class OperatorCost(NamedTuple):
+    """Model FLOPs and ideal HBM traffic of one operator, plus the conventions used to count them.
+
+    (An immutable tuple rather than a frozen dataclass: model analyses build thousands of them.)"""
 
     kind: str
     flops: float

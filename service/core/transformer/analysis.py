@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.operators import attention_cost
-from service.core.roofline import analyze
-from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, RoofMode
+from service.core.hardware import MemoryLevelName
+from service.core.operators.base import OperatorCost
+from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, MemoryRoof, RoofMode, require_memory_roof, select_compute_roof
 from service.core.transformer.architecture import Architecture, LayerGroup
 from service.core.transformer.layers import ModelDTypes, Row, Step, layer_rows, model_level_rows
 
 
-@dataclass(frozen=True)
-class RowResult:
+class RowResult(NamedTuple):
     name: str
     kind: str
     group: str
@@ -34,14 +35,15 @@ class RowResult:
     weight_bytes: float
     kv_bytes_read: float
     kv_bytes_written: float
+    instances: int = 0  # layers x count
+    total_time_s: float = 0.0  # time_s x instances
 
-    @property
-    def instances(self) -> int:
-        return self.layers * self.count
 
-    @property
-    def total_time_s(self) -> float:
-        return self.time_s * self.instances
+def _row(name, kind, group, layers, count, flops, bytes_, intensity, bound, level, time_s, weights, kv_read,
+         kv_written) -> RowResult:
+    instances = layers * count
+    return RowResult(name, kind, group, layers, count, flops, bytes_, intensity, bound, level, time_s, weights, kv_read,
+                     kv_written, instances, time_s * instances)
 
 
 @dataclass(frozen=True)
@@ -70,27 +72,60 @@ class ModelAnalysisResult:
     assumptions: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Evaluator:
+    """Places rows on the device's roofs. The roof for each (dtype, unit) is looked up once per evaluator,
+    so a model's rows cost a division or two each."""
+
     device: DeviceSpec
     measured: MeasuredRoofs = NO_MEASUREMENTS
     mode: RoofMode = RoofMode.effective
     sustained_clock_hz: float | None = None
 
-    def evaluate(self, row: Row, group: str, layers: int) -> tuple[RowResult, tuple[str, ...], object]:
+    def __post_init__(self):
+        self._compute: dict[tuple[str, str], tuple[float, float | None, str]] = {}
+        self._hbm: MemoryRoof | None = None
+
+    def compute_roof(self, cost: OperatorCost) -> tuple[float, float | None, str]:
+        """(FLOP/s, nominal FLOP/s, source) of the roof the cost runs at."""
+        key = (cost.compute_dtype, cost.unit)
+        if key not in self._compute:
+            roof, _ = select_compute_roof(self.device, self.measured, cost.compute_dtype, cost.unit, self.mode)
+            scale = 1.0
+            if self.sustained_clock_hz is not None:
+                if not self.device.boost_clock_hz:
+                    raise CostModelError("sustained_clock_hz", f"device {self.device.id} has no boost clock to scale from")
+                scale = self.sustained_clock_hz / self.device.boost_clock_hz
+            self._compute[key] = (roof.flops_per_s * scale, roof.nominal_flops_per_s, roof.source.value)
+        return self._compute[key]
+
+    @property
+    def hbm(self) -> MemoryRoof:
+        if self._hbm is None:
+            self._hbm = require_memory_roof(self.device, self.measured, MemoryLevelName.hbm, self.mode)
+        return self._hbm
+
+    def evaluate(self, row: Row, group: str, layers: int) -> RowResult:
         if row.is_comm:
             link = self.device.interconnect_bandwidth_bytes_per_s
             if not link:
                 raise CostModelError("tensor_parallel", f"device {self.device.id} has no interconnect bandwidth")
-            return (RowResult(row.name, row.kind, group, layers, row.count, 0.0, row.comm_bytes, None, "interconnect",
-                              None, row.comm_bytes / link, 0.0, 0.0, 0.0), (), None)
-        result = analyze(row.cost, self.device, measured=self.measured, mode=self.mode,
-                         sustained_clock_hz=self.sustained_clock_hz)
+            return _row(row.name, row.kind, group, layers, row.count, 0.0, row.comm_bytes, None, "interconnect",
+                        None, row.comm_bytes / link, 0.0, 0.0, 0.0)
         cost = row.cost
-        return (RowResult(row.name, row.kind, group, layers, row.count, cost.flops, cost.bytes_total,
-                          result.arithmetic_intensity, result.bound.value, result.memory_roof.level, result.time_s,
-                          cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written),
-                result.assumptions, result)
+        flops_per_s = self.compute_roof(cost)[0]
+        bandwidth = self.hbm.bytes_per_s
+        compute_time, memory_time = cost.flops / flops_per_s, cost.bytes_total / bandwidth
+        if not math.isfinite(compute_time + memory_time):
+            raise CostModelError(row.name, "the counts exceed the floating-point range")
+        intensity = cost.flops / cost.bytes_total
+        bound = "compute" if intensity >= flops_per_s / bandwidth else "memory"
+        return _row(row.name, row.kind, group, layers, row.count, cost.flops, cost.bytes_total, intensity, bound,
+                    "hbm", max(compute_time, memory_time), cost.weight_bytes_read, cost.kv_bytes_read,
+                    cost.kv_bytes_written)
+
+    def times(self, cost: OperatorCost) -> tuple[float, float]:
+        return cost.flops / self.compute_roof(cost)[0], cost.bytes_total / self.hbm.bytes_per_s
 
 
 def group_label(group: LayerGroup) -> str:
@@ -106,20 +141,25 @@ def model_step(arch: Architecture, phase: str, batch: int, seq_len: int, tensor_
 
 
 def _totals(rows: list[RowResult]) -> Totals:
-    time = sum(r.total_time_s for r in rows)
-    share = (lambda bound: sum(r.total_time_s for r in rows if r.bound == bound) / time) if time else (lambda _: 0.0)
-    return Totals(
-        flops=sum(r.flops * r.instances for r in rows),
-        bytes=sum(r.bytes * r.instances for r in rows if r.bound != "interconnect"),
-        weight_bytes_read=sum(r.weight_bytes * r.instances for r in rows),
-        kv_bytes_read=sum(r.kv_bytes_read * r.instances for r in rows),
-        kv_bytes_written=sum(r.kv_bytes_written * r.instances for r in rows),
-        interconnect_bytes=sum(r.bytes * r.instances for r in rows if r.bound == "interconnect"),
-        time_s=time,
-        memory_bound_time_share=share("memory"),
-        compute_bound_time_share=share("compute"),
-        interconnect_time_share=share("interconnect"),
-    )
+    flops = hbm_bytes = weights = kv_read = kv_written = link_bytes = 0.0
+    time_by_bound = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
+    for r in rows:
+        n = r.instances
+        flops += r.flops * n
+        weights += r.weight_bytes * n
+        kv_read += r.kv_bytes_read * n
+        kv_written += r.kv_bytes_written * n
+        if r.bound == "interconnect":
+            link_bytes += r.bytes * n
+        else:
+            hbm_bytes += r.bytes * n
+        time_by_bound[r.bound] += r.total_time_s
+    time = sum(time_by_bound.values())
+    share = {bound: (t / time if time else 0.0) for bound, t in time_by_bound.items()}
+    return Totals(flops=flops, bytes=hbm_bytes, weight_bytes_read=weights, kv_bytes_read=kv_read,
+                  kv_bytes_written=kv_written, interconnect_bytes=link_bytes, time_s=time,
+                  memory_bound_time_share=share["memory"], compute_bound_time_share=share["compute"],
+                  interconnect_time_share=share["interconnect"])
 
 
 def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch: int, seq_len: int,
@@ -129,20 +169,19 @@ def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch
     before, after = model_level_rows(arch, step, dtypes)
     results: list[RowResult] = []
     notes: list[str] = list(arch.defaults_applied and [f"config defaults applied: {', '.join(arch.defaults_applied)}"])
-    matmul_result = None
+    matmul_cost = None
     for row in before:
-        results.append(evaluator.evaluate(row, "model", 1)[0])
+        results.append(evaluator.evaluate(row, "model", 1))
     for group in arch.groups:
         for row in layer_rows(arch, group, step, dtypes):
-            result, _, raw = evaluator.evaluate(row, group_label(group), group.count)
-            results.append(result)
-            if row.kind == "matmul" and matmul_result is None:
-                matmul_result = raw
+            results.append(evaluator.evaluate(row, group_label(group), group.count))
+            if row.kind == "matmul" and matmul_cost is None:
+                matmul_cost = row.cost
     for row in after:
-        results.append(evaluator.evaluate(row, "model", 1)[0])
+        results.append(evaluator.evaluate(row, "model", 1))
 
     totals = _totals(results)
-    peak = matmul_result.compute_roof.nominal_flops_per_s if matmul_result else None
+    flops_per_s, peak, compute_source = evaluator.compute_roof(matmul_cost)
     mfu = totals.flops / (totals.time_s * peak) if peak and totals.time_s else None
     e2e_decode = None
     if output_len and output_len > 1:
@@ -163,12 +202,18 @@ def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch
                      "[tokens, hidden] after attention and after the MLP, 2(t-1)/t of it per device over the interconnect")
     if arch.moe:
         notes.append("moe: uniform independent routing; weights of the expected number of distinct experts hit are read")
-    if matmul_result:
-        notes.extend(line for line in matmul_result.assumptions if line.startswith(("compute roof", "memory roof")))
+    hbm = evaluator.hbm
+    notes += [
+        f"compute roof of the matmuls: {compute_source} {matmul_cost.compute_dtype} tensor, {flops_per_s:.4g} FLOP/s; "
+        "other rows at their own dtype and unit's roof",
+        f"memory roof: {hbm.source} hbm bandwidth, {hbm.bytes_per_s:.4g} bytes/s",
+        "mfu: model FLOPs / (time x nominal peak of the matmuls' dtype)",
+    ]
+    if evaluator.sustained_clock_hz is not None:
+        notes.append(f"what-if: compute roofs scaled to a sustained clock of {evaluator.sustained_clock_hz:.4g} Hz")
     return ModelAnalysisResult(
         rows=tuple(results), totals=totals, mfu=mfu, peak_flops_per_s=peak,
-        compute_roof_source=matmul_result.compute_roof.source.value if matmul_result else "nominal",
-        memory_roof_source=matmul_result.memory_roof.source.value if matmul_result else "nominal",
+        compute_roof_source=compute_source, memory_roof_source=hbm.source.value,
         e2e_decode_time_s=e2e_decode, assumptions=tuple(notes),
     )
 
@@ -203,18 +248,14 @@ def decode_time_sum(arch: Architecture, evaluator: Evaluator, *, batch: int, fir
     total = 0.0
     before, after = model_level_rows(arch, step, dtypes)
     for row in before + after:
-        fixed += evaluator.evaluate(row, "model", 1)[0].total_time_s
+        fixed += evaluator.evaluate(row, "model", 1).total_time_s
     for group in arch.groups:
         for row in layer_rows(arch, group, step, dtypes):
             if row.kind != "attention":
-                fixed += evaluator.evaluate(row, "", group.count)[0].total_time_s
+                fixed += evaluator.evaluate(row, "", group.count).total_time_s
                 continue
-            times = []
-            for keys in (1, 2):
-                probe = attention_cost(**{**row.attention_params, "kv_len": keys, "window": None})
-                result = analyze(probe, evaluator.device, measured=evaluator.measured, mode=evaluator.mode,
-                                 sustained_clock_hz=evaluator.sustained_clock_hz)
-                times.append((result.compute_time_s, result.memory_time_s))
+            times = [evaluator.times(attention_cost(**{**row.attention_params, "kv_len": keys, "window": None}))
+                     for keys in (1, 2)]
             (c1, m1), (c2, m2) = times
             a, b, c, d = c1 - (c2 - c1), c2 - c1, m1 - (m2 - m1), m2 - m1  # lines through keys = 1 and 2
             lo, hi = first_context + 1, first_context + steps  # keys read by the first and last step

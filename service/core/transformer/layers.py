@@ -9,6 +9,7 @@ activations after the attention block and one after the MLP, on the device's int
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
@@ -47,8 +48,7 @@ class Step:
         return self.batch * self.q_len
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     name: str
     kind: str
     count: int  # instances per layer (or 1 for the model-level rows)
