@@ -75,6 +75,12 @@ class ModelChoice(StrictModel):
         return self
 
 
+class Speedup(StrictModel):
+    target: str = Field(min_length=1, max_length=64,
+                        description="A row kind (matmul, attention, elementwise, allreduce, ...) or a row name")
+    factor: Annotated[float, Field(gt=0, le=1e6)] = Field(description="How many times faster those rows become")
+
+
 class ModelAnalysisRequest(ModelChoice, RoofOptions):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 32, "seq_len": 4096}]})
@@ -86,6 +92,8 @@ class ModelAnalysisRequest(ModelChoice, RoofOptions):
     attention_implementation: Literal["flash", "naive"] = "flash"
     tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = 1
     output_len: Length | None = Field(None, description="Tokens to generate: the answer adds the end-to-end latency")
+    speedups: list[Speedup] = Field(default_factory=list, max_length=32,
+                                    description="What-if (Amdahl): speed a class of rows up by a factor")
 
 
 class RowOut(BaseModel):
@@ -123,6 +131,15 @@ class ParamCounts(BaseModel):
     active: int = Field(description="Used by one token (top-k routed experts plus shared ones)")
 
 
+class WhatIf(BaseModel):
+    target: str
+    factor: float
+    time_share: float = Field(description="Share of the step's time in the rows targeted")
+    time_s: float = Field(description="Step time after the speed-up, seconds")
+    speedup: float = Field(description="Time before / time after")
+    ceiling: float | None = Field(description="Speed-up if those rows took no time at all (null: they are all of it)")
+
+
 class ModelAnalysis(BaseModel):
     device_id: str
     model: str
@@ -140,6 +157,7 @@ class ModelAnalysis(BaseModel):
     e2e_latency_s: float | None = Field(description="With output_len: prefill plus the decode steps, seconds")
     compute_roof_source: str
     memory_roof_source: str
+    what_if: list[WhatIf] = Field(default_factory=list, description="One entry per speed-up, then all of them together")
     assumptions: list[str]
 
 

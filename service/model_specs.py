@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from schemas.models import (
     GenericArchitecture, KvCapacity, KvCapacityRequest, ModelAnalysis, ModelAnalysisRequest, ModelChoice, ModelPublic,
-    ModelTotals, ParamCounts, RowOut,
+    ModelTotals, ParamCounts, RowOut, WhatIf,
 )
 from service.catalog import DeviceCatalog
 from service.core.errors import CostModelError
@@ -18,6 +18,7 @@ from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.architecture import Architecture, ConfigError, from_generic, from_hf_config
 from service.core.transformer.capacity import kv_bytes_per_token_per_layer, kv_capacity
 from service.core.transformer.params import model_params
+from service.core.whatif import amdahl
 from service.errors import Unprocessable, cost_model_error
 from service.models import ModelConfig
 
@@ -58,32 +59,53 @@ def core_dtypes(request) -> layers.ModelDTypes:
     return layers.ModelDTypes(d.weights, d.activations, d.kv_cache, group, d.weight_scale_bytes)
 
 
-def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> ModelAnalysis:
+def run_model_analysis(request: ModelAnalysisRequest, catalog: DeviceCatalog, evaluator: Evaluator | None = None,
+                       explain: bool = True):
+    """(model name, architecture, step result, prefill result or None) for a validated request."""
     device = catalog.get(request.device_id)
     name, arch = resolve_model(request, catalog)
-    evaluator = Evaluator(device, catalog.measured(device.id), RoofMode(request.roofs), request.sustained_clock_hz)
+    evaluator = evaluator or Evaluator(device, catalog.measured(device.id), RoofMode(request.roofs),
+                                       request.sustained_clock_hz)
+    options = dict(batch=request.batch_size, seq_len=request.seq_len, dtypes=core_dtypes(request),
+                   tensor_parallel=request.tensor_parallel, attention_implementation=request.attention_implementation)
     try:
-        result = analyze_model(arch, evaluator, phase=request.phase, batch=request.batch_size, seq_len=request.seq_len,
-                               dtypes=core_dtypes(request), tensor_parallel=request.tensor_parallel,
-                               attention_implementation=request.attention_implementation,
-                               output_len=request.output_len)
+        result = analyze_model(arch, evaluator, phase=request.phase, output_len=request.output_len, explain=explain,
+                               **options)
         prefill = None
         if request.output_len and request.phase == "decode":
-            prefill = analyze_model(arch, evaluator, phase="prefill", batch=request.batch_size,
-                                    seq_len=request.seq_len, dtypes=core_dtypes(request),
-                                    tensor_parallel=request.tensor_parallel,
-                                    attention_implementation=request.attention_implementation)
+            prefill = analyze_model(arch, evaluator, phase="prefill", explain=False, **options)
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
-    totals = result.totals
-    params = model_params(arch)
+    return name, arch, result, prefill
+
+
+def serving_metrics(request: ModelAnalysisRequest, result, prefill) -> dict:
+    time_s = result.totals.time_s
     is_prefill = request.phase == "prefill"
     tokens = request.batch_size * (request.seq_len if is_prefill else 1)
     e2e = None
     if request.output_len:
-        ttft = totals.time_s if is_prefill else prefill.totals.time_s
-        e2e = ttft + (result.e2e_decode_time_s or 0.0)
+        e2e = (time_s if is_prefill else prefill.totals.time_s) + (result.e2e_decode_time_s or 0.0)
+    return {"ttft_s": time_s if is_prefill else None, "tpot_s": None if is_prefill else time_s,
+            "tokens_per_s": tokens / time_s, "e2e_latency_s": e2e}
+
+
+def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> ModelAnalysis:
+    device = catalog.get(request.device_id)
+    name, arch, result, prefill = run_model_analysis(request, catalog)
+    totals = result.totals
+    params = model_params(arch)
+    what_if = []
+    if request.speedups:
+        pairs = [(s.target, s.factor) for s in request.speedups]
+        try:
+            what_if = [amdahl(result.rows, [pair]) for pair in pairs]
+            if len(pairs) > 1:
+                what_if.append(amdahl(result.rows, pairs, label="all of the above"))
+        except CostModelError as exc:
+            raise unprocessable(exc, "body") from None
     return ModelAnalysis(
+        what_if=[WhatIf(**vars(w)) for w in what_if],
         device_id=device.id, model=name, phase=request.phase, batch_size=request.batch_size, seq_len=request.seq_len,
         tensor_parallel=request.tensor_parallel, params=ParamCounts(total=params.total, active=params.active),
         rows=[RowOut(name=r.name, kind=r.kind, group=r.group, layers=r.layers, count=r.count, flops=r.flops,
@@ -92,10 +114,7 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
                      kv_bytes_written=r.kv_bytes_written) for r in result.rows],
         totals=ModelTotals(**vars(totals)),
         mfu=result.mfu,
-        ttft_s=totals.time_s if is_prefill else None,
-        tpot_s=None if is_prefill else totals.time_s,
-        tokens_per_s=tokens / totals.time_s,
-        e2e_latency_s=e2e,
+        **serving_metrics(request, result, prefill),
         compute_roof_source=result.compute_roof_source, memory_roof_source=result.memory_roof_source,
         assumptions=list(result.assumptions) + (
             [f"e2e: prefill of {request.seq_len} tokens (the first output token), then {request.output_len - 1} "

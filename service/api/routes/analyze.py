@@ -10,7 +10,9 @@ from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
 from schemas.fusion import SWIGLU_EXAMPLE, FusionAnalysis, FusionRequest
 from schemas.models import KvCapacity, KvCapacityRequest, ModelAnalysis, ModelAnalysisRequest
 from service.analysis import analyze_operator
+from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepResult
 from service.fusion import analyze_fusion
+from service.sweeps import compare_devices, run_sweep
 from service.model_specs import analyze_model_request, kv_capacity_request
 from service.api.deps import CatalogDep
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
@@ -83,3 +85,28 @@ async def analyze_fusion_route(
     catalog: CatalogDep,
 ) -> FusionAnalysis:
     return analyze_fusion(body, catalog)
+
+
+# A sweep can take a few hundred milliseconds: a plain def runs it in the thread pool, off the event loop.
+@router.post(
+    "/sweep", summary="Sweep one parameter", operation_id="analyze_sweep", responses={**NOT_FOUND, **INVALID},
+    description=(
+        "Runs an operator or model analysis once per value of one parameter (a dotted path into the body, e.g. "
+        "`operator.m`, `batch_size`, `seq_len`), from `values` or a `range`, up to 4,096 points. Answers one row "
+        "per value (seconds, FLOPs, bytes, bound, MFU, serving metrics for models), every crossover where the bound "
+        "changes (with an interpolated estimate), and for a matmul the critical M at which it turns compute-bound."
+    ),
+)
+def sweep_route(body: SweepRequest, catalog: CatalogDep) -> SweepResult:
+    return run_sweep(body, catalog)
+
+
+@router.post(
+    "/compare", summary="Compare devices", operation_id="analyze_compare", responses={**INVALID},
+    description=(
+        "One operator or model workload on each listed device, ranked by time (seconds), with each device's bound, "
+        "MFU and, for models, tokens per second. Devices the workload cannot run on are listed under `errors`."
+    ),
+)
+def compare_route(body: CompareRequest, catalog: CatalogDep) -> CompareResult:
+    return compare_devices(body, catalog)

@@ -85,6 +85,19 @@ class Evaluator:
     def __post_init__(self):
         self._compute: dict[tuple[str, str], tuple[float, float | None, str]] = {}
         self._hbm: MemoryRoof | None = None
+        self._rows: dict[tuple, RowResult] = {}  # identical rows recur across the points of a sweep
+
+    def evaluate(self, row: Row, group: str, layers: int) -> RowResult:
+        cost = row.cost
+        key = (row.name, group, layers, row.count, row.comm_bytes) if cost is None else (
+            row.name, group, layers, row.count, cost.flops, cost.bytes_read, cost.bytes_written, cost.compute_dtype,
+            cost.unit, cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written)
+        found = self._rows.get(key)
+        if found is None:
+            if len(self._rows) > 2048:
+                self._rows.clear()
+            found = self._rows[key] = self._evaluate(row, group, layers)
+        return found
 
     def compute_roof(self, cost: OperatorCost) -> tuple[float, float | None, str]:
         """(FLOP/s, nominal FLOP/s, source) of the roof the cost runs at."""
@@ -105,7 +118,7 @@ class Evaluator:
             self._hbm = require_memory_roof(self.device, self.measured, MemoryLevelName.hbm, self.mode)
         return self._hbm
 
-    def evaluate(self, row: Row, group: str, layers: int) -> RowResult:
+    def _evaluate(self, row: Row, group: str, layers: int) -> RowResult:
         if row.is_comm:
             link = self.device.interconnect_bandwidth_bytes_per_s
             if not link:
@@ -164,44 +177,54 @@ def _totals(rows: list[RowResult]) -> Totals:
 
 def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch: int, seq_len: int,
                   dtypes: ModelDTypes, tensor_parallel: int = 1, attention_implementation: str = "flash",
-                  output_len: int | None = None) -> ModelAnalysisResult:
+                  output_len: int | None = None, explain: bool = True) -> ModelAnalysisResult:
+    """`explain=False` skips writing the assumptions (sweeps read only the numbers)."""
     step = model_step(arch, phase, batch, seq_len, tensor_parallel, attention_implementation)
     before, after = model_level_rows(arch, step, dtypes)
-    results: list[RowResult] = []
-    notes: list[str] = list(arch.defaults_applied and [f"config defaults applied: {', '.join(arch.defaults_applied)}"])
+    results: list[RowResult] = [evaluator.evaluate(row, "model", 1) for row in before]
     matmul_cost = None
-    for row in before:
-        results.append(evaluator.evaluate(row, "model", 1))
     for group in arch.groups:
+        label = group_label(group)
         for row in layer_rows(arch, group, step, dtypes):
-            results.append(evaluator.evaluate(row, group_label(group), group.count))
-            if row.kind == "matmul" and matmul_cost is None:
+            results.append(evaluator.evaluate(row, label, group.count))
+            if matmul_cost is None and row.kind == "matmul":
                 matmul_cost = row.cost
-    for row in after:
-        results.append(evaluator.evaluate(row, "model", 1))
+    results += [evaluator.evaluate(row, "model", 1) for row in after]
 
     totals = _totals(results)
-    flops_per_s, peak, compute_source = evaluator.compute_roof(matmul_cost)
+    _, peak, compute_source = evaluator.compute_roof(matmul_cost)
     mfu = totals.flops / (totals.time_s * peak) if peak and totals.time_s else None
     e2e_decode = None
     if output_len and output_len > 1:
         e2e_decode = decode_time_sum(arch, evaluator, batch=batch, first_context=seq_len + 1, steps=output_len - 1,
                                      dtypes=dtypes, tensor_parallel=tensor_parallel,
                                      attention_implementation=attention_implementation)
+    return ModelAnalysisResult(
+        rows=tuple(results), totals=totals, mfu=mfu, peak_flops_per_s=peak,
+        compute_roof_source=compute_source, memory_roof_source=evaluator.hbm.source.value,
+        e2e_decode_time_s=e2e_decode,
+        assumptions=explain_step(arch, evaluator, step, phase, dtypes, matmul_cost) if explain else (),
+    )
+
+
+def explain_step(arch: Architecture, evaluator: Evaluator, step: Step, phase: str, dtypes: ModelDTypes,
+                 matmul_cost: OperatorCost) -> tuple[str, ...]:
+    notes = [f"config defaults applied: {', '.join(arch.defaults_applied)}"] if arch.defaults_applied else []
     notes += [
         f"model: {arch.family}, {arch.layers} layers ({arch.layer_kinds()}); each distinct layer is costed once",
-        f"step: {phase}, batch {batch}, {step.q_len} new token(s) per sequence attending to {step.kv_len} keys",
+        f"step: {phase}, batch {step.batch}, {step.q_len} new token(s) per sequence attending to {step.kv_len} keys",
         f"dtypes: weights {dtypes.weights}"
         + (f" (+{dtypes.weight_scale_bytes:g}-byte scale per {dtypes.weight_group_size})" if dtypes.weight_group_size else "")
         + f", activations {dtypes.activations}, kv cache {dtypes.kv_cache}; embedding table and router in activations' type",
         "time: the sum of each operator's lower bound (kernels in sequence, each at its own roof)",
         "lm_head: computed for the last token of each sequence only",
     ]
-    if tensor_parallel > 1:
-        notes.append(f"tensor parallel {tensor_parallel}: heads, MLP and expert widths split; a ring all-reduce of "
+    if step.tensor_parallel > 1:
+        notes.append(f"tensor parallel {step.tensor_parallel}: heads, MLP and expert widths split; a ring all-reduce of "
                      "[tokens, hidden] after attention and after the MLP, 2(t-1)/t of it per device over the interconnect")
     if arch.moe:
         notes.append("moe: uniform independent routing; weights of the expected number of distinct experts hit are read")
+    flops_per_s, _, compute_source = evaluator.compute_roof(matmul_cost)
     hbm = evaluator.hbm
     notes += [
         f"compute roof of the matmuls: {compute_source} {matmul_cost.compute_dtype} tensor, {flops_per_s:.4g} FLOP/s; "
@@ -211,11 +234,7 @@ def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch
     ]
     if evaluator.sustained_clock_hz is not None:
         notes.append(f"what-if: compute roofs scaled to a sustained clock of {evaluator.sustained_clock_hz:.4g} Hz")
-    return ModelAnalysisResult(
-        rows=tuple(results), totals=totals, mfu=mfu, peak_flops_per_s=peak,
-        compute_roof_source=compute_source, memory_roof_source=hbm.source.value,
-        e2e_decode_time_s=e2e_decode, assumptions=tuple(notes),
-    )
+    return tuple(notes)
 
 
 def _sum_max_affine(a: float, b: float, c: float, d: float, lo: int, hi: int) -> float:

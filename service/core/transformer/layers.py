@@ -9,6 +9,7 @@ activations after the attention block and one after the MLP, on the device's int
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from service.core.dtypes import bytes_per_element
@@ -84,11 +85,25 @@ def grouped_expert_matmul(*, token_rows: int, active_experts: float, n: int, k: 
 
 
 def _norm(arch: Architecture, shape: list[int], dtypes: ModelDTypes) -> OperatorCost:
-    if arch.norm == "layernorm":
-        return layernorm_cost(shape=shape, dtype=dtypes.activations)
-    return rmsnorm_cost(shape=shape, dtype=dtypes.activations)
+    return _norm_cost(arch.norm, tuple(shape), dtypes.activations)
 
 
+# Sweeps rebuild the same rows many times (a seq_len sweep changes only attention): the pure cost
+# models of the context-free rows are memoised.
+@lru_cache(maxsize=1024)
+def _norm_cost(kind: str, shape: tuple[int, ...], dtype: str) -> OperatorCost:
+    if kind == "layernorm":
+        return layernorm_cost(shape=list(shape), dtype=dtype)
+    return rmsnorm_cost(shape=list(shape), dtype=dtype)
+
+
+@lru_cache(maxsize=1024)
+def _elementwise(op: str, shape: tuple[int, ...], dtype: str, arity: int | None = None,
+                 flops_per_element: float | None = None) -> OperatorCost:
+    return elementwise_cost(op=op, shape=list(shape), dtype=dtype, arity=arity, flops_per_element=flops_per_element)
+
+
+@lru_cache(maxsize=1024)
 def _linear(tokens: int, n: int, k: int, dtypes: ModelDTypes, bias: bool = False, weight_dtype: str | None = None) -> OperatorCost:
     return matmul_cost(m=tokens, n=n, k=k, bias=bias, a_dtype=dtypes.activations, b_dtype=weight_dtype or dtypes.weights,
                        c_dtype=dtypes.activations, b_bytes_per_element=None if weight_dtype else dtypes.weight_bytes_per_element())
@@ -188,9 +203,9 @@ def _mlp_rows(prefix: str, arch: Architecture, tokens: int, width: int, dtypes: 
     act, h = dtypes.activations, arch.hidden
     rows = [Row(f"{prefix}gate_up_proj" if arch.gated_mlp else f"{prefix}up_proj", "matmul", 1,
                 _linear(tokens, (2 if arch.gated_mlp else 1) * width, h, dtypes, arch.mlp_bias)),
-            Row(f"{prefix}{arch.activation}", "elementwise", 1, elementwise_cost(op=arch.activation, shape=[tokens, width], dtype=act))]
+            Row(f"{prefix}{arch.activation}", "elementwise", 1, _elementwise(arch.activation, (tokens, width), act))]
     if arch.gated_mlp:
-        rows.append(Row(f"{prefix}gate_mul", "elementwise", 1, elementwise_cost(op="mul", shape=[tokens, width], dtype=act)))
+        rows.append(Row(f"{prefix}gate_mul", "elementwise", 1, _elementwise("mul", (tokens, width), act)))
     rows.append(Row(f"{prefix}down_proj", "matmul", 1, _linear(tokens, h, width, dtypes, arch.mlp_bias)))
     return rows
 
@@ -206,15 +221,15 @@ def _moe_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
         Row("router_softmax", "softmax", 1, softmax_cost(shape=[tokens, moe.experts], dtype=act)),
         Row("experts_gate_up_proj", "grouped_matmul", 1,
             grouped_expert_matmul(token_rows=routed, active_experts=active, n=gate_up, k=h, dtypes=dtypes)),
-        Row(f"experts_{arch.activation}", "elementwise", 1, elementwise_cost(op=arch.activation, shape=[routed, width], dtype=act)),
+        Row(f"experts_{arch.activation}", "elementwise", 1, _elementwise(arch.activation, (routed, width), act)),
     ]
     if arch.gated_mlp:
-        rows.append(Row("experts_gate_mul", "elementwise", 1, elementwise_cost(op="mul", shape=[routed, width], dtype=act)))
+        rows.append(Row("experts_gate_mul", "elementwise", 1, _elementwise("mul", (routed, width), act)))
     rows += [
         Row("experts_down_proj", "grouped_matmul", 1,
             grouped_expert_matmul(token_rows=routed, active_experts=active, n=h, k=width, dtypes=dtypes)),
         Row("experts_combine", "elementwise", 1,
-            elementwise_cost(op="combine", shape=[tokens, h], dtype=act, arity=moe.top_k, flops_per_element=2 * moe.top_k)),
+            _elementwise("combine", (tokens, h), act, moe.top_k, 2 * moe.top_k)),
     ]
     if moe.shared_experts:
         rows += _mlp_rows("shared_", arch, tokens, _split(moe.shared_intermediate, tp, "shared expert width"), dtypes)
@@ -228,7 +243,7 @@ def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelD
     rows += _attention_rows(arch, group, step, dtypes)
     if tp > 1:
         rows.append(_allreduce("attn_allreduce", tokens, arch, dtypes, tp))
-    rows += [Row("attn_residual", "elementwise", 1, elementwise_cost(op="add", shape=[tokens, arch.hidden], dtype=act)),
+    rows += [Row("attn_residual", "elementwise", 1, _elementwise("add", (tokens, arch.hidden), act)),
              Row("mlp_norm", arch.norm, norms_each, _norm(arch, [tokens, arch.hidden], dtypes))]
     if group.moe:
         rows += _moe_rows(arch, step, dtypes)
@@ -236,7 +251,7 @@ def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelD
         rows += _mlp_rows("", arch, tokens, _split(arch.intermediate, tp, "intermediate_size"), dtypes)
     if tp > 1:
         rows.append(_allreduce("mlp_allreduce", tokens, arch, dtypes, tp))
-    rows.append(Row("mlp_residual", "elementwise", 1, elementwise_cost(op="add", shape=[tokens, arch.hidden], dtype=act)))
+    rows.append(Row("mlp_residual", "elementwise", 1, _elementwise("add", (tokens, arch.hidden), act)))
     return rows
 
 

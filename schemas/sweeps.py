@@ -1,0 +1,115 @@
+"""Sweeps over one parameter, device comparison, and what-if speed-ups."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
+
+from schemas.common import DeviceId, StrictModel
+
+MAX_SWEEP_POINTS = 4096
+
+
+class SweepRange(StrictModel):
+    start: FiniteFloat
+    stop: FiniteFloat
+    step: Annotated[FiniteFloat, Field(gt=0)] | None = Field(None, description="Linear step (inclusive of stop)")
+    num: Annotated[int, Field(ge=2, le=MAX_SWEEP_POINTS)] | None = Field(None, description="Number of points")
+    scale: Literal["linear", "log"] = "linear"
+
+    @model_validator(mode="after")
+    def _one_spacing(self):
+        if (self.step is None) == (self.num is None):
+            raise ValueError("give exactly one of step and num")
+        if self.scale == "log" and (self.start <= 0 or self.stop <= 0 or self.num is None):
+            raise ValueError("a log range needs positive start and stop and num")
+        if self.step is not None and (self.stop - self.start) / self.step + 1 > MAX_SWEEP_POINTS:
+            raise ValueError(f"more than {MAX_SWEEP_POINTS} points")
+        return self
+
+
+class SweepRequest(StrictModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "endpoint": "operator", "parameter": "operator.m", "values": [1, 16, 64, 256, 1024, 4096],
+        "request": {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}}]})
+    endpoint: Literal["operator", "model"]
+    request: dict[str, Any] = Field(description="A body of that endpoint; the parameter is overwritten per point")
+    parameter: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
+                           description="Dotted path into the body, e.g. operator.m, batch_size, seq_len")
+    values: list[FiniteFloat] | None = Field(None, min_length=1, max_length=MAX_SWEEP_POINTS)
+    range: SweepRange | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.values is None) == (self.range is None):
+            raise ValueError("give exactly one of values and range")
+        return self
+
+
+class SweepRow(BaseModel):
+    value: float
+    time_s: float
+    bound: Literal["memory", "compute", "interconnect"] = Field(
+        description="Operator: its bound; model: the bound holding the largest share of the time")
+    flops: float
+    bytes: float
+    arithmetic_intensity: float | None = None
+    mfu: float | None
+    memory_bound_time_share: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    tokens_per_s: float | None = None
+
+
+class Crossover(BaseModel):
+    before: float = Field(description="Last swept value with the first bound")
+    after: float = Field(description="First swept value with the new bound")
+    from_bound: str
+    to_bound: str
+    estimate: float = Field(description="Interpolated value where the bound changes")
+
+
+class CriticalM(BaseModel):
+    real: float | None = Field(description="M solving intensity = ridge (null: never compute-bound)")
+    smallest_integer: int | None = Field(description="Smallest M at which the matmul is compute-bound")
+    ridge_point: float
+
+
+class SweepResult(BaseModel):
+    endpoint: str
+    parameter: str
+    rows: list[SweepRow]
+    crossover: list[Crossover] = Field(description="Each place where the bound changes between consecutive points")
+    critical_m: CriticalM | None = Field(None, description="For a matmul operator")
+
+
+class CompareRequest(StrictModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "endpoint": "model", "device_ids": ["nvidia-h100-sxm", "nvidia-a100-80gb-sxm", "amd-mi300x", "nvidia-l40s"],
+        "request": {"model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 32, "seq_len": 4096}}]})
+    endpoint: Literal["operator", "model"]
+    request: dict[str, Any] = Field(description="A body of that endpoint; device_id is set per device")
+    device_ids: list[DeviceId] = Field(min_length=1, max_length=64)
+
+
+class CompareEntry(BaseModel):
+    rank: int
+    device_id: str
+    time_s: float
+    bound: str
+    mfu: float | None
+    tokens_per_s: float | None = None
+    relative_time: float = Field(description="time_s / the fastest device's time_s")
+
+
+class CompareError(BaseModel):
+    device_id: str
+    error: str
+    detail: str
+
+
+class CompareResult(BaseModel):
+    endpoint: str
+    ranking: list[CompareEntry]
+    errors: list[CompareError] = Field(description="Devices the workload could not be analysed on, and why")

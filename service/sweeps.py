@@ -1,0 +1,175 @@
+"""Sweeps over one parameter of an operator or model request, and one workload across devices."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from schemas.analysis import OperatorAnalysisRequest
+from schemas.models import ModelAnalysisRequest
+from schemas.sweeps import (
+    MAX_SWEEP_POINTS, CompareEntry, CompareError, CompareRequest, CompareResult, CriticalM, Crossover, SweepRequest,
+    SweepResult, SweepRow,
+)
+from service.analysis import analyze_operator
+from service.catalog import DeviceCatalog
+from service.core.dtypes import bytes_per_element
+from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
+from service.core.transformer.analysis import Evaluator
+from service.errors import ServiceError, Unprocessable
+from service.model_specs import run_model_analysis, serving_metrics
+
+REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
+
+
+def sweep_values(request: SweepRequest) -> list[float]:
+    if request.values is not None:
+        return list(request.values)
+    r = request.range
+    if r.step is not None:
+        count = math.floor((r.stop - r.start) / r.step + 1e-9) + 1
+        values = [r.start + i * r.step for i in range(max(count, 0))]
+    elif r.scale == "log":
+        ratio = (r.stop / r.start) ** (1 / (r.num - 1))
+        values = [r.start * ratio**i for i in range(r.num)]
+    else:
+        values = [r.start + (r.stop - r.start) * i / (r.num - 1) for i in range(r.num)]
+    if all(float(x).is_integer() for x in (r.start, r.stop, r.step or 1)):
+        values = sorted({round(v) for v in values})  # an integer range stays integer (log spacing is rounded)
+    if not values or len(values) > MAX_SWEEP_POINTS:
+        raise Unprocessable("the range gives no point, or more than 4096",
+                            [{"loc": "body.range", "msg": f"{len(values)} points"}])
+    return values
+
+
+def _with(body: dict[str, Any], path: list[str], value) -> dict[str, Any]:
+    """A copy of body with path set to value, copying only the dicts along the path."""
+    head, *rest = path
+    copy = dict(body)
+    if rest:
+        inner = body.get(head)
+        if not isinstance(inner, dict):
+            raise Unprocessable(f"parameter path: {head!r} is not an object in the request",
+                                [{"loc": "body.parameter", "msg": f"{head!r} is not an object in the request"}])
+        copy[head] = _with(inner, rest, value)
+    else:
+        copy[head] = value
+    return copy
+
+
+def _point_request(request_model: type[BaseModel], body: dict, path: list[str], value: float, index: int):
+    typed = int(value) if float(value).is_integer() else value
+    try:
+        return request_model.model_validate(_with(body, path, typed))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise Unprocessable(f"point {index} ({request_model.__name__} with {'.'.join(path)} = {typed}): {loc}: {first['msg']}",
+                            [{"loc": f"body.values.{index}", "msg": f"{loc}: {first['msg']}"}]) from None
+
+
+def _dominant(shares: dict[str, float]) -> str:
+    return max(shares, key=shares.get)
+
+
+def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
+    values = sweep_values(request)
+    path = request.parameter.split(".")
+    request_model = REQUEST_MODELS[request.endpoint]
+    rows: list[SweepRow] = []
+    margins: list[float] = []  # compute time minus memory time: its sign is the bound
+    evaluators: dict[tuple, Evaluator] = {}
+    for index, value in enumerate(values):
+        point = _point_request(request_model, request.request, path, value, index)
+        if request.endpoint == "operator":
+            answer = analyze_operator(point, catalog.get(point.device_id), catalog.measured(point.device_id))
+            rows.append(SweepRow(value=value, time_s=answer.time_s, bound=answer.bound, flops=answer.flops,
+                                 bytes=answer.bytes.total, arithmetic_intensity=answer.arithmetic_intensity,
+                                 mfu=answer.mfu))
+            margins.append(answer.compute_time_s - answer.memory_time_s)
+            continue
+        key = (point.device_id, point.roofs, point.sustained_clock_hz)
+        if key not in evaluators:
+            device = catalog.get(point.device_id)
+            evaluators[key] = Evaluator(device, catalog.measured(device.id), RoofMode(point.roofs), point.sustained_clock_hz)
+        _, _, result, prefill = run_model_analysis(point, catalog, evaluators[key], explain=False)
+        t = result.totals
+        shares = {"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
+                  "interconnect": t.interconnect_time_share}
+        metrics = serving_metrics(point, result, prefill)
+        rows.append(SweepRow(value=value, time_s=t.time_s, bound=_dominant(shares), flops=t.flops, bytes=t.bytes,
+                             mfu=result.mfu, memory_bound_time_share=t.memory_bound_time_share, ttft_s=metrics["ttft_s"],
+                             tpot_s=metrics["tpot_s"], tokens_per_s=metrics["tokens_per_s"]))
+        margins.append((t.compute_bound_time_share - t.memory_bound_time_share) * t.time_s)
+    return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=rows,
+                       crossover=_crossovers(rows, margins), critical_m=_critical_m(request, catalog))
+
+
+def _crossovers(rows: list[SweepRow], margins: list[float]) -> list[Crossover]:
+    found = []
+    for (a, b), (ma, mb) in zip(zip(rows, rows[1:]), zip(margins, margins[1:])):
+        if a.bound != b.bound:
+            estimate = a.value + (b.value - a.value) * (ma / (ma - mb)) if ma != mb else b.value
+            found.append(Crossover(before=a.value, after=b.value, from_bound=a.bound, to_bound=b.bound, estimate=estimate))
+    return found
+
+
+def _critical_m(request: SweepRequest, catalog: DeviceCatalog) -> CriticalM | None:
+    """Intensity = ridge solved for M: 2bNK M = R (b M (K s_a + N s_c) + B_bytes), B_bytes = K N s_b (per item if
+    the weight is not shared); the bias is left out of the closed form and the integer is checked exactly."""
+    operator = request.request.get("operator")
+    if request.endpoint != "operator" or not isinstance(operator, dict) or operator.get("kind") != "matmul":
+        return None
+    base = _point_request(OperatorAnalysisRequest, request.request, ["operator", "m"], 1, 0)
+    op, device = base.operator, catalog.get(base.device_id)
+    measured, mode = catalog.measured(device.id), RoofMode(base.roofs)
+    a, b, c = (op.a_dtype or op.dtype), (op.b_dtype or op.dtype), (op.c_dtype or op.dtype)
+    s_a, s_b, s_c = bytes_per_element(a), bytes_per_element(b), bytes_per_element(c)
+    compute_dtype = op.compute_dtype or (a if s_a >= s_b else b)
+    roof, _ = select_compute_roof(device, measured, compute_dtype, "tensor", mode)
+    ridge = roof.flops_per_s / require_memory_roof(device, measured, "hbm", mode).bytes_per_s
+    weight = op.k * op.n * s_b * (1 if op.weight_shared else op.batch)
+    denominator = op.batch * (2 * op.n * op.k - ridge * (op.k * s_a + op.n * s_c))
+    if denominator <= 0:
+        return CriticalM(real=None, smallest_integer=None, ridge_point=ridge)
+    real = ridge * weight / denominator
+    smallest = None
+    for m in range(max(1, math.floor(real) - 2), math.ceil(real) + 64):
+        check = analyze_operator(_point_request(OperatorAnalysisRequest, request.request, ["operator", "m"], m, 0),
+                                 device, measured)
+        if check.bound == "compute":
+            smallest = m
+            break
+    return CriticalM(real=real, smallest_integer=smallest, ridge_point=ridge)
+
+
+def compare_devices(request: CompareRequest, catalog: DeviceCatalog) -> CompareResult:
+    request_model = REQUEST_MODELS[request.endpoint]
+    entries, errors = [], []
+    for device_id in dict.fromkeys(request.device_ids):
+        try:
+            point = request_model.model_validate({**request.request, "device_id": device_id})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(["body", "request", *map(str, first["loc"])])
+            raise Unprocessable(f"{loc}: {first['msg']}", [{"loc": loc, "msg": first["msg"]}]) from None
+        try:
+            if request.endpoint == "operator":
+                answer = analyze_operator(point, catalog.get(device_id), catalog.measured(device_id))
+                entries.append((device_id, answer.time_s, answer.bound, answer.mfu, None))
+            else:
+                _, _, result, prefill = run_model_analysis(point, catalog)
+                t = result.totals
+                bound = _dominant({"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
+                                   "interconnect": t.interconnect_time_share})
+                entries.append((device_id, t.time_s, bound, result.mfu,
+                                serving_metrics(point, result, prefill)["tokens_per_s"]))
+        except ServiceError as exc:
+            errors.append(CompareError(device_id=device_id, error=exc.code, detail=exc.detail))
+    entries.sort(key=lambda e: e[1])
+    fastest = entries[0][1] if entries else 1.0
+    ranking = [CompareEntry(rank=i + 1, device_id=d, time_s=t, bound=b, mfu=m, tokens_per_s=tps, relative_time=t / fastest)
+               for i, (d, t, b, m, tps) in enumerate(entries)]
+    return CompareResult(endpoint=request.endpoint, ranking=ranking, errors=errors)

@@ -1,0 +1,95 @@
+"""Sweeps, device comparison and what-if speed-ups over HTTP."""
+
+import pytest
+
+H100_RIDGE = 989.4e12 / 3.35e12  # 295.34 FLOP/byte
+
+
+def sweep(client, **body):
+    return client.post("/v1/analyze/sweep", json=body)
+
+
+def test_matmul_m_sweep_crossover_between_points_and_critical_m(client):
+    request = {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}
+    body = sweep(client, endpoint="operator", request=request, parameter="operator.m",
+                 values=[64, 128, 256, 512, 1024]).json()
+    assert [r["bound"] for r in body["rows"]] == ["memory", "memory", "memory", "compute", "compute"]
+    [crossover] = body["crossover"]
+    assert (crossover["before"], crossover["after"]) == (256, 512)
+    assert 256 < crossover["estimate"] < 512
+    # I(M) = 2*M*N*K / (2*(M*K + K*N + M*N)) = 4096 M / (2M + 4096) for N = K = 4096 in bf16; I = R gives
+    # M = 4096 R / (4096 - 2R) = 345.11, so the smallest compute-bound integer is 346.
+    critical = body["critical_m"]
+    assert critical["real"] == pytest.approx(4096 * H100_RIDGE / (4096 - 2 * H100_RIDGE))
+    assert critical["smallest_integer"] == 346
+    assert body["rows"][0]["arithmetic_intensity"] == pytest.approx(4096 * 64 / (2 * 64 + 4096))
+
+
+def test_gemv_never_turns_compute_bound_when_n_is_tiny(client):
+    # With N = 1 the intensity stays below 1 FLOP/byte for any M: the denominator 2NK - R(K + N)... is negative.
+    request = {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 1, "k": 4096}}
+    body = sweep(client, endpoint="operator", request=request, parameter="operator.m", values=[1, 1000]).json()
+    assert body["critical_m"]["real"] is None and body["critical_m"]["smallest_integer"] is None
+
+
+def test_model_batch_sweep_with_a_range(client):
+    # A short context (64 tokens), so that the KV reads do not dominate at large batches: at batch 4096 the
+    # matmuls need 2 * 7.5e9 * 4096 FLOP = 62 ms at 989.4 TFLOP/s against 4096 * 65 * 131,072 bytes of cache
+    # = 10.4 ms at 3.35 TB/s.
+    request = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "seq_len": 64}
+    body = sweep(client, endpoint="model", request=request, parameter="batch_size",
+                 range={"start": 1, "stop": 4096, "num": 13, "scale": "log"}).json()
+    values = [r["value"] for r in body["rows"]]
+    assert values[0] == 1 and values[-1] == 4096 and values == sorted(values)
+    assert all(r["tpot_s"] > 0 and r["tokens_per_s"] > 0 for r in body["rows"])
+    # Small batches are weight-streaming (memory-bound); large ones turn the matmuls compute-bound.
+    assert body["rows"][0]["bound"] == "memory" and body["rows"][-1]["bound"] == "compute"
+    assert len(body["crossover"]) == 1
+
+
+def test_sweep_limits_and_errors(client):
+    request = {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 64, "k": 64}}
+    too_many = sweep(client, endpoint="operator", request=request, parameter="operator.m",
+                     range={"start": 1, "stop": 5000, "step": 1})
+    assert too_many.status_code == 422
+    assert sweep(client, endpoint="operator", request=request, parameter="operator.m",
+                 values=list(range(1, 4098))).status_code == 422
+    bad_point = sweep(client, endpoint="operator", request=request, parameter="operator.m", values=[8, 0])
+    assert bad_point.status_code == 422 and bad_point.json()["fields"][0]["loc"] == "body.values.1"
+    bad_path = sweep(client, endpoint="operator", request=request, parameter="device_id.x", values=[1])
+    assert bad_path.status_code == 422
+    ok = sweep(client, endpoint="operator", request=request, parameter="operator.m", values=list(range(1, 4097)))
+    assert ok.status_code == 200 and len(ok.json()["rows"]) == 4096
+
+
+def test_compare_ranks_devices(client):
+    body = client.post("/v1/analyze/compare", json={
+        "endpoint": "model", "device_ids": ["nvidia-a100-80gb-sxm", "nvidia-h100-sxm", "nvidia-t4", "nope"],
+        "request": {"model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 1, "seq_len": 1024}}).json()
+    ranked = [entry["device_id"] for entry in body["ranking"]]
+    # Decode at batch 1 streams the weights: the faster HBM (3.35 vs 2.039 TB/s) wins.
+    assert ranked == ["nvidia-h100-sxm", "nvidia-a100-80gb-sxm"]
+    first, second = body["ranking"]
+    assert second["relative_time"] == pytest.approx(second["time_s"] / first["time_s"])
+    assert first["tokens_per_s"] == pytest.approx(1 / first["time_s"])
+    errors = {e["device_id"]: e["error"] for e in body["errors"]}
+    assert errors == {"nvidia-t4": "unprocessable", "nope": "device_not_found"}  # no bf16 on Turing
+
+
+def test_amdahl_what_if(client):
+    base = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 64,
+            "seq_len": 8192}
+    plain = client.post("/v1/analyze/model", json=base).json()
+    attention_time = sum(r["total_time_s"] for r in plain["rows"] if r["kind"] == "attention")
+    total = plain["totals"]["time_s"]
+    body = client.post("/v1/analyze/model", json={**base, "speedups": [{"target": "attention", "factor": 2},
+                                                                      {"target": "matmul", "factor": 4}]}).json()
+    attention, matmul, both = body["what_if"]
+    share = attention_time / total
+    # Amdahl: speed-up = 1 / ((1 - p) + p / f); ceiling 1 / (1 - p).
+    assert attention["time_share"] == pytest.approx(share)
+    assert attention["speedup"] == pytest.approx(1 / ((1 - share) + share / 2))
+    assert attention["ceiling"] == pytest.approx(1 / (1 - share))
+    assert both["speedup"] > max(attention["speedup"], matmul["speedup"])
+    unknown = client.post("/v1/analyze/model", json={**base, "speedups": [{"target": "convolution", "factor": 2}]})
+    assert unknown.status_code == 422 and "matches no row" in unknown.json()["detail"]
