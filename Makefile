@@ -24,9 +24,18 @@ migrate: install
 serve: migrate
 	$(BIN)/uvicorn service.main:app --host $(HOST) --port $(PORT)
 
-# The whole suite, the torch FLOP cross-checks included.
+POSTGRES_TEST_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
+
+# The whole suite on SQLite (torch FLOP cross-checks included), then again on PostgreSQL when a server
+# answers at POSTGRES_TEST_URL (REQUIRE_POSTGRES=1 turns a missing server into a failure, as in CI).
 test: install-test
 	$(BIN)/python -m pytest
+	@if $(BIN)/python -c "import psycopg, sys; psycopg.connect('$(POSTGRES_TEST_URL)'.replace('+psycopg', ''), connect_timeout=3).close()" 2>/dev/null; then \
+		echo "== the suite again on PostgreSQL"; \
+		ROOFLINE_TEST_POSTGRES=$(POSTGRES_TEST_URL) $(BIN)/python -m pytest -m "not crosscheck" -p no:cacheprovider; \
+	else \
+		echo "PostgreSQL is not reachable at $(POSTGRES_TEST_URL): its run is skipped"; test -z "$(REQUIRE_POSTGRES)"; \
+	fi
 
 test-fast: install-test
 	$(BIN)/python -m pytest -m "not crosscheck"

@@ -6,6 +6,7 @@ Analyses never touch the database: they read this cache, which is rebuilt after 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import defaultdict
 from functools import lru_cache
@@ -91,11 +92,35 @@ def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
     }
 
 
+def sqlite_files(engine: Engine) -> tuple[str, ...]:
+    if engine.dialect.name != "sqlite" or not engine.url.database or engine.url.database == ":memory:":
+        return ()
+    return (engine.url.database, engine.url.database + "-wal")
+
+
+def _file_signature(paths: tuple[str, ...]) -> tuple:
+    signature = []
+    for path in paths:
+        try:
+            stat = os.stat(path)
+            signature.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
+        except FileNotFoundError:
+            signature.append(None)
+    return tuple(signature)
+
+
 class DeviceCatalog:
-    """Device specs and measured roofs by device id, loaded once and reloaded after writes."""
+    """Devices, measured roofs and models, held in memory and reloaded when the catalog's version moves.
+
+    Every write bumps catalog_state.version in its own transaction, so a process notices writes made by
+    other workers or replicas: before serving, it compares the stored version with the one it loaded.
+    On SQLite that comparison is skipped while the database files are untouched (a stat, no query)."""
 
     def __init__(self, engine: Engine):
         self._engine = engine
+        self._version: int | None = None
+        self._files = sqlite_files(engine)
+        self._signature: tuple | None = None
         self._lock = threading.Lock()
         self._specs: dict[str, DeviceSpec] = {}
         self._measured: dict[str, MeasuredRoofs] = {}
@@ -105,11 +130,23 @@ class DeviceCatalog:
         from service.model_specs import architecture_of
 
         with Session(self._engine) as session:
+            version = repository.catalog_version(session)
             specs = {row.id: device_spec(row.model_dump()) for row in repository.list_devices(session)}
             measured = measured_roofs(repository.all_benchmarks(session))
             models = {row.id: (row, architecture_of(row.config)) for row in repository.list_models(session)}
         with self._lock:
-            self._specs, self._measured, self._models = specs, measured, models
+            self._specs, self._measured, self._models, self._version = specs, measured, models, version
+
+    def ensure_fresh(self) -> None:
+        if self._files:
+            signature = _file_signature(self._files)
+            if signature == self._signature:
+                return
+            self._signature = signature
+        with Session(self._engine) as session:
+            current = repository.catalog_version(session)
+        if current != self._version:
+            self.reload()
 
     def model(self, model_id: str) -> tuple[ModelConfig, Architecture]:
         found = self._models.get(model_id)

@@ -109,3 +109,12 @@ class ModelConfig(SQLModel, table=True):
     origin: str = Field(max_length=16)
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     updated_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class CatalogState(SQLModel, table=True):
+    """One row: the catalog's version, bumped in the same transaction as every write."""
+
+    __tablename__ = "catalog_state"
+
+    id: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
+    version: int = Field(sa_type=BigInteger)

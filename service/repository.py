@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from service.errors import AlreadyExists, BenchmarkNotFound, DeviceNotFound, ModelNotFound
-from service.models import Benchmark, Device, ModelConfig, utcnow
+from service.models import Benchmark, CatalogState, Device, ModelConfig, utcnow
+
+
+def _bump_version(session: Session) -> None:
+    """Every write to the catalog bumps its version in the same transaction (see catalog.py)."""
+    session.exec(update(CatalogState).where(CatalogState.id == 1).values(version=CatalogState.version + 1))
+
+
+def catalog_version(session: Session) -> int:
+    return session.exec(select(CatalogState.version).where(CatalogState.id == 1)).one()
 
 
 def list_devices(session: Session) -> list[Device]:
@@ -25,6 +35,7 @@ def get_device(session: Session, *, device_id: str) -> Device:
 def _insert(session: Session, row, what: str, key: str):
     session.add(row)
     try:
+        _bump_version(session)  # flushes the insert first: a duplicate id fails here
         session.commit()
     except IntegrityError:
         session.rollback()
@@ -44,6 +55,7 @@ def replace_device(session: Session, *, device_id: str, spec: dict[str, Any]) ->
         setattr(device, name, value)
     device.updated_at = utcnow()
     session.add(device)
+    _bump_version(session)
     session.commit()
     session.refresh(device)
     return device
@@ -52,6 +64,7 @@ def replace_device(session: Session, *, device_id: str, spec: dict[str, Any]) ->
 def delete_device(session: Session, *, device_id: str) -> None:
     device = get_device(session, device_id=device_id)
     session.delete(device)
+    _bump_version(session)
     session.commit()
 
 
@@ -65,6 +78,7 @@ def add_benchmarks(session: Session, *, device_id: str, records: list[dict[str, 
     rows = [Benchmark(device_id=device_id, submitted_by=submitted_by, created_at=now,
                       **{**record, "measured_at": record.get("measured_at") or now}) for record in records]
     session.add_all(rows)
+    _bump_version(session)
     session.commit()
     for row in rows:
         session.refresh(row)
@@ -91,6 +105,7 @@ def delete_benchmark(session: Session, *, device_id: str, benchmark_id: int) -> 
     if row is None or row.device_id != device_id:
         raise BenchmarkNotFound(device_id, benchmark_id)
     session.delete(row)
+    _bump_version(session)
     session.commit()
 
 
@@ -115,4 +130,5 @@ def create_model(session: Session, *, model_id: str, name: str, family: str, con
 
 def delete_model(session: Session, *, model_id: str) -> None:
     session.delete(get_model(session, model_id=model_id))
+    _bump_version(session)
     session.commit()

@@ -1,12 +1,22 @@
-"""Shared fixtures: a migrated SQLite template copied per test, and an app client against it."""
+"""Shared fixtures: a migrated database per test, and an app client against it.
+
+SQLite by default: a template file migrated once per session and copied for each test. With
+ROOFLINE_TEST_POSTGRES set to an administrative URL (postgresql+psycopg://postgres@127.0.0.1:5432/test),
+the same tests run on PostgreSQL: a template database migrated once per run, cloned for each test and
+dropped afterwards.
+"""
 
 from __future__ import annotations
 
+import itertools
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from service.config import Settings
 from service.main import create_app
@@ -17,19 +27,48 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
+POSTGRES_ADMIN_URL = os.environ.get("ROOFLINE_TEST_POSTGRES")
+_clones = itertools.count()
+
+
+def _admin(sql: str) -> None:
+    engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(sql))
+    engine.dispose()
+
+
+def postgres_url(database: str) -> str:
+    return make_url(POSTGRES_ADMIN_URL).set(database=database).render_as_string(hide_password=False)
+
+
 @pytest.fixture(scope="session")
-def migrated_template(tmp_path_factory) -> Path:
-    """Migrations run for real once per session; each test gets a copy of the resulting file."""
+def migrated_template(tmp_path_factory):
+    """Migrations run for real once per session; each test gets a copy of the result."""
+    if POSTGRES_ADMIN_URL:
+        name = f"roofline_template_{os.getpid()}"
+        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        _admin(f"CREATE DATABASE {name}")
+        upgrade(postgres_url(name))
+        yield name
+        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        return
     path = tmp_path_factory.mktemp("template") / "roofline.db"
     upgrade(f"sqlite:///{path}")
-    return path
+    yield path
 
 
 @pytest.fixture
-def database_url(tmp_path, migrated_template) -> str:
+def database_url(tmp_path, migrated_template):
+    if POSTGRES_ADMIN_URL:
+        name = f"roofline_test_{os.getpid()}_{next(_clones)}"
+        _admin(f"CREATE DATABASE {name} TEMPLATE {migrated_template}")
+        yield postgres_url(name)
+        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        return
     path = tmp_path / "roofline.db"
     shutil.copy(migrated_template, path)
-    return f"sqlite:///{path}"
+    yield f"sqlite:///{path}"
 
 
 @pytest.fixture
@@ -41,3 +80,15 @@ def settings(database_url) -> Settings:
 def client(settings):
     with TestClient(create_app(settings)) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def empty_database_url(tmp_path):
+    """A database with no tables at all, on the dialect under test."""
+    if POSTGRES_ADMIN_URL:
+        name = f"roofline_empty_{os.getpid()}_{next(_clones)}"
+        _admin(f"CREATE DATABASE {name}")
+        yield postgres_url(name)
+        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        return
+    yield f"sqlite:///{tmp_path / 'fresh.db'}"

@@ -25,7 +25,9 @@ def get_app_settings(request: Request) -> Settings:
 
 
 def get_catalog(request: Request) -> DeviceCatalog:
-    return request.app.state.catalog
+    catalog = request.app.state.catalog
+    catalog.ensure_fresh()  # another worker or replica may have written since
+    return catalog
 
 
 _bearer = HTTPBearer(auto_error=False, description="A token listed in ROOFLINE_API_TOKENS")

@@ -6,20 +6,21 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from service.catalog import nominal_catalog
+from service.catalog import model_catalog, nominal_catalog
 from service.migrate import upgrade
 from service.models import metadata
 from tests.conftest import SHARED
 
 
-def test_upgrade_on_empty_database_creates_and_seeds(tmp_path):
-    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+def test_upgrade_on_empty_database_creates_and_seeds(empty_database_url):
+    url = empty_database_url
     upgrade(url)
     engine = create_engine(url)
     with engine.connect() as connection:
-        assert "devices" in inspect(connection).get_table_names()
+        assert {"devices", "benchmarks", "models", "catalog_state"} <= set(inspect(connection).get_table_names())
         count = connection.execute(text("select count(*) from devices")).scalar_one()
         assert count == len(nominal_catalog())
+        assert connection.execute(text("select count(*) from models")).scalar_one() == len(model_catalog())
         # The models and the migrations agree (the equivalent of `alembic check`).
         diff = compare_metadata(MigrationContext.configure(connection, opts={"compare_type": True}), metadata)
         assert diff == []
