@@ -14,7 +14,7 @@ COPY pyproject.toml README.md ./
 COPY schemas ./schemas
 COPY service ./service
 COPY migrations ./migrations
-RUN pip install -e '.[postgres]'
+RUN pip install -e .
 
 USER roofline
 EXPOSE 8000
