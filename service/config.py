@@ -15,6 +15,7 @@ class Settings(BaseSettings):
     # Comma-separated bearer tokens allowed to write, each optionally labelled: "alice=s3cret,ci=t0ken".
     api_tokens: str = ""
     migrate_on_start: bool = True
+    log_level: str = "INFO"
 
     def writer_tokens(self) -> dict[str, str]:
         """Token -> label. A bare token gets a label derived from its hash, never the token itself."""

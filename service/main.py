@@ -12,6 +12,7 @@ from service.config import Settings, get_settings
 from service.db import make_engine
 from service.errors import install_error_handlers
 from service.migrate import upgrade
+from service.observability import ObservabilityMiddleware, configure_logging
 
 DESCRIPTION = """
 Tells how fast an accelerator workload can run, and why: FLOPs, bytes moved, arithmetic intensity,
@@ -41,6 +42,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Roofline service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     app.state.writer_tokens = settings.writer_tokens()
+    configure_logging(settings.log_level)
+    app.add_middleware(ObservabilityMiddleware)
     install_error_handlers(app)
     for module in (health, devices, benchmarks, models, analyze):
         app.include_router(module.router)

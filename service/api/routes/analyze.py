@@ -14,6 +14,7 @@ from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepRes
 from service.fusion import analyze_fusion
 from service.sweeps import compare_devices, run_sweep
 from service.model_specs import analyze_model_request, kv_capacity_request
+from service.observability import count_analysis
 from service.api.deps import CatalogDep
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.api.responses import INVALID, NOT_FOUND
@@ -36,7 +37,9 @@ async def analyze_operator_route(
     body: Annotated[OperatorAnalysisRequest, Body(openapi_examples=OPERATOR_EXAMPLES)],
     catalog: CatalogDep,
 ) -> OperatorAnalysis:
-    return analyze_operator(body, catalog.get(body.device_id), catalog.measured(body.device_id))
+    result = analyze_operator(body, catalog.get(body.device_id), catalog.measured(body.device_id))
+    count_analysis(f"operator:{body.operator.kind}")
+    return result
 
 
 @router.post(
@@ -52,7 +55,9 @@ async def analyze_operator_route(
 async def analyze_model_route(
     body: Annotated[ModelAnalysisRequest, Body(openapi_examples=MODEL_EXAMPLES)], catalog: CatalogDep,
 ) -> ModelAnalysis:
-    return analyze_model_request(body, catalog)
+    result = analyze_model_request(body, catalog)
+    count_analysis(f"model:{body.phase}")
+    return result
 
 
 @router.post(
@@ -67,7 +72,9 @@ async def analyze_model_route(
 async def kv_capacity_route(
     body: Annotated[KvCapacityRequest, Body(openapi_examples=KV_EXAMPLES)], catalog: CatalogDep,
 ) -> KvCapacity:
-    return kv_capacity_request(body, catalog)
+    result = kv_capacity_request(body, catalog)
+    count_analysis("kv_capacity")
+    return result
 
 
 @router.post(
@@ -84,7 +91,9 @@ async def analyze_fusion_route(
     body: Annotated[FusionRequest, Body(openapi_examples={"swiglu": {"summary": "SiLU(gate) x up", "value": SWIGLU_EXAMPLE}})],
     catalog: CatalogDep,
 ) -> FusionAnalysis:
-    return analyze_fusion(body, catalog)
+    result = analyze_fusion(body, catalog)
+    count_analysis("fusion")
+    return result
 
 
 # A sweep can take a few hundred milliseconds: a plain def runs it in the thread pool, off the event loop.
@@ -98,7 +107,9 @@ async def analyze_fusion_route(
     ),
 )
 def sweep_route(body: SweepRequest, catalog: CatalogDep) -> SweepResult:
-    return run_sweep(body, catalog)
+    result = run_sweep(body, catalog)
+    count_analysis(f"sweep:{body.endpoint}")
+    return result
 
 
 @router.post(
@@ -109,4 +120,6 @@ def sweep_route(body: SweepRequest, catalog: CatalogDep) -> SweepResult:
     ),
 )
 def compare_route(body: CompareRequest, catalog: CatalogDep) -> CompareResult:
-    return compare_devices(body, catalog)
+    result = compare_devices(body, catalog)
+    count_analysis(f"compare:{body.endpoint}")
+    return result

@@ -1,0 +1,106 @@
+"""Request ids, JSON logs and Prometheus metrics, in one pure ASGI middleware.
+
+Log lines carry the method, the route template, the status, the duration and the request id; never a
+header, a query string or a body, so no token can reach a log.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import time
+import uuid
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import multiprocess
+
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+REQUEST_ID_HEADER = b"x-request-id"
+SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+REQUESTS = Counter("roofline_http_requests_total", "HTTP requests served", ["method", "route", "status"],
+                   registry=REGISTRY)
+LATENCY = Histogram("roofline_http_request_duration_seconds", "Time to answer an HTTP request", ["method", "route"],
+                    registry=REGISTRY,
+                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0))
+ANALYSES = Counter("roofline_analyses_total", "Analyses answered, by kind", ["kind"], registry=REGISTRY)
+
+access_log = logging.getLogger("roofline.access")
+
+
+def count_analysis(kind: str) -> None:
+    ANALYSES.labels(kind=kind).inc()
+
+
+def metrics_payload() -> tuple[bytes, str]:
+    """The metrics of this process, or of every worker when PROMETHEUS_MULTIPROC_DIR is set."""
+    import os
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+class JsonFormatter(logging.Formatter):
+    FIELDS = ("method", "route", "status", "duration_ms")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None) or request_id_var.get(),
+        }
+        line.update({k: getattr(record, k) for k in self.FIELDS if hasattr(record, k)})
+        if record.exc_info:
+            line["exception"] = record.exc_info[0].__name__ if record.exc_info[0] else None
+        return json.dumps(line)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("roofline")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+class ObservabilityMiddleware:
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        offered = next((v.decode("latin-1") for k, v in scope["headers"] if k == REQUEST_ID_HEADER), None)
+        request_id = offered if offered and SAFE_REQUEST_ID.match(offered) else uuid.uuid4().hex
+        token = request_id_var.set(request_id)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = list(message.get("headers", [])) + [(REQUEST_ID_HEADER, request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope["method"]
+            REQUESTS.labels(method=method, route=route, status=str(status)).inc()
+            LATENCY.labels(method=method, route=route).observe(elapsed)
+            access_log.info("request", extra={"method": method, "route": route, "status": status,
+                                              "duration_ms": round(elapsed * 1000, 3), "request_id": request_id})
+            request_id_var.reset(token)
