@@ -5,7 +5,9 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
+from service.api.responses import INVALID
 from service.api.routes import analyze, benchmarks, devices, health, models
 from service.catalog import DeviceCatalog
 from service.config import Settings, get_settings
@@ -25,6 +27,16 @@ All JSON fields are SI base units: FLOP, bytes, seconds, FLOP/s, bytes/s. Reads 
 """
 
 
+TAGS = [
+    {"name": "analysis", "description": "Roofline analyses: operators, models, KV capacity, fusion, sweeps, comparisons"},
+    {"name": "devices", "description": "The device catalog (nominal datasheet specs with citations)"},
+    {"name": "measured roofs", "description": "Benchmark submissions that override nominal roofs"},
+    {"name": "models", "description": "The transformer model catalog"},
+    {"name": "conventions", "description": "The counting conventions in force"},
+    {"name": "health", "description": "Liveness, readiness, metrics"},
+]
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
@@ -39,14 +51,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         engine.dispose()
 
-    app = FastAPI(title="Roofline service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    # Swagger UI and ReDoc assets are served by the service itself: the docs work on a closed network.
+    app = FastAPIOffline(title="Roofline service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
+                         openapi_tags=TAGS)
     app.state.settings = settings
     app.state.writer_tokens = settings.writer_tokens()
     configure_logging(settings.log_level)
     app.add_middleware(ObservabilityMiddleware)
     install_error_handlers(app)
     for module in (health, devices, benchmarks, models, analyze):
-        app.include_router(module.router)
+        # Every 422 of the API has the service's one error shape, not FastAPI's default one.
+        app.include_router(module.router, responses=INVALID)
     return app
 
 

@@ -6,7 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Response, status
 
-from schemas.benchmarks import BenchmarkCreate, BenchmarkPublic, DeviceRoofs, ErtImport, ErtImportResult
+from schemas.benchmarks import (
+    BandwidthBenchmarkCreate, BenchmarkCreate, BenchmarkPublic, ComputeBenchmarkCreate, DeviceRoofs, ErtImport,
+    ErtImportResult,
+)
 from schemas.common import DTypeName, MemoryLevelName, UnitName
 from service import repository
 from service.api.deps import CatalogDep, SessionDep, WriterDep
@@ -18,6 +21,12 @@ from service.measurements import device_roofs, validate_against_nominal
 
 router = APIRouter(prefix="/v1/devices/{device_id}", tags=["measured roofs"])
 
+BENCHMARK_EXAMPLES = {
+    "hbm": {"summary": "Measured HBM bandwidth", "value": BandwidthBenchmarkCreate.model_config["json_schema_extra"]["examples"][0]},
+    "compute": {"summary": "Measured bf16 tensor throughput",
+                "value": ComputeBenchmarkCreate.model_config["json_schema_extra"]["examples"][0]},
+}
+
 
 @router.post("/benchmarks", status_code=status.HTTP_201_CREATED, summary="Submit a measured roof",
              operation_id="create_benchmark", responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID},
@@ -25,8 +34,8 @@ router = APIRouter(prefix="/v1/devices/{device_id}", tags=["measured roofs"])
                          "(bytes/s for a memory level). A value more than 5 % above its nominal counterpart is "
                          "refused unless `exceeds_nominal_reason` explains it. Every later analysis with "
                          "roofs 'effective' uses the median of the device's measurements.")
-def create_benchmark(device_id: str, body: BenchmarkCreate, session: SessionDep, catalog: CatalogDep,
-                     writer: WriterDep) -> BenchmarkPublic:
+def create_benchmark(device_id: str, body: Annotated[BenchmarkCreate, Body(openapi_examples=BENCHMARK_EXAMPLES)],
+                     session: SessionDep, catalog: CatalogDep, writer: WriterDep) -> BenchmarkPublic:
     record = body.model_dump()
     validate_against_nominal(catalog.get(device_id), [record], "body.{field}")
     [row] = repository.add_benchmarks(session, device_id=device_id, records=[record], submitted_by=writer)

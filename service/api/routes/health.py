@@ -5,18 +5,19 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service import repository
 from service.api.deps import SessionDep
+from service.core.conventions import conventions
 from service.errors import DatabaseUnavailable
 from service.observability import metrics_payload
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="Liveness", description="Answers while the process serves requests.")
+@router.get("/healthz", summary="Liveness", operation_id="healthz", description="Answers while the process serves requests.")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness", description="Checks that the database answers a query.",
+@router.get("/readyz", summary="Readiness", operation_id="readyz", description="Checks that the database answers a query.",
             responses={503: {"description": "The database does not answer"}})
 def readyz(session: SessionDep) -> dict[str, str]:
     try:
@@ -26,9 +27,17 @@ def readyz(session: SessionDep) -> dict[str, str]:
     return {"status": "ok", "database": "ok"}
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response,
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response, operation_id="metrics",
             description="Request counts and latency histograms per route, and analyses per kind, in the Prometheus "
                         "text format. Latencies in seconds.")
 def metrics() -> Response:
     payload, content_type = metrics_payload()
     return Response(payload, media_type=content_type)
+
+
+@router.get("/v1/conventions", summary="Counting conventions", tags=["conventions"], operation_id="get_conventions",
+            description="The conventions every analysis follows: bytes per element of each dtype, FLOP per element of "
+                        "each elementwise and row-wise operator, which compute unit each operator kind runs on, and "
+                        "the formulas behind roofline, MFU and KV capacity. Units: bytes, FLOP, seconds.")
+def get_conventions() -> dict:
+    return conventions()

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response, status
 from schemas.models import ModelCreate, ModelPublic, ModelSummary
 from service import repository
 from service.api.deps import CatalogDep, SessionDep, WriterDep
-from service.api.responses import CONFLICT, INVALID, UNAUTHORIZED
+from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.errors import CostModelError
 from service.core.transformer.params import model_params
 from service.model_specs import architecture_of, model_public, unprocessable
@@ -27,7 +27,7 @@ def list_models(catalog: CatalogDep, session: SessionDep) -> list[ModelSummary]:
     return summaries
 
 
-@router.get("/{model_id}", summary="Get a model", operation_id="get_model", responses={404: {"description": "Unknown model"}},
+@router.get("/{model_id}", summary="Get a model", operation_id="get_model", responses=NOT_FOUND,
             description="The config, the layer kinds, parameter counts and the KV bytes per token in bf16.")
 def get_model(model_id: str, catalog: CatalogDep) -> ModelPublic:
     row, arch = catalog.model(model_id)
@@ -50,7 +50,8 @@ def create_model(body: ModelCreate, session: SessionDep, catalog: CatalogDep, _w
 
 
 @router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a model",
-               operation_id="delete_model", responses={**UNAUTHORIZED, 404: {"description": "Unknown model"}})
+               operation_id="delete_model", responses={**UNAUTHORIZED, **NOT_FOUND},
+               description="Removes a model from the catalog; analyses naming it then answer 404.")
 def delete_model(model_id: str, session: SessionDep, catalog: CatalogDep, _writer: WriterDep) -> Response:
     repository.delete_model(session, model_id=model_id)
     catalog.reload()
