@@ -22,7 +22,7 @@ from service.core.hardware import DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
 from service.errors import DeviceNotFound, ModelNotFound
 from service.core.transformer.architecture import Architecture
-from service.models import Benchmark, Device, ModelConfig
+from service.models import Benchmark, ModelConfig
 
 NOMINAL_CATALOG_PATH = Path(__file__).parent / "data" / "devices.json"
 MODEL_CATALOG_DIR = Path(__file__).parent / "data" / "models"

@@ -7,6 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from schemas.benchmarks import BENCHMARK_KINDS
@@ -17,7 +18,7 @@ log = logging.getLogger("roofline.errors")
 
 # Tags of the discriminated unions, and the fields (or the body itself) that hold such unions.
 UNION_TAGS = frozenset(OPERATOR_KINDS) | frozenset(BENCHMARK_KINDS)
-UNION_FIELDS = frozenset({"operator", "body"})
+UNION_FIELDS = frozenset({"operator", "body", "request"})
 
 
 class ServiceError(Exception):
@@ -102,6 +103,13 @@ def _client_path(loc: tuple) -> list:
 def _validation_fields(exc: RequestValidationError) -> list[dict[str, str]]:
     return [{"loc": _loc(_client_path(tuple(error.get("loc", ())))), "msg": error.get("msg", "invalid value")}
             for error in exc.errors()]
+
+
+def invalid_nested(exc: ValidationError, prefix: list[str], skip: int = 0) -> Unprocessable:
+    """A 422 for a body validated inside the service (a sweep point, a plot point, a graph operator):
+    locations prefixed with where that body sits in the request, union tags removed."""
+    fields = [{"loc": _loc(prefix + _client_path(tuple(e["loc"][skip:]))), "msg": e["msg"]} for e in exc.errors()]
+    return Unprocessable(f"{fields[0]['loc']}: {fields[0]['msg']}", fields)
 
 
 def cost_model_error(exc: CostModelError, prefix: str) -> Unprocessable:

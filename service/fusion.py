@@ -14,7 +14,7 @@ from service.core.errors import CostModelError
 from service.core.operators import operator_cost
 from service.core.roofline import analyze
 from service.core.roofs import RoofMode
-from service.errors import Unprocessable, cost_model_error
+from service.errors import Unprocessable, cost_model_error, invalid_nested
 
 OPERATOR = TypeAdapter(Operator)
 GRAPH_KEYS = {"name", "kind", "inputs", "outputs"}
@@ -32,9 +32,7 @@ def _validated_operator(index: int, op, inferred: dict):
     try:
         return OPERATOR.validate_python({**inferred, **explicit, "kind": op.kind})
     except ValidationError as exc:
-        fields = [{"loc": ".".join(["body", "ops", str(index), *[str(p) for p in e["loc"][1:]]]), "msg": e["msg"]}
-                  for e in exc.errors()]
-        raise Unprocessable(f"operator {index}: {fields[0]['msg']}", fields) from None
+        raise invalid_nested(exc, ["body", "ops", str(index)], skip=1) from None
 
 
 def analyze_fusion(request: FusionRequest, catalog: DeviceCatalog) -> FusionAnalysis:

@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from service.api.responses import INVALID
-from service.api.routes import analyze, benchmarks, devices, health, models
+from service.api.routes import analyze, benchmarks, devices, health, models, plots
 from service.catalog import DeviceCatalog
 from service.config import Settings, get_settings
 from service.db import make_engine
@@ -32,6 +32,7 @@ TAGS = [
     {"name": "devices", "description": "The device catalog (nominal datasheet specs with citations)"},
     {"name": "measured roofs", "description": "Benchmark submissions that override nominal roofs"},
     {"name": "models", "description": "The transformer model catalog"},
+    {"name": "plots", "description": "Roofline charts (SVG, PNG)"},
     {"name": "conventions", "description": "The counting conventions in force"},
     {"name": "health", "description": "Liveness, readiness, metrics"},
 ]
@@ -59,7 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     app.add_middleware(ObservabilityMiddleware)
     install_error_handlers(app)
-    for module in (health, devices, benchmarks, models, analyze):
+    for module in (health, devices, benchmarks, models, analyze, plots):
         # Every 422 of the API has the service's one error shape, not FastAPI's default one.
         app.include_router(module.router, responses=INVALID)
     return app

@@ -19,7 +19,7 @@ from service.core.transformer.architecture import Architecture, ConfigError, fro
 from service.core.transformer.capacity import kv_bytes_per_token_per_layer, kv_capacity
 from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
-from service.errors import Unprocessable, cost_model_error
+from service.errors import Unprocessable, cost_model_error, invalid_nested
 from service.models import ModelConfig
 
 
@@ -28,8 +28,7 @@ def architecture_of(config: dict[str, Any], prefix: str = "model") -> Architectu
         try:
             generic = GenericArchitecture.model_validate(config)
         except ValidationError as exc:
-            fields = [{"loc": ".".join(["body", prefix, *map(str, e["loc"])]), "msg": e["msg"]} for e in exc.errors()]
-            raise Unprocessable(f"invalid generic model: {fields[0]['loc']}: {fields[0]['msg']}", fields) from None
+            raise invalid_nested(exc, ["body", prefix]) from None
         return from_generic(generic.model_dump())
     return from_hf_config(config, prefix)
 

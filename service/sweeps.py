@@ -18,7 +18,7 @@ from service.catalog import DeviceCatalog
 from service.core.dtypes import bytes_per_element
 from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
 from service.core.transformer.analysis import Evaluator
-from service.errors import ServiceError, Unprocessable
+from service.errors import ServiceError, Unprocessable, invalid_nested
 from service.model_specs import run_model_analysis, serving_metrics
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
@@ -66,7 +66,7 @@ def _point_request(request_model: type[BaseModel], body: dict, path: list[str], 
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
-        raise Unprocessable(f"point {index} ({request_model.__name__} with {'.'.join(path)} = {typed}): {loc}: {first['msg']}",
+        raise Unprocessable(f"point {index} ({'.'.join(path)} = {typed}): {loc}: {first['msg']}",
                             [{"loc": f"body.values.{index}", "msg": f"{loc}: {first['msg']}"}]) from None
 
 
@@ -152,9 +152,7 @@ def compare_devices(request: CompareRequest, catalog: DeviceCatalog) -> CompareR
         try:
             point = request_model.model_validate({**request.request, "device_id": device_id})
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(["body", "request", *map(str, first["loc"])])
-            raise Unprocessable(f"{loc}: {first['msg']}", [{"loc": loc, "msg": first["msg"]}]) from None
+            raise invalid_nested(exc, ["body", "request"]) from None
         try:
             if request.endpoint == "operator":
                 answer = analyze_operator(point, catalog.get(device_id), catalog.measured(device_id))
