@@ -92,3 +92,32 @@ def empty_database_url(tmp_path):
         _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         return
     yield f"sqlite:///{tmp_path / 'fresh.db'}"
+
+
+@pytest.fixture
+def live_server(settings):
+    """The app served by a real uvicorn on a free loopback port, in a thread; yields its base URL."""
+    import socket
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/healthz").status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.05)
+    yield base
+    server.should_exit = True
+    thread.join(timeout=10)

@@ -204,27 +204,9 @@ def test_sustained_clock_what_if_scales_compute_roofs(client):
     assert body["mfu"] == pytest.approx(1.5 / 1.98)
 
 
-def test_concurrent_submissions_all_persist(settings):
-    """8 writers x 10 submissions through a real uvicorn server on the SQLite file: nothing lost or locked."""
-    import socket
-
-    import uvicorn
-
-    from service.main import create_app
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base}/healthz").status_code == 200:
-                break
-        except httpx.TransportError:
-            threading.Event().wait(0.05)
+def test_concurrent_submissions_all_persist(live_server):
+    """8 writers x 10 submissions through a real uvicorn server: nothing lost, no "database is locked"."""
+    base = live_server
     statuses, errors = [], []
 
     def writer(index):
@@ -243,8 +225,6 @@ def test_concurrent_submissions_all_persist(settings):
     for t in threads:
         t.join()
     stored = httpx.get(f"{base}/v1/devices/{H100}/benchmarks").json()
-    server.should_exit = True
-    thread.join(timeout=10)
     assert errors == []
     assert statuses.count(201) == 80
     assert len(stored) == 80

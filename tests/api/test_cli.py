@@ -1,0 +1,71 @@
+"""The roofline command, in-process and against a running service."""
+
+import json
+
+import pytest
+
+from service import cli
+from service.config import get_settings
+
+
+@pytest.fixture
+def local_database(database_url, monkeypatch):
+    monkeypatch.setenv("ROOFLINE_DATABASE_URL", database_url)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def run(capsys, *argv):
+    cli.main(list(argv))
+    return capsys.readouterr()
+
+
+def test_devices_table_and_json(local_database, capsys):
+    out = run(capsys, "devices").out
+    assert "nvidia-h100-sxm" in out and "HBM bandwidth" in out
+    devices = json.loads(run(capsys, "devices", "--json").out)
+    assert any(d["id"] == "nvidia-h100-sxm" for d in devices)
+
+
+def test_analyze_operator_and_model(local_database, capsys):
+    out = run(capsys, "analyze", "operator", "--device", "nvidia-h100-sxm", "--kind", "matmul",
+              "--m", "1", "--n", "4096", "--k", "4096").out
+    assert "memory (hbm)" in out and "0.9995 FLOP/B" in out
+    result = json.loads(run(capsys, "analyze", "operator", "--device", "nvidia-h100-sxm", "--kind", "elementwise",
+                            "--field", "op=silu", "--field", "shape=[1024]", "--json").out)
+    assert result["flops"] == 4096
+    out = run(capsys, "analyze", "model", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--phase", "decode",
+              "--batch-size", "32", "--seq-len", "4096").out
+    assert "TPOT" in out and "qkv_proj" in out
+
+
+def test_kv_capacity_and_sweep_progress(local_database, capsys):
+    result = json.loads(run(capsys, "kv-capacity", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-70b",
+                            "--context-len", "8192", "--tensor-parallel", "4", "--memory-utilization", "0.9", "--json").out)
+    assert result["max_concurrent_requests"] == 62
+    captured = run(capsys, "sweep", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--phase", "decode",
+                   "--parameter", "batch_size", "--start", "1", "--stop", "300", "--json")
+    assert len(json.loads(captured.out)) == 300
+    assert "256/300 points" in captured.err and "300/300 points" in captured.err
+
+
+def test_errors_exit_with_the_reason(local_database, capsys):
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "analyze", "operator", "--device", "nope", "--kind", "softmax", "--field", "shape=[8]")
+    assert "device_not_found" in str(stop.value)
+
+
+def test_against_a_running_service(live_server, capsys):
+    out = run(capsys, "analyze", "model", "--url", live_server, "--device", "nvidia-a100-80gb-sxm",
+              "--model", "mistral-7b-v0.1", "--phase", "prefill", "--seq-len", "2048", "--json").out
+    assert json.loads(out)["ttft_s"] > 0
+
+
+def test_db_upgrade(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ROOFLINE_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    get_settings.cache_clear()
+    try:
+        assert "head revision" in run(capsys, "db", "upgrade").out
+    finally:
+        get_settings.cache_clear()
