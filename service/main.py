@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from service.api.responses import INVALID
-from service.api.routes import analyze, benchmarks, devices, health, models, plots
+from service.api.routes import analyze, benchmarks, devices, docs, health, models, plots
 from service.catalog import DeviceCatalog
 from service.config import Settings, get_settings
 from service.db import make_engine
@@ -54,12 +54,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # Swagger UI and ReDoc assets are served by the service itself: the docs work on a closed network.
     app = FastAPIOffline(title="Roofline service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
-                         openapi_tags=TAGS)
+                         openapi_tags=TAGS, redoc_url=None, swagger_ui_parameters={"validatorUrl": None})
     app.state.settings = settings
     app.state.writer_tokens = settings.writer_tokens()
     configure_logging(settings.log_level)
     app.add_middleware(ObservabilityMiddleware)
     install_error_handlers(app)
+    app.include_router(docs.router)
     for module in (health, devices, benchmarks, models, analyze, plots):
         # Every 422 of the API has the service's one error shape, not FastAPI's default one.
         app.include_router(module.router, responses=INVALID)
