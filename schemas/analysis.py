@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
 from schemas.common import (
-    BoundName, DeviceId, MemoryLevelName, NonNegativeFinite, PositiveFinite, RoofSourceName, StrictModel, UnitName,
+    BoundName, DeviceId, MemoryLevelName, RoofSourceName, StrictModel, UnitName,
 )
 from schemas.operators import Operator
 
@@ -20,16 +20,16 @@ class RoofOptions(StrictModel):
     roofs: RoofsMode = Field(
         "effective", description="'effective': measured roof where benchmarks exist, else nominal; "
                                  "'nominal': datasheet only; 'measured': benchmarks only (422 when missing)")
-    sustained_clock_hz: PositiveFinite | None = Field(
+    sustained_clock_hz: Annotated[float, Field(ge=1e6, le=1e11)] | None = Field(
         None, description="What-if: scale compute roofs by this clock over the device's boost clock, Hz")
 
 
 class OperatorAnalysisRequest(RoofOptions):
     device_id: DeviceId
     operator: Operator
-    measured_time_s: PositiveFinite | None = Field(
+    measured_time_s: Annotated[float, Field(ge=1e-12, le=1e6)] | None = Field(
         None, description="A measured run time, seconds: the answer then also reports what was achieved")
-    bytes_by_level: dict[MemoryLevelName, NonNegativeFinite] | None = Field(
+    bytes_by_level: dict[MemoryLevelName, Annotated[float, Field(ge=1, le=1e30)]] | None = Field(
         None, description="Traffic per memory level, bytes (e.g. from a profiler); replaces the modelled traffic")
 
 

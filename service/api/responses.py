@@ -3,6 +3,9 @@
 from schemas.common import ErrorResponse
 
 NOT_FOUND = {404: {"model": ErrorResponse, "description": "Unknown device, model or benchmark"}}
-INVALID = {422: {"model": ErrorResponse, "description": "Invalid body; `fields` names each field and the reason"}}
+INVALID = {
+    400: {"model": ErrorResponse, "description": "A body that is not parseable JSON"},
+    422: {"model": ErrorResponse, "description": "Invalid request; `fields` names each field and the reason"},
+}
 UNAUTHORIZED = {401: {"model": ErrorResponse, "description": "Missing, malformed or wrong bearer token"}}
 CONFLICT = {409: {"model": ErrorResponse, "description": "A resource with that id already exists"}}

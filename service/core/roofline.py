@@ -121,6 +121,8 @@ def analyze(
         notes.append(f"shape: compute roof scaled by the padding and wave efficiency {compute_efficiency:.4f}")
 
     ceilings, level_notes = _level_ceilings(cost, device, measured, mode, compute.flops_per_s, bytes_by_level)
+    if not ceilings:
+        raise CostModelError("bytes_by_level", "no memory level with a known bandwidth carries traffic")
     binding = max(ceilings, key=lambda c: c.time_s)
     compute_time = cost.flops / compute.flops_per_s
     time_s = max(compute_time, binding.time_s)
@@ -153,12 +155,14 @@ def analyze(
     )
     if nominal_peak is None:
         notes.append(f"mfu: not defined, device {device.id} lists no nominal {compute.dtype} {compute.unit} peak")
+    _finite("operator", intensity := binding.arithmetic_intensity, binding.ridge_point, attainable, compute_time,
+            time_s, *(vars(achieved).values() if achieved else ()), *([mfu] if mfu is not None else []))
     return RooflineResult(
         cost=cost,
         compute_roof=compute,
         memory_roof=binding.roof,
         levels=tuple(ceilings),
-        arithmetic_intensity=binding.arithmetic_intensity,
+        arithmetic_intensity=intensity,
         ridge_point=binding.ridge_point,
         bound=bound,
         attainable_flops_per_s=attainable,

@@ -17,6 +17,11 @@ SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_mo
                       "deepseek_v3")
 
 
+MAX_DIMENSION = 2**24
+MAX_LAYERS = 2**16
+LAYER_KEYS = frozenset({"num_hidden_layers", "first_k_dense_replace", "max_window_layers"})
+
+
 class ConfigError(CostModelError):
     """A model description the service cannot interpret; `fields` lists every offending key."""
 
@@ -100,6 +105,9 @@ class _Reader:
         self.defaults: list[str] = []
 
     def int(self, key: str, default: int | None = None, *, minimum: int = 1, note: str = "") -> int | None:
+        """An integer within [minimum, MAX_DIMENSION] (MAX_LAYERS for layer counts): bounds far above any real
+        model that keep the per-layer bookkeeping and the counts small."""
+        maximum = MAX_LAYERS if key in LAYER_KEYS else MAX_DIMENSION
         value = self.config.get(key)
         if value is None:
             if default is None:
@@ -107,9 +115,21 @@ class _Reader:
                 return None
             self.defaults.append(f"{key} = {default}{note}")
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value > 2**40:
-            self.missing.append(f"{key} (must be an integer >= {minimum})")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            self.missing.append(f"{key} (must be an integer from {minimum} to {maximum})")
             return None
+        return value
+
+    def optional_int(self, key: str, *, minimum: int = 1) -> int | None:
+        if self.config.get(key) is None:
+            return None
+        return self.int(key, minimum=minimum)
+
+    def int_list(self, key: str) -> list[int]:
+        value = self.config.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            self.missing.append(f"{key} (must be a list of integers)")
+            return []
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -132,7 +152,7 @@ def _activation(reader: _Reader, key: str = "hidden_act") -> str:
     if name is None:
         reader.missing.append(key)
         return "silu"
-    if name not in ACTIVATIONS:
+    if not isinstance(name, str) or name not in ACTIVATIONS:
         reader.missing.append(f"{key} (unsupported activation {name!r}; known: {', '.join(sorted(ACTIVATIONS))})")
         return "silu"
     return ACTIVATIONS[name]
@@ -142,7 +162,7 @@ def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architec
     if not isinstance(config, Mapping):
         raise ConfigError([prefix], "the model config must be a JSON object")
     family = config.get("model_type")
-    if family not in SUPPORTED_FAMILIES:
+    if not isinstance(family, str) or family not in SUPPORTED_FAMILIES:
         raise ConfigError([f"{prefix}.model_type"],
                           f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_FAMILIES)}, "
                           "or describe the model with the generic schema")
@@ -182,19 +202,20 @@ def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architec
     elif family == "deepseek_v3":
         qkv_bias = o_bias = r.flag("attention_bias", False)
 
-    window = config.get("sliding_window")
+    window = r.optional_int("sliding_window")
     if family in ("mistral", "mixtral", "phi3") and window:
         windows = [window] * layers
     elif family in ("qwen2", "qwen3", "qwen3_moe") and window and r.flag("use_sliding_window", False):
         first = r.int("max_window_layers", layers, minimum=0)
         windows = [window if i >= first else None for i in range(layers)]
     elif family == "gemma2":
-        window = config.get("sliding_window") or config.get("sliding_window_size")
+        window = window or r.optional_int("sliding_window_size")
         if not window:
             r.missing.append("sliding_window")
         windows = [window if i % 2 == 0 else None for i in range(layers)]
     layer_types = config.get("layer_types")
-    if isinstance(layer_types, list) and len(layer_types) == layers and window:
+    if isinstance(layer_types, list) and len(layer_types) == layers and window and all(
+            isinstance(kind, str) for kind in layer_types):
         windows = [window if kind == "sliding_attention" else None for kind in layer_types]
 
     if family == "mixtral":
@@ -203,17 +224,19 @@ def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architec
     elif family == "qwen3_moe":
         moe = MoE(r.int("num_experts"), r.int("num_experts_per_tok"), r.int("moe_intermediate_size"))
         step = r.int("decoder_sparse_step", 1)
-        dense_only = set(config.get("mlp_only_layers") or [])
+        dense_only = set(r.int_list("mlp_only_layers"))
         moe_layers = [i not in dense_only and (i + 1) % (step or 1) == 0 for i in range(layers)]
     elif family == "deepseek_v3":
         expert_width = r.int("moe_intermediate_size")
         shared = r.int("n_shared_experts", 0, minimum=0)
         moe = MoE(r.int("n_routed_experts"), r.int("num_experts_per_tok"), expert_width, shared,
                   (expert_width or 0) * (shared or 0), router_bias=config.get("topk_method", "noaux_tc") == "noaux_tc")
+        if moe.experts and moe.top_k and moe.top_k > moe.experts:
+            r.missing.append("num_experts_per_tok (cannot exceed n_routed_experts)")
         first_dense = r.int("first_k_dense_replace", 0, minimum=0)
         freq = r.int("moe_layer_freq", 1)
         moe_layers = [i >= first_dense and i % (freq or 1) == 0 for i in range(layers)]
-        latent = LatentAttention(config.get("q_lora_rank"), r.int("kv_lora_rank"), r.int("qk_nope_head_dim"),
+        latent = LatentAttention(r.optional_int("q_lora_rank"), r.int("kv_lora_rank"), r.int("qk_nope_head_dim"),
                                  r.int("qk_rope_head_dim"), r.int("v_head_dim"))
     r.fail_if_missing()
     if moe is not None and moe.top_k > moe.experts:
