@@ -16,6 +16,8 @@ class Settings(BaseSettings):
     api_tokens: str = ""
     migrate_on_start: bool = True
     log_level: str = "INFO"
+    # Large enough for a 4,096-point sweep or a 64-operator fusion graph, small enough to stay harmless.
+    max_body_bytes: int = 1_048_576
 
     def writer_tokens(self) -> dict[str, str]:
         """Token -> label. A bare token gets a label derived from its hash, never the token itself."""

@@ -13,6 +13,7 @@ from service.catalog import DeviceCatalog
 from service.config import Settings, get_settings
 from service.db import make_engine
 from service.errors import install_error_handlers
+from service.limits import BodySizeLimitMiddleware
 from service.migrate import upgrade
 from service.observability import ObservabilityMiddleware, configure_logging
 
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.writer_tokens = settings.writer_tokens()
     configure_logging(settings.log_level)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(ObservabilityMiddleware)
     install_error_handlers(app)
     app.include_router(docs.router)
