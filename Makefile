@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate test test-fast clean
+.PHONY: install install-test serve migrate test test-fast clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,7 @@ test-fast: install-test
 
 clean:
 	rm -rf $(VENV) data .pytest_cache
+
+# Throughput and latency against a bare FastAPI ceiling, with wrk (installed from Debian if missing).
+bench: install
+	$(BIN)/python bench/run.py

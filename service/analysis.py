@@ -16,13 +16,15 @@ from service.errors import cost_model_error
 
 
 def roofline_response(device_id: str, result: RooflineResult) -> OperatorAnalysis:
+    """Built without re-validation (model_construct): every value comes from the core, which has already
+    checked that each is finite; validation here would only cost time on the hot path."""
     cost, compute, memory = result.cost, result.compute_roof, result.memory_roof
     achieved = result.achieved
-    return OperatorAnalysis(
+    return OperatorAnalysis.model_construct(
         device_id=device_id,
         kind=cost.kind,
         flops=cost.flops,
-        bytes=ByteCounts(read=cost.bytes_read, written=cost.bytes_written, total=cost.bytes_total),
+        bytes=ByteCounts.model_construct(read=cost.bytes_read, written=cost.bytes_written, total=cost.bytes_total),
         arithmetic_intensity=result.arithmetic_intensity,
         ridge_point=result.ridge_point,
         bound=result.bound,
@@ -31,15 +33,16 @@ def roofline_response(device_id: str, result: RooflineResult) -> OperatorAnalysi
         memory_time_s=result.memory_time_s,
         time_s=result.time_s,
         mfu=result.mfu,
-        compute_roof=ComputeRoofOut(flops_per_s=compute.flops_per_s, dtype=compute.dtype, unit=compute.unit,
+        compute_roof=ComputeRoofOut.model_construct(flops_per_s=compute.flops_per_s, dtype=compute.dtype, unit=compute.unit,
                                     source=compute.source, citation=compute.citation),
-        memory_roof=MemoryRoofOut(level=memory.level, bytes_per_s=memory.bytes_per_s, source=memory.source,
+        memory_roof=MemoryRoofOut.model_construct(level=memory.level, bytes_per_s=memory.bytes_per_s, source=memory.source,
                                   citation=memory.citation),
         bound_level=memory.level,
-        levels=[LevelCeilingOut(level=c.roof.level, bytes=c.bytes, bytes_per_s=c.roof.bytes_per_s, source=c.roof.source,
+        levels=[LevelCeilingOut.model_construct(level=c.roof.level, bytes=c.bytes, bytes_per_s=c.roof.bytes_per_s, source=c.roof.source,
                                 time_s=c.time_s, arithmetic_intensity=c.arithmetic_intensity, ridge_point=c.ridge_point)
                 for c in result.levels],
-        achieved=AchievedOut(**vars(achieved)) if achieved else None,
+        achieved=AchievedOut.model_construct(**vars(achieved)) if achieved else None,
+        shape_efficiency=None,
         assumptions=list(result.assumptions),
     )
 

@@ -137,6 +137,10 @@ class DeviceCatalog:
         with self._lock:
             self._specs, self._measured, self._models, self._version = specs, measured, models, version
 
+    @property
+    def checks_by_stat(self) -> bool:
+        return bool(self._files)
+
     def ensure_fresh(self) -> None:
         if self._files:
             signature = _file_signature(self._files)

@@ -107,7 +107,7 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
         what_if=[WhatIf(**vars(w)) for w in what_if],
         device_id=device.id, model=name, phase=request.phase, batch_size=request.batch_size, seq_len=request.seq_len,
         tensor_parallel=request.tensor_parallel, params=ParamCounts(total=params.total, active=params.active),
-        rows=[RowOut(name=r.name, kind=r.kind, group=r.group, layers=r.layers, count=r.count, flops=r.flops,
+        rows=[RowOut.model_construct(name=r.name, kind=r.kind, group=r.group, layers=r.layers, count=r.count, flops=r.flops,
                      bytes=r.bytes, arithmetic_intensity=r.arithmetic_intensity, bound=r.bound, time_s=r.time_s,
                      total_time_s=r.total_time_s, weight_bytes=r.weight_bytes, kv_bytes_read=r.kv_bytes_read,
                      kv_bytes_written=r.kv_bytes_written) for r in result.rows],

@@ -7,6 +7,7 @@ header, a query string or a body, so no token can reach a log.
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import re
@@ -72,6 +73,12 @@ def configure_logging(level: str = "INFO") -> None:
     root.propagate = False
 
 
+@functools.lru_cache(maxsize=4096)
+def _children(method: str, route: str, status: int):
+    """The labelled series of one (method, route, status): looked up once, not on every request."""
+    return REQUESTS.labels(method=method, route=route, status=str(status)), LATENCY.labels(method=method, route=route)
+
+
 class ObservabilityMiddleware:
     def __init__(self, app):
         self.app = app
@@ -99,8 +106,9 @@ class ObservabilityMiddleware:
             elapsed = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope["method"]
-            REQUESTS.labels(method=method, route=route, status=str(status)).inc()
-            LATENCY.labels(method=method, route=route).observe(elapsed)
-            access_log.info("request", extra={"method": method, "route": route, "status": status,
-                                              "duration_ms": round(elapsed * 1000, 3), "request_id": request_id})
+            _children(method, route, status)[0].inc()
+            _children(method, route, status)[1].observe(elapsed)
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info("request", extra={"method": method, "route": route, "status": status,
+                                                  "duration_ms": round(elapsed * 1000, 3), "request_id": request_id})
             request_id_var.reset(token)

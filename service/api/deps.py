@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
 
@@ -24,9 +25,14 @@ def get_app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_catalog(request: Request) -> DeviceCatalog:
+async def get_catalog(request: Request) -> DeviceCatalog:
+    """The catalog, reloaded first if another worker or replica wrote since. On SQLite the check is a stat
+    of the database files, done inline; elsewhere it is a query, run off the event loop."""
     catalog = request.app.state.catalog
-    catalog.ensure_fresh()  # another worker or replica may have written since
+    if catalog.checks_by_stat:
+        catalog.ensure_fresh()
+    else:
+        await run_in_threadpool(catalog.ensure_fresh)
     return catalog
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Response
+from pydantic import BaseModel
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
 from schemas.fusion import SWIGLU_EXAMPLE, FusionAnalysis, FusionRequest
@@ -22,9 +23,14 @@ from service.api.responses import INVALID, NOT_FOUND
 router = APIRouter(prefix="/v1/analyze", tags=["analysis"])
 
 
+def json_response(model: BaseModel) -> Response:
+    """The answer serialised once by pydantic-core; FastAPI would validate it again against response_model."""
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
 # Pure computation with no I/O: an async route skips the thread-pool hop a plain def would take.
 @router.post(
-    "/operator", summary="Roofline of one operator", operation_id="analyze_operator",
+    "/operator", response_model=OperatorAnalysis, summary="Roofline of one operator", operation_id="analyze_operator",
     responses={**NOT_FOUND, **INVALID},
     description=(
         "Counts the operator's model FLOPs and ideal HBM bytes, then places it on the device's roofline. "
@@ -36,14 +42,14 @@ router = APIRouter(prefix="/v1/analyze", tags=["analysis"])
 async def analyze_operator_route(
     body: Annotated[OperatorAnalysisRequest, Body(openapi_examples=OPERATOR_EXAMPLES)],
     catalog: CatalogDep,
-) -> OperatorAnalysis:
+) -> Response:
     result = analyze_operator(body, catalog.get(body.device_id), catalog.measured(body.device_id))
     count_analysis(f"operator:{body.operator.kind}")
-    return result
+    return json_response(result)
 
 
 @router.post(
-    "/model", summary="Roofline of a transformer step", operation_id="analyze_model",
+    "/model", response_model=ModelAnalysis, summary="Roofline of a transformer step", operation_id="analyze_model",
     responses={**NOT_FOUND, **INVALID},
     description=(
         "One prefill or decode step of a catalog model (`model_id`) or an inline config (`model`), operator by "
@@ -54,14 +60,14 @@ async def analyze_operator_route(
 )
 async def analyze_model_route(
     body: Annotated[ModelAnalysisRequest, Body(openapi_examples=MODEL_EXAMPLES)], catalog: CatalogDep,
-) -> ModelAnalysis:
+) -> Response:
     result = analyze_model_request(body, catalog)
     count_analysis(f"model:{body.phase}")
-    return result
+    return json_response(result)
 
 
 @router.post(
-    "/kv-capacity", summary="KV-cache concurrency", operation_id="analyze_kv_capacity",
+    "/kv-capacity", response_model=KvCapacity, summary="KV-cache concurrency", operation_id="analyze_kv_capacity",
     responses={**NOT_FOUND, **INVALID},
     description=(
         "How many requests of `context_len` tokens fit beside the weights: floor((usable - weights - workspace) / "
@@ -71,14 +77,14 @@ async def analyze_model_route(
 )
 async def kv_capacity_route(
     body: Annotated[KvCapacityRequest, Body(openapi_examples=KV_EXAMPLES)], catalog: CatalogDep,
-) -> KvCapacity:
+) -> Response:
     result = kv_capacity_request(body, catalog)
     count_analysis("kv_capacity")
-    return result
+    return json_response(result)
 
 
 @router.post(
-    "/fusion", summary="What fusing kernels saves", operation_id="analyze_fusion",
+    "/fusion", response_model=FusionAnalysis, summary="What fusing kernels saves", operation_id="analyze_fusion",
     responses={**NOT_FOUND, **INVALID},
     description=(
         "A dataflow graph of operators over named tensors (shapes and dtypes), and groups of operators to fuse "
@@ -90,15 +96,15 @@ async def kv_capacity_route(
 async def analyze_fusion_route(
     body: Annotated[FusionRequest, Body(openapi_examples={"swiglu": {"summary": "SiLU(gate) x up", "value": SWIGLU_EXAMPLE}})],
     catalog: CatalogDep,
-) -> FusionAnalysis:
+) -> Response:
     result = analyze_fusion(body, catalog)
     count_analysis("fusion")
-    return result
+    return json_response(result)
 
 
 # A sweep can take a few hundred milliseconds: a plain def runs it in the thread pool, off the event loop.
 @router.post(
-    "/sweep", summary="Sweep one parameter", operation_id="analyze_sweep", responses={**NOT_FOUND, **INVALID},
+    "/sweep", response_model=SweepResult, summary="Sweep one parameter", operation_id="analyze_sweep", responses={**NOT_FOUND, **INVALID},
     description=(
         "Runs an operator or model analysis once per value of one parameter (a dotted path into the body, e.g. "
         "`operator.m`, `batch_size`, `seq_len`), from `values` or a `range`, up to 4,096 points. Answers one row "
@@ -106,20 +112,20 @@ async def analyze_fusion_route(
         "changes (with an interpolated estimate), and for a matmul the critical M at which it turns compute-bound."
     ),
 )
-def sweep_route(body: SweepRequest, catalog: CatalogDep) -> SweepResult:
+def sweep_route(body: SweepRequest, catalog: CatalogDep) -> Response:
     result = run_sweep(body, catalog)
     count_analysis(f"sweep:{body.endpoint}")
-    return result
+    return json_response(result)
 
 
 @router.post(
-    "/compare", summary="Compare devices", operation_id="analyze_compare", responses={**INVALID},
+    "/compare", response_model=CompareResult, summary="Compare devices", operation_id="analyze_compare", responses={**INVALID},
     description=(
         "One operator or model workload on each listed device, ranked by time (seconds), with each device's bound, "
         "MFU and, for models, tokens per second. Devices the workload cannot run on are listed under `errors`."
     ),
 )
-def compare_route(body: CompareRequest, catalog: CatalogDep) -> CompareResult:
+def compare_route(body: CompareRequest, catalog: CatalogDep) -> Response:
     result = compare_devices(body, catalog)
     count_analysis(f"compare:{body.endpoint}")
-    return result
+    return json_response(result)

@@ -1,0 +1,184 @@
+"""Throughput and latency of the service as it runs in production, against a ceiling measured in the
+same run: `make bench` (or `python bench/run.py`).
+
+Each configuration (1 and 2 uvicorn workers) serves the service on a fresh SQLite database and the
+ceiling app (bench/ceiling.py) the same way; wrk drives each endpoint from a separate process at
+concurrency 32 and the table reports requests/s, p50 and p99 latency, the ratio to the ceiling's
+requests/s, and each worker's peak resident memory. Set BENCH_SECONDS to change the duration per run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
+CONNECTIONS, THREADS = 32, 2
+TOKEN = "bench-token"
+
+ENDPOINTS = {
+    "healthz": ("GET", "/healthz", None),
+    "operator: matmul": ("POST", "/v1/analyze/operator", {
+        "device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096}}),
+    "operator: attention": ("POST", "/v1/analyze/operator", {
+        "device_id": "nvidia-h100-sxm", "operator": {"kind": "attention", "heads": 32, "kv_heads": 8, "head_dim": 128,
+                                                     "q_len": 4096, "causal": True}}),
+    "model: llama-3.1-70b decode tp4": ("POST", "/v1/analyze/model", {
+        "device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "phase": "decode", "batch_size": 32,
+        "seq_len": 4096, "tensor_parallel": 4}),
+    "kv-capacity": ("POST", "/v1/analyze/kv-capacity", {
+        "device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "context_len": 8192, "tensor_parallel": 4,
+        "memory_utilization": 0.9}),
+    "sweep: 256 points": ("POST", "/v1/analyze/sweep", {
+        "endpoint": "model", "parameter": "seq_len", "range": {"start": 16, "stop": 4096, "step": 16},
+        "request": {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 16}}),
+}
+TARGET_RATIO = {"operator: matmul": 0.5, "operator: attention": 0.5, "model: llama-3.1-70b decode tp4": 1 / 3}
+
+
+def ensure_wrk() -> str:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    print("installing wrk (Debian package)...", file=sys.stderr)
+    subprocess.run(["apt-get", "update", "-qq"], check=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    return shutil.which("wrk")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve(app: str, workers: int, env: dict) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+         "--no-access-log", "--log-level", "warning"],
+        cwd=ROOT, env={**os.environ, **env}, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(base + ("/healthz" if "service" in app else "/"), timeout=1).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise SystemExit(f"{app} did not start")
+
+
+def worker_pids(process: subprocess.Popen) -> list[int]:
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == process.pid:
+                children.append(int(entry.name))
+    # One worker: uvicorn serves in the process itself; several: in children (one is a resource tracker).
+    return [pid for pid in children if "uvicorn" in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+            or "multiprocessing" in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")] or [process.pid]
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def stop(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+def lua_script(directory: Path, name: str, method: str, body: dict | None) -> Path:
+    script = directory / f"{re.sub(r'[^a-z0-9]+', '-', name.lower())}.lua"
+    lines = [f'wrk.method = "{method}"']
+    if body is not None:
+        lines += [f"wrk.body = [==[{json.dumps(body)}]==]", 'wrk.headers["Content-Type"] = "application/json"']
+    script.write_text("\n".join(lines) + "\n")
+    return script
+
+
+def to_ms(text: str) -> float:
+    value, unit = re.match(r"([\d.]+)(us|ms|s)", text).groups()
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def drive(wrk: str, url: str, script: Path) -> dict:
+    out = subprocess.run([wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{SECONDS}s", "--latency", "-s", str(script), url],
+                         capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p50 = to_ms(re.search(r"\s50%\s+(\S+)", out).group(1))
+    p99 = to_ms(re.search(r"\s99%\s+(\S+)", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"rps": rps, "p50": p50, "p99": p99, "errors": int(errors.group(1)) if errors else 0}
+
+
+def main() -> None:
+    wrk = ensure_wrk()
+    results = []
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        scripts = {name: lua_script(scratch, name, method, body) for name, (method, _, body) in ENDPOINTS.items()}
+        get_script = lua_script(scratch, "ceiling", "GET", None)
+        for workers in (1, 2):
+            database = scratch / f"bench-{workers}.db"
+            env = {"ROOFLINE_DATABASE_URL": f"sqlite:///{database}", "ROOFLINE_API_TOKENS": f"bench={TOKEN}",
+                   "ROOFLINE_LOG_LEVEL": "WARNING"}
+            subprocess.run([sys.executable, "-m", "service.migrate"], cwd=ROOT, env={**os.environ, **env}, check=True,
+                           stdout=subprocess.DEVNULL)
+            ceiling_process, ceiling_url = serve("bench.ceiling:app", workers, {})
+            ceiling = drive(wrk, ceiling_url + "/", get_script)
+            stop(ceiling_process)
+            results.append({"workers": workers, "endpoint": "ceiling (bare FastAPI)", **ceiling, "ratio": 1.0})
+            service, base = serve("service.main:app", workers, env)
+            for name, (_, path, _) in ENDPOINTS.items():
+                outcome = drive(wrk, base + path, scripts[name])
+                results.append({"workers": workers, "endpoint": name, **outcome, "ratio": outcome["rps"] / ceiling["rps"]})
+            rss = [peak_rss_mb(pid) for pid in worker_pids(service)]
+            stop(service)
+            results.append({"workers": workers, "endpoint": "peak RSS per worker (MB)", "rss": rss})
+    report(results)
+
+
+def report(results: list[dict]) -> None:
+    print(f"\nwrk -t{THREADS} -c{CONNECTIONS} -d{SECONDS}s per row; ratio = requests/s over the ceiling's in the same "
+          "configuration; this machine: " + f"{os.cpu_count()} CPUs\n")
+    print(f"| workers | endpoint | requests/s | p50 ms | p99 ms | ratio to ceiling | non-2xx | target |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in results:
+        if "rss" in row:
+            worst = max(row["rss"])
+            print(f"| {row['workers']} | {row['endpoint']} | {', '.join(f'{r:.0f}' for r in row['rss'])} | | | | | "
+                  f"{'met' if worst < 150 else 'MISSED'} (< 150) |")
+            continue
+        target = []
+        if row["endpoint"] in TARGET_RATIO:
+            target.append(("met" if row["ratio"] >= TARGET_RATIO[row["endpoint"]] else "MISSED")
+                          + f" ratio >= {TARGET_RATIO[row['endpoint']]:.2f}")
+        if not row["endpoint"].startswith(("sweep", "ceiling")):
+            target.append(("met" if row["p99"] < 50 else "MISSED") + " p99 < 50 ms")
+        print(f"| {row['workers']} | {row['endpoint']} | {row['rps']:,.0f} | {row['p50']:.2f} | {row['p99']:.2f} | "
+              f"{row['ratio']:.2f} | {row['errors']} | {'; '.join(target)} |")
+
+
+if __name__ == "__main__":
+    main()
