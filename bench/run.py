@@ -162,7 +162,7 @@ def main() -> None:
 def report(results: list[dict]) -> None:
     print(f"\nwrk -t{THREADS} -c{CONNECTIONS} -d{SECONDS}s per row; ratio = requests/s over the ceiling's in the same "
           "configuration; this machine: " + f"{os.cpu_count()} CPUs\n")
-    print(f"| workers | endpoint | requests/s | p50 ms | p99 ms | ratio to ceiling | non-2xx | target |")
+    print("| workers | endpoint | requests/s | p50 ms | p99 ms | ratio to ceiling | non-2xx | target |")
     print("|---|---|---|---|---|---|---|---|")
     for row in results:
         if "rss" in row:
