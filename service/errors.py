@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from schemas.benchmarks import BENCHMARK_KINDS
@@ -131,6 +132,15 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http_error(_request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code, "http_error")
         return JSONResponse(_body(code, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(DataError)
+    async def _unstorable(_request: Request, exc: DataError):
+        # PostgreSQL refuses what SQLite would store (NUL characters, integers beyond the column's range):
+        # the client's value is at fault, and the transaction was rolled back, so nothing was written.
+        log.warning("value refused by the database: %s", type(exc.orig).__name__ if exc.orig else "DataError")
+        return JSONResponse(_body("unprocessable", "a value in the request cannot be stored or looked up "
+                                  "(a NUL character, or a number beyond the database's range)",
+                                  [{"loc": "request", "msg": "value refused by the database"}]), status_code=422)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception):

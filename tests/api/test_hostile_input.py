@@ -62,3 +62,14 @@ def test_reads_never_need_a_token(client):
     assert client.get("/v1/devices/nvidia-h100-sxm/benchmarks").status_code == 200
     assert client.post("/v1/analyze/operator", json={
         "device_id": "nvidia-h100-sxm", "operator": {"kind": "softmax", "shape": [8]}}).status_code == 200
+
+
+def test_values_the_database_cannot_hold_are_422_and_write_nothing(client):
+    # PostgreSQL refuses NUL characters in text; SQLite stores them. Either way: no 5xx, no partial write.
+    body = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3e12, "tool": "nul\u0000tool"}
+    response = client.post("/v1/devices/nvidia-h100-sxm/benchmarks", json=body, headers=AUTH)
+    assert response.status_code in (201, 422)
+    if response.status_code == 422:
+        assert client.get("/v1/devices/nvidia-h100-sxm/benchmarks").json() == []
+    assert client.delete("/v1/devices/nvidia-h100-sxm/benchmarks/2498999382295761", headers=AUTH).status_code == 422
+    assert client.get("/v1/devices/nul%00id").status_code in (404, 422)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Response, status
+from fastapi import APIRouter, Body, Path, Query, Response, status
 
 from schemas.benchmarks import (
     BandwidthBenchmarkCreate, BenchmarkCreate, BenchmarkPublic, ComputeBenchmarkCreate, DeviceRoofs, ErtImport,
@@ -70,7 +70,7 @@ def list_benchmarks(
     kind: Annotated[str | None, Query(pattern="^(compute|memory_bandwidth)$")] = None,
     dtype: DTypeName | None = None, unit: UnitName | None = None, level: MemoryLevelName | None = None,
     host: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 1000, offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000, offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> list[BenchmarkPublic]:
     catalog.get(device_id)
     rows = repository.list_benchmarks(session, device_id=device_id, kind=kind, dtype=dtype, unit=unit, level=level,
@@ -81,7 +81,8 @@ def list_benchmarks(
 @router.delete("/benchmarks/{benchmark_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Remove a measurement",
                operation_id="delete_benchmark", responses={**UNAUTHORIZED, **NOT_FOUND},
                description="Removes a bad submission; the effective roofs are recomputed without it.")
-def delete_benchmark(device_id: str, benchmark_id: int, session: SessionDep, catalog: CatalogDep,
+def delete_benchmark(device_id: str, benchmark_id: Annotated[int, Path(ge=1, le=2**31 - 1)], session: SessionDep,
+                     catalog: CatalogDep,
                      _writer: WriterDep) -> Response:
     repository.delete_benchmark(session, device_id=device_id, benchmark_id=benchmark_id)
     catalog.reload()
