@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate test test-fast clean bench
+.PHONY: install install-test serve migrate test test-fast clean bench bench-sweep
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,3 +46,7 @@ clean:
 # Throughput and latency against a bare FastAPI ceiling, with wrk (installed from Debian if missing).
 bench: install
 	$(BIN)/python bench/run.py
+
+# A 4,096-point model sweep through the full request path, in-process.
+bench-sweep: install
+	$(BIN)/python bench/sweep.py

@@ -9,23 +9,30 @@ from pydantic import BaseModel
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
 from schemas.fusion import SWIGLU_EXAMPLE, FusionAnalysis, FusionRequest
-from schemas.models import KvCapacity, KvCapacityRequest, ModelAnalysis, ModelAnalysisRequest
-from service.analysis import analyze_operator
+from schemas.models import (
+    KvCapacity,
+    KvCapacityRequest,
+    ModelAnalysis,
+    ModelAnalysisRequest,
+)
 from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepResult
-from service.fusion import analyze_fusion
-from service.sweeps import compare_devices, run_sweep
-from service.model_specs import analyze_model_request, kv_capacity_request
-from service.observability import count_analysis
+from service.analysis import analyze_operator
 from service.api.deps import CatalogDep
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.api.responses import INVALID, NOT_FOUND
+from service.fusion import analyze_fusion
+from service.model_specs import analyze_model_request, kv_capacity_request
+from service.observability import count_analysis
+from service.sweeps import compare_devices, run_sweep
 
 router = APIRouter(prefix="/v1/analyze", tags=["analysis"])
 
 
-def json_response(model: BaseModel) -> Response:
-    """The answer serialised once by pydantic-core; FastAPI would validate it again against response_model."""
-    return Response(model.model_dump_json(), media_type="application/json")
+def answered(result: BaseModel, kind: str) -> Response:
+    """Counts the analysis, and serialises the answer once with pydantic-core (returning the model would
+    make FastAPI validate it again against response_model)."""
+    count_analysis(kind)
+    return Response(result.model_dump_json(), media_type="application/json")
 
 
 # Pure computation with no I/O: an async route skips the thread-pool hop a plain def would take.
@@ -44,8 +51,7 @@ async def analyze_operator_route(
     catalog: CatalogDep,
 ) -> Response:
     result = analyze_operator(body, catalog.get(body.device_id), catalog.measured(body.device_id))
-    count_analysis(f"operator:{body.operator.kind}")
-    return json_response(result)
+    return answered(result, f"operator:{body.operator.kind}")
 
 
 @router.post(
@@ -61,9 +67,7 @@ async def analyze_operator_route(
 async def analyze_model_route(
     body: Annotated[ModelAnalysisRequest, Body(openapi_examples=MODEL_EXAMPLES)], catalog: CatalogDep,
 ) -> Response:
-    result = analyze_model_request(body, catalog)
-    count_analysis(f"model:{body.phase}")
-    return json_response(result)
+    return answered(analyze_model_request(body, catalog), f"model:{body.phase}")
 
 
 @router.post(
@@ -78,9 +82,7 @@ async def analyze_model_route(
 async def kv_capacity_route(
     body: Annotated[KvCapacityRequest, Body(openapi_examples=KV_EXAMPLES)], catalog: CatalogDep,
 ) -> Response:
-    result = kv_capacity_request(body, catalog)
-    count_analysis("kv_capacity")
-    return json_response(result)
+    return answered(kv_capacity_request(body, catalog), "kv_capacity")
 
 
 @router.post(
@@ -97,9 +99,7 @@ async def analyze_fusion_route(
     body: Annotated[FusionRequest, Body(openapi_examples={"swiglu": {"summary": "SiLU(gate) x up", "value": SWIGLU_EXAMPLE}})],
     catalog: CatalogDep,
 ) -> Response:
-    result = analyze_fusion(body, catalog)
-    count_analysis("fusion")
-    return json_response(result)
+    return answered(analyze_fusion(body, catalog), "fusion")
 
 
 # A sweep can take a few hundred milliseconds: a plain def runs it in the thread pool, off the event loop.
@@ -113,9 +113,7 @@ async def analyze_fusion_route(
     ),
 )
 def sweep_route(body: SweepRequest, catalog: CatalogDep) -> Response:
-    result = run_sweep(body, catalog)
-    count_analysis(f"sweep:{body.endpoint}")
-    return json_response(result)
+    return answered(run_sweep(body, catalog), f"sweep:{body.endpoint}")
 
 
 @router.post(
@@ -126,6 +124,4 @@ def sweep_route(body: SweepRequest, catalog: CatalogDep) -> Response:
     ),
 )
 def compare_route(body: CompareRequest, catalog: CatalogDep) -> Response:
-    result = compare_devices(body, catalog)
-    count_analysis(f"compare:{body.endpoint}")
-    return json_response(result)
+    return answered(compare_devices(body, catalog), f"compare:{body.endpoint}")
