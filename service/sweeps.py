@@ -17,9 +17,10 @@ from service.analysis import analyze_operator
 from service.catalog import DeviceCatalog
 from service.core.dtypes import bytes_per_element
 from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
-from service.core.transformer.analysis import Evaluator
+from service.core.errors import CostModelError
+from service.core.transformer.analysis import Evaluator, affine_sweep
 from service.errors import ServiceError, Unprocessable, invalid_nested
-from service.model_specs import run_model_analysis, serving_metrics
+from service.model_specs import core_dtypes, resolve_model, run_model_analysis, serving_metrics, unprocessable
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
 
@@ -74,10 +75,56 @@ def _dominant(shares: dict[str, float]) -> str:
     return max(shares, key=shares.get)
 
 
+def _affine_sweep_rows(request: SweepRequest, values: list[float],
+                       catalog: DeviceCatalog) -> tuple[list[SweepRow], list[float]] | None:
+    """Model sweeps over batch_size or a decode seq_len, exactly and at once (see core affine_sweep);
+    None when that does not apply."""
+    if request.endpoint != "model" or request.parameter not in ("batch_size", "seq_len"):
+        return None
+    if not all(float(v).is_integer() and 1 <= v <= 2**24 for v in values):
+        return None  # let the per-point path name the offending value
+    parameter = request.parameter
+    first = _point_request(ModelAnalysisRequest, request.request, [parameter], values[0], 0)
+    _point_request(ModelAnalysisRequest, request.request, [parameter], values[-1], len(values) - 1)
+    if first.output_len or first.speedups:
+        return None
+    device = catalog.get(first.device_id)
+    _, arch = resolve_model(first, catalog)
+    evaluator = Evaluator(device, catalog.measured(device.id), RoofMode(first.roofs), first.sustained_clock_hz)
+    try:
+        summaries = affine_sweep(arch, evaluator, parameter=parameter, values=[int(v) for v in values],
+                                 phase=first.phase, batch=first.batch_size, seq_len=first.seq_len,
+                                 dtypes=core_dtypes(first), tensor_parallel=first.tensor_parallel,
+                                 attention_implementation=first.attention_implementation)
+    except CostModelError as exc:
+        raise unprocessable(exc, "body.request") from None
+    if summaries is None:
+        return None
+    rows, margins = [], []
+    tokens_per_sequence = first.seq_len if first.phase == "prefill" else 1
+    for value, summary in zip(values, summaries):
+        t = summary.totals
+        batch = summary.value if parameter == "batch_size" else first.batch_size
+        shares = {"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
+                  "interconnect": t.interconnect_time_share}
+        rows.append(SweepRow.model_construct(
+            value=value, time_s=t.time_s, bound=_dominant(shares), flops=t.flops, bytes=t.bytes, arithmetic_intensity=None,
+            mfu=summary.mfu, memory_bound_time_share=t.memory_bound_time_share,
+            ttft_s=t.time_s if first.phase == "prefill" else None, tpot_s=None if first.phase == "prefill" else t.time_s,
+            tokens_per_s=batch * tokens_per_sequence / t.time_s))
+        margins.append((t.compute_bound_time_share - t.memory_bound_time_share) * t.time_s)
+    return rows, margins
+
+
 def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
     values = sweep_values(request)
     path = request.parameter.split(".")
     request_model = REQUEST_MODELS[request.endpoint]
+    fast = _affine_sweep_rows(request, values, catalog)
+    if fast is not None:
+        rows, margins = fast
+        return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=rows,
+                           crossover=_crossovers(rows, margins), critical_m=None)
     rows: list[SweepRow] = []
     margins: list[float] = []  # compute time minus memory time: its sign is the bound
     evaluators: dict[tuple, Evaluator] = {}

@@ -93,3 +93,15 @@ def test_amdahl_what_if(client):
     assert both["speedup"] > max(attention["speedup"], matmul["speedup"])
     unknown = client.post("/v1/analyze/model", json={**base, "speedups": [{"target": "convolution", "factor": 2}]})
     assert unknown.status_code == 422 and "matches no row" in unknown.json()["detail"]
+
+
+def test_batch_sweep_answers_match_single_analyses(client):
+    request = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "phase": "decode", "seq_len": 2048,
+               "tensor_parallel": 4}
+    body = sweep(client, endpoint="model", request=request, parameter="batch_size", values=[1, 7, 64, 512]).json()
+    for row in body["rows"]:
+        single = client.post("/v1/analyze/model", json={**request, "batch_size": int(row["value"])}).json()
+        assert row["tpot_s"] == pytest.approx(single["tpot_s"], rel=1e-9)
+        assert row["flops"] == pytest.approx(single["totals"]["flops"], rel=1e-9)
+        assert row["tokens_per_s"] == pytest.approx(single["tokens_per_s"], rel=1e-9)
+        assert row["mfu"] == pytest.approx(single["mfu"], rel=1e-9)

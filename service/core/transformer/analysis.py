@@ -37,13 +37,16 @@ class RowResult(NamedTuple):
     kv_bytes_written: float
     instances: int = 0  # layers x count
     total_time_s: float = 0.0  # time_s x instances
+    compute_time_s: float = 0.0  # of one instance: FLOPs / compute roof
+    memory_time_s: float = 0.0  # of one instance: bytes / bandwidth (HBM, or the interconnect)
 
 
-def _row(name, kind, group, layers, count, flops, bytes_, intensity, bound, level, time_s, weights, kv_read,
-         kv_written) -> RowResult:
+def _row(name, kind, group, layers, count, flops, bytes_, intensity, bound, level, compute_time, memory_time, weights,
+         kv_read, kv_written) -> RowResult:
     instances = layers * count
+    time_s = max(compute_time, memory_time)
     return RowResult(name, kind, group, layers, count, flops, bytes_, intensity, bound, level, time_s, weights, kv_read,
-                     kv_written, instances, time_s * instances)
+                     kv_written, instances, time_s * instances, compute_time, memory_time)
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,7 @@ class Evaluator:
             if not link:
                 raise CostModelError("tensor_parallel", f"device {self.device.id} has no interconnect bandwidth")
             return _row(row.name, row.kind, group, layers, row.count, 0.0, row.comm_bytes, None, "interconnect",
-                        None, row.comm_bytes / link, 0.0, 0.0, 0.0)
+                        None, 0.0, row.comm_bytes / link, 0.0, 0.0, 0.0)
         cost = row.cost
         flops_per_s = self.compute_roof(cost)[0]
         bandwidth = self.hbm.bytes_per_s
@@ -134,8 +137,7 @@ class Evaluator:
         intensity = cost.flops / cost.bytes_total
         bound = "compute" if intensity >= flops_per_s / bandwidth else "memory"
         return _row(row.name, row.kind, group, layers, row.count, cost.flops, cost.bytes_total, intensity, bound,
-                    "hbm", max(compute_time, memory_time), cost.weight_bytes_read, cost.kv_bytes_read,
-                    cost.kv_bytes_written)
+                    "hbm", compute_time, memory_time, cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written)
 
     def times(self, cost: OperatorCost) -> tuple[float, float]:
         return cost.flops / self.compute_roof(cost)[0], cost.bytes_total / self.hbm.bytes_per_s
@@ -286,3 +288,67 @@ def decode_time_sum(arch: Architecture, evaluator: Evaluator, *, batch: int, fir
             else:
                 total += group.count * row.count * _sum_max_affine(a, b, c, d, lo, hi)
     return fixed * steps + total
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    value: int
+    totals: Totals
+    mfu: float | None
+
+
+def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, values: list[int], phase: str,
+                 batch: int, seq_len: int, dtypes: ModelDTypes, tensor_parallel: int = 1,
+                 attention_implementation: str = "flash") -> list[StepSummary] | None:
+    """The same step at many values of batch_size (or, in decode, seq_len), exactly, from two analyses.
+
+    Every row's FLOPs and bytes are affine in the batch (tokens = batch x q_len), and in a decode step's
+    context (only attention reads it, over context + 1 keys), so each row's compute and memory times are lines
+    through their values at 1 and 2, and its time the larger of the two. Where a row is not affine the answer
+    is None and the caller steps point by point: MoE (expected distinct experts) or the embedding past the
+    vocabulary (it reads min(tokens, vocab) rows) in a batch sweep; sliding windows (capped keys) or prefill
+    (quadratic attention) in a context sweep.
+    """
+    if parameter == "batch_size":
+        q_len = seq_len if phase == "prefill" else 1
+        if arch.moe is not None or max(values) * q_len >= arch.vocab:
+            return None
+    elif parameter != "seq_len" or phase != "decode" or any(g.sliding_window for g in arch.groups):
+        return None
+    options = dict(phase=phase, batch=batch, seq_len=seq_len, dtypes=dtypes, tensor_parallel=tensor_parallel,
+                   attention_implementation=attention_implementation, explain=False)
+    keyword = "batch" if parameter == "batch_size" else "seq_len"
+    one, two = (analyze_model(arch, evaluator, **{**options, keyword: v}) for v in (1, 2))
+    lines = []
+    for r1, r2 in zip(one.rows, two.rows, strict=True):
+        lines.append((r1.instances, r1.bound == "interconnect", r1.flops, r2.flops - r1.flops, r1.bytes,
+                      r2.bytes - r1.bytes, r1.compute_time_s, r2.compute_time_s - r1.compute_time_s,
+                      r1.memory_time_s, r2.memory_time_s - r1.memory_time_s, r1.weight_bytes,
+                      r2.weight_bytes - r1.weight_bytes, r1.kv_bytes_read, r2.kv_bytes_read - r1.kv_bytes_read,
+                      r1.kv_bytes_written, r2.kv_bytes_written - r1.kv_bytes_written))
+    summaries = []
+    peak = one.peak_flops_per_s
+    for value in values:
+        x = value - 1
+        flops = hbm = link = weights = kv_read = kv_written = 0.0
+        by_bound = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
+        for n, comm, f0, f1, b0, b1, c0, c1, m0, m1, w0, w1, kr0, kr1, kw0, kw1 in lines:
+            compute, memory = c0 + c1 * x, m0 + m1 * x
+            flops += (f0 + f1 * x) * n
+            weights += (w0 + w1 * x) * n
+            kv_read += (kr0 + kr1 * x) * n
+            kv_written += (kw0 + kw1 * x) * n
+            if comm:
+                link += (b0 + b1 * x) * n
+                by_bound["interconnect"] += memory * n
+            else:
+                hbm += (b0 + b1 * x) * n
+                by_bound["compute" if compute >= memory else "memory"] += max(compute, memory) * n
+        time = sum(by_bound.values())
+        totals = Totals(flops=flops, bytes=hbm, weight_bytes_read=weights, kv_bytes_read=kv_read,
+                        kv_bytes_written=kv_written, interconnect_bytes=link, time_s=time,
+                        memory_bound_time_share=by_bound["memory"] / time,
+                        compute_bound_time_share=by_bound["compute"] / time,
+                        interconnect_time_share=by_bound["interconnect"] / time)
+        summaries.append(StepSummary(value, totals, flops / (time * peak) if peak else None))
+    return summaries

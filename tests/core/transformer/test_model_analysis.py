@@ -167,3 +167,40 @@ def test_sum_of_the_larger_of_two_lines():
     for a, b, c, d, lo, hi in [(0, 1, 5, 0.5, 1, 30), (10, 0, 0, 1, 3, 8), (0, 2, 1, 1, 1, 1), (5, 1, 0, 2, 20, 40),
                                (3, 1, 3, 1, 1, 9), (0, 1, 100, 0, 1, 50)]:
         assert _sum_max_affine(a, b, c, d, lo, hi) == pytest.approx(sum(max(a + b * m, c + d * m) for m in range(lo, hi + 1)))
+
+
+@pytest.mark.parametrize("model_id, phase, tp", [("llama-3.1-70b", "decode", 4), ("gemma-2-9b", "prefill", 1),
+                                                  ("deepseek-v3", "decode", 8)])
+def test_batch_sweep_fast_path_equals_stepping(model_id, phase, tp):
+    from service.core.transformer.analysis import affine_sweep
+
+    model = arch(model_id)
+    batches = [1, 3, 17, 64, 255]
+    fast = affine_sweep(model, H100, parameter="batch_size", values=batches, phase=phase, batch=1, seq_len=128,
+                        dtypes=BF16, tensor_parallel=tp)
+    if model.moe is not None:
+        assert fast is None  # expected distinct experts are not affine in the batch: stepped instead
+        return
+    for summary, batch in zip(fast, batches):
+        direct = analyze_model(model, H100, phase=phase, batch=batch, seq_len=128, dtypes=BF16, tensor_parallel=tp)
+        for field in ("flops", "bytes", "time_s", "weight_bytes_read", "kv_bytes_read", "memory_bound_time_share",
+                      "interconnect_bytes"):
+            assert getattr(summary.totals, field) == pytest.approx(getattr(direct.totals, field), rel=1e-9), field
+        assert summary.mfu == pytest.approx(direct.mfu, rel=1e-9)
+
+
+@pytest.mark.parametrize("model_id", ["llama-3.1-8b", "deepseek-v3", "mixtral-8x7b", "mistral-7b-v0.1"])
+def test_context_sweep_fast_path_equals_stepping(model_id):
+    from service.core.transformer.analysis import affine_sweep
+
+    model = arch(model_id)
+    contexts = [1, 2, 100, 4095, 32768]
+    fast = affine_sweep(model, H100, parameter="seq_len", values=contexts, phase="decode", batch=8, seq_len=1,
+                        dtypes=BF16)
+    if any(g.sliding_window for g in model.groups):
+        assert fast is None  # windowed layers cap the keys: not affine, stepped instead
+        return
+    for summary, context in zip(fast, contexts):
+        direct = analyze_model(model, H100, phase="decode", batch=8, seq_len=context, dtypes=BF16)
+        for field in ("flops", "bytes", "time_s", "kv_bytes_read", "compute_bound_time_share"):
+            assert getattr(summary.totals, field) == pytest.approx(getattr(direct.totals, field), rel=1e-9), field
