@@ -22,7 +22,7 @@ migrate: install
 
 # Migrates the embedded SQLite database (./data/roofline.db) and serves the API.
 serve: migrate
-	$(BIN)/uvicorn service.main:app --host $(HOST) --port $(PORT)
+	$(BIN)/uvicorn service.main:app --host $(HOST) --port $(PORT) --no-access-log
 
 POSTGRES_TEST_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 
