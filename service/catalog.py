@@ -166,6 +166,3 @@ class DeviceCatalog:
 
     def measured(self, device_id: str) -> MeasuredRoofs:
         return self._measured.get(device_id, NO_MEASUREMENTS)
-
-    def __len__(self) -> int:
-        return len(self._specs)

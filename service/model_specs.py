@@ -90,7 +90,6 @@ def serving_metrics(request: ModelAnalysisRequest, result, prefill) -> dict:
 
 
 def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> ModelAnalysis:
-    device = catalog.get(request.device_id)
     name, arch, result, prefill = run_model_analysis(request, catalog)
     totals = result.totals
     params = model_params(arch)
@@ -105,7 +104,7 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
             raise unprocessable(exc, "body") from None
     return ModelAnalysis(
         what_if=[WhatIf(**vars(w)) for w in what_if],
-        device_id=device.id, model=name, phase=request.phase, batch_size=request.batch_size, seq_len=request.seq_len,
+        device_id=request.device_id, model=name, phase=request.phase, batch_size=request.batch_size, seq_len=request.seq_len,
         tensor_parallel=request.tensor_parallel, params=ParamCounts(total=params.total, active=params.active),
         rows=[RowOut.model_construct(name=r.name, kind=r.kind, group=r.group, layers=r.layers, count=r.count, flops=r.flops,
                      bytes=r.bytes, arithmetic_intensity=r.arithmetic_intensity, bound=r.bound, time_s=r.time_s,

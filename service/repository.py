@@ -44,6 +44,12 @@ def _insert(session: Session, row, what: str, key: str):
     return row
 
 
+def _delete(session: Session, row) -> None:
+    session.delete(row)
+    _bump_version(session)
+    session.commit()
+
+
 def create_device(session: Session, *, device_id: str, spec: dict[str, Any], origin: str = "user") -> Device:
     now = utcnow()
     return _insert(session, Device(id=device_id, origin=origin, created_at=now, updated_at=now, **spec), "device", device_id)
@@ -62,10 +68,7 @@ def replace_device(session: Session, *, device_id: str, spec: dict[str, Any]) ->
 
 
 def delete_device(session: Session, *, device_id: str) -> None:
-    device = get_device(session, device_id=device_id)
-    session.delete(device)
-    _bump_version(session)
-    session.commit()
+    _delete(session, get_device(session, device_id=device_id))
 
 
 def ping(session: Session) -> None:
@@ -104,9 +107,7 @@ def delete_benchmark(session: Session, *, device_id: str, benchmark_id: int) -> 
     row = session.get(Benchmark, benchmark_id)
     if row is None or row.device_id != device_id:
         raise BenchmarkNotFound(device_id, benchmark_id)
-    session.delete(row)
-    _bump_version(session)
-    session.commit()
+    _delete(session, row)
 
 
 def list_models(session: Session) -> list[ModelConfig]:
@@ -129,6 +130,4 @@ def create_model(session: Session, *, model_id: str, name: str, family: str, con
 
 
 def delete_model(session: Session, *, model_id: str) -> None:
-    session.delete(get_model(session, model_id=model_id))
-    _bump_version(session)
-    session.commit()
+    _delete(session, get_model(session, model_id=model_id))
