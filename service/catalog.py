@@ -1,12 +1,11 @@
 """The nominal catalog file, and the in-memory view of devices and measured roofs that analyses read.
 
-Analyses never touch the database: they read this cache, which is rebuilt after every write.
+Analyses never touch the database: they read this cache, which is rebuilt when a write is seen.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import defaultdict
 from functools import lru_cache
@@ -18,6 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service import repository
+from service.change_probe import SqliteCommitProbe
 from service.core.hardware import DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
 from service.errors import DeviceNotFound, ModelNotFound
@@ -92,65 +92,52 @@ def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
     }
 
 
-def sqlite_files(engine: Engine) -> tuple[str, ...]:
-    if engine.dialect.name != "sqlite" or not engine.url.database or engine.url.database == ":memory:":
-        return ()
-    return (engine.url.database, engine.url.database + "-wal")
-
-
-def _file_signature(paths: tuple[str, ...]) -> tuple:
-    signature = []
-    for path in paths:
-        try:
-            stat = os.stat(path)
-            signature.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
-        except FileNotFoundError:
-            signature.append(None)
-    return tuple(signature)
-
-
 class DeviceCatalog:
     """Devices, measured roofs and models, held in memory and reloaded when the catalog's version moves.
 
-    Every write bumps catalog_state.version in its own transaction, so a process notices writes made by
-    other workers or replicas: before serving, it compares the stored version with the one it loaded.
-    On SQLite that comparison is skipped while the database files are untouched (a stat, no query)."""
+    Every write bumps catalog_state.version in its own transaction. Before serving, a process checks
+    whether anything was committed since it loaded: on SQLite with a commit probe (microseconds, safe on
+    the event loop), elsewhere by querying the version. The catalog reads through an engine of its own,
+    given by the caller: a request holding a pooled connection then never waits on the catalog for a
+    second one, which under load starved the pool (requests each holding one connection, all waiting
+    for another). Refreshes are serialised, so a slower, older load never replaces a newer one."""
 
     def __init__(self, engine: Engine):
         self._engine = engine
+        self._probe = SqliteCommitProbe.for_engine(engine)
         self._version: int | None = None
-        self._files = sqlite_files(engine)
-        self._signature: tuple | None = None
-        self._lock = threading.Lock()
+        self._commits_seen: int | None = None
+        self._refresh_lock = threading.Lock()
         self._specs: dict[str, DeviceSpec] = {}
         self._measured: dict[str, MeasuredRoofs] = {}
         self._models: dict[str, tuple[ModelConfig, Architecture]] = {}
 
-    def reload(self) -> None:
+    def is_known_current(self) -> bool:
+        """True only when certainly nothing was committed since the last load."""
+        return self._probe is not None and self._probe.commit_counter() == self._commits_seen
+
+    def refresh(self, force: bool = False) -> None:
+        """Reloads if the stored version moved (or always, with force). Blocking: run it off the event loop."""
         from service.model_specs import architecture_of
 
-        with Session(self._engine) as session:
-            version = repository.catalog_version(session)
-            specs = {row.id: device_spec(row.model_dump()) for row in repository.list_devices(session)}
-            measured = measured_roofs(repository.all_benchmarks(session))
-            models = {row.id: (row, architecture_of(row.config)) for row in repository.list_models(session)}
-        with self._lock:
-            self._specs, self._measured, self._models, self._version = specs, measured, models, version
+        with self._refresh_lock:
+            with Session(self._engine) as session:
+                # Connected first (its set-up may switch the journal mode, which counts as a change), then
+                # the counter, then the data: a commit that lands during the load moves the counter again.
+                session.connection()
+                commits = self._probe.commit_counter() if self._probe else None
+                version = repository.catalog_version(session)
+                if force or version != self._version:
+                    specs = {row.id: device_spec(row.model_dump()) for row in repository.list_devices(session)}
+                    measured = measured_roofs(repository.all_benchmarks(session))
+                    models = {row.id: (row, architecture_of(row.config)) for row in repository.list_models(session)}
+                    self._specs, self._measured, self._models, self._version = specs, measured, models, version
+            self._commits_seen = commits
 
-    @property
-    def checks_by_stat(self) -> bool:
-        return bool(self._files)
-
-    def ensure_fresh(self) -> None:
-        if self._files:
-            signature = _file_signature(self._files)
-            if signature == self._signature:
-                return
-            self._signature = signature
-        with Session(self._engine) as session:
-            current = repository.catalog_version(session)
-        if current != self._version:
-            self.reload()
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+        self._engine.dispose()
 
     def model(self, model_id: str) -> tuple[ModelConfig, Architecture]:
         found = self._models.get(model_id)

@@ -21,11 +21,14 @@ def ensure_sqlite_directory(url: str) -> None:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, connections: int | None = None) -> Engine:
+    """An engine with SQLAlchemy's default pool, or a pool of exactly `connections`."""
+    pool = {} if connections is None else {"pool_size": connections, "max_overflow": 0}
     if not is_sqlite(url):
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, **pool)
     ensure_sqlite_directory(url)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+                           **pool)
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_connection, _record):

@@ -49,11 +49,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             upgrade(settings.database_url)
         engine = make_engine(settings.database_url)
         app.state.engine = engine
-        app.state.catalog = DeviceCatalog(engine)
-        app.state.catalog.reload()
+        # The catalog's one connection is its own: see DeviceCatalog.
+        app.state.catalog = DeviceCatalog(make_engine(settings.database_url, connections=1))
+        app.state.catalog.refresh()
         # Start-up objects (modules, the catalog) never die: keep them out of every later GC pass.
         gc.freeze()
         yield
+        app.state.catalog.close()
         engine.dispose()
 
     # Swagger UI and ReDoc assets are served by the service itself: the docs work on a closed network.

@@ -26,13 +26,11 @@ def get_app_settings(request: Request) -> Settings:
 
 
 async def get_catalog(request: Request) -> DeviceCatalog:
-    """The catalog, reloaded first if another worker or replica wrote since. On SQLite the check is a stat
-    of the database files, done inline; elsewhere it is a query, run off the event loop."""
+    """The catalog, reloaded first if anything was committed since it was loaded (by this worker, another
+    worker or another replica). The SQLite check is inline; a query or reload runs off the event loop."""
     catalog = request.app.state.catalog
-    if catalog.checks_by_stat:
-        catalog.ensure_fresh()
-    else:
-        await run_in_threadpool(catalog.ensure_fresh)
+    if not catalog.is_known_current():
+        await run_in_threadpool(catalog.refresh)
     return catalog
 
 

@@ -39,7 +39,6 @@ def create_benchmark(device_id: str, body: Annotated[BenchmarkCreate, Body(opena
     record = body.model_dump()
     validate_against_nominal(catalog.get(device_id), [record], "body.{field}")
     [row] = repository.add_benchmarks(session, device_id=device_id, records=[record], submitted_by=writer)
-    catalog.reload()
     return BenchmarkPublic.model_validate(row)
 
 
@@ -59,7 +58,6 @@ def import_ert(device_id: str, body: ErtImport, session: SessionDep, catalog: Ca
     records = [{**record, **metadata} for record in records]
     validate_against_nominal(device, records, "body.roofline.empirical")
     rows = repository.add_benchmarks(session, device_id=device_id, records=records, submitted_by=writer)
-    catalog.reload()
     return ErtImportResult(created=[BenchmarkPublic.model_validate(row) for row in rows], skipped=skipped)
 
 
@@ -82,10 +80,8 @@ def list_benchmarks(
                operation_id="delete_benchmark", responses={**UNAUTHORIZED, **NOT_FOUND},
                description="Removes a bad submission; the effective roofs are recomputed without it.")
 def delete_benchmark(device_id: str, benchmark_id: Annotated[int, Path(ge=1, le=2**31 - 1)], session: SessionDep,
-                     catalog: CatalogDep,
                      _writer: WriterDep) -> Response:
     repository.delete_benchmark(session, device_id=device_id, benchmark_id=benchmark_id)
-    catalog.reload()
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

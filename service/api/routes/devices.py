@@ -1,4 +1,4 @@
-"""Device catalog: reads are open, writes need a bearer token and refresh the in-memory catalog."""
+"""Device catalog: reads are open, writes need a bearer token."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response, status
 
 from schemas.devices import DeviceCreate, DevicePublic, DeviceSummary, DeviceUpdate, ProfileCreate
 from service import repository
-from service.api.deps import CatalogDep, SessionDep, WriterDep
+from service.api.deps import SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
 from service.device_specs import device_public, profile_spec, with_derived_peaks
 from service.models import Device
@@ -41,19 +41,16 @@ def get_device(device_id: str, session: SessionDep) -> DevicePublic:
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Add a device", operation_id="create_device",
              responses={**UNAUTHORIZED, **CONFLICT, **INVALID},
              description="Adds a device. Units: FLOP/s, bytes/s, bytes, Hz, W. Every number needs a citation.")
-def create_device(body: DeviceCreate, session: SessionDep, catalog: CatalogDep, _writer: WriterDep) -> DevicePublic:
+def create_device(body: DeviceCreate, session: SessionDep, _writer: WriterDep) -> DevicePublic:
     device = repository.create_device(session, device_id=body.id, spec=with_derived_peaks(body.model_dump(exclude={"id"})))
-    catalog.reload()
     return device_public(device)
 
 
 @router.put("/{device_id}", summary="Replace a device", operation_id="replace_device",
             responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID},
             description="Replaces the whole specification of an existing device (fields left out take their defaults).")
-def replace_device(device_id: str, body: DeviceUpdate, session: SessionDep, catalog: CatalogDep,
-                   _writer: WriterDep) -> DevicePublic:
+def replace_device(device_id: str, body: DeviceUpdate, session: SessionDep, _writer: WriterDep) -> DevicePublic:
     device = repository.replace_device(session, device_id=device_id, spec=with_derived_peaks(body.model_dump()))
-    catalog.reload()
     return device_public(device)
 
 
@@ -61,18 +58,15 @@ def replace_device(device_id: str, body: DeviceUpdate, session: SessionDep, cata
              operation_id="create_profile", responses={**UNAUTHORIZED, **NOT_FOUND, **CONFLICT, **INVALID},
              description="A new device that copies the base device's nominal specification (e.g. one cluster's H100s "
                          "capped at 500 W) and then carries its own benchmark submissions and effective roofs.")
-def create_profile(device_id: str, body: ProfileCreate, session: SessionDep, catalog: CatalogDep,
-                   _writer: WriterDep) -> DevicePublic:
+def create_profile(device_id: str, body: ProfileCreate, session: SessionDep, _writer: WriterDep) -> DevicePublic:
     base = repository.get_device(session, device_id=device_id)
     device = repository.create_device(session, device_id=body.id, spec=profile_spec(base, body))
-    catalog.reload()
     return device_public(device)
 
 
 @router.delete("/{device_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a device",
                operation_id="delete_device", responses={**UNAUTHORIZED, **NOT_FOUND},
                description="Removes a device. A deleted catalog device is not seeded again.")
-def delete_device(device_id: str, session: SessionDep, catalog: CatalogDep, _writer: WriterDep) -> Response:
+def delete_device(device_id: str, session: SessionDep, _writer: WriterDep) -> Response:
     repository.delete_device(session, device_id=device_id)
-    catalog.reload()
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -38,21 +38,19 @@ def get_model(model_id: str, catalog: CatalogDep) -> ModelPublic:
              responses={**UNAUTHORIZED, **CONFLICT, **INVALID},
              description="Adds a model from a Hugging Face config.json (or the generic schema). A config the service "
                          "cannot interpret is refused with the missing or unsupported fields named.")
-def create_model(body: ModelCreate, session: SessionDep, catalog: CatalogDep, _writer: WriterDep) -> ModelPublic:
+def create_model(body: ModelCreate, session: SessionDep, _writer: WriterDep) -> ModelPublic:
     try:
         arch = architecture_of(body.config, "config")
     except CostModelError as exc:
         raise unprocessable(exc, "body.config") from None
     row = repository.create_model(session, model_id=body.id, name=body.name or body.id, family=arch.family,
                                   config=body.config, source=body.source)
-    catalog.reload()
     return model_public(row, arch)
 
 
 @router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a model",
                operation_id="delete_model", responses={**UNAUTHORIZED, **NOT_FOUND},
                description="Removes a model from the catalog; analyses naming it then answer 404.")
-def delete_model(model_id: str, session: SessionDep, catalog: CatalogDep, _writer: WriterDep) -> Response:
+def delete_model(model_id: str, session: SessionDep, _writer: WriterDep) -> Response:
     repository.delete_model(session, model_id=model_id)
-    catalog.reload()
     return Response(status_code=status.HTTP_204_NO_CONTENT)
