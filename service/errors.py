@@ -8,7 +8,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from schemas.benchmarks import BENCHMARK_KINDS
@@ -141,6 +142,16 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(_body("unprocessable", "a value in the request cannot be stored or looked up "
                                   "(a NUL character, or a number beyond the database's range)",
                                   [{"loc": "request", "msg": "value refused by the database"}]), status_code=422)
+
+    async def _database_unavailable(_request: Request, exc: Exception):
+        # A lock held past the busy timeout, a pool with no free connection, a lost server: the request
+        # is fine and may succeed later, so this is the server's 503, not a 500 or the client's 4xx.
+        log.error("database unavailable: %s", type(getattr(exc, "orig", None) or exc).__name__)
+        return JSONResponse(_body("database_unavailable", "the database was busy or unreachable; retry shortly"),
+                            status_code=503, headers={"Retry-After": "1"})
+
+    app.add_exception_handler(OperationalError, _database_unavailable)
+    app.add_exception_handler(PoolTimeout, _database_unavailable)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception):

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from service.api.responses import INVALID
+from service.api.responses import INVALID, UNAVAILABLE
 from service.api.routes import analyze, benchmarks, devices, docs, health, models, plots
 from service.catalog import DeviceCatalog
 from service.config import Settings, get_settings
@@ -70,7 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Routes are matched in order: the hot analysis paths first.
     for module in (analyze, health, devices, benchmarks, models, plots):
         # Every 422 of the API has the service's one error shape, not FastAPI's default one.
-        app.include_router(module.router, responses=INVALID)
+        app.include_router(module.router, responses={**INVALID, **UNAVAILABLE})
     app.include_router(docs.router)
     return app
 

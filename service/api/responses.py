@@ -10,3 +10,5 @@ INVALID = {
 }
 UNAUTHORIZED = {401: {"model": ErrorResponse, "description": "Missing, malformed or wrong bearer token"}}
 CONFLICT = {409: {"model": ErrorResponse, "description": "A resource with that id already exists"}}
+UNAVAILABLE = {503: {"model": ErrorResponse,
+                     "description": "The database was busy or unreachable; retry after the `Retry-After` seconds"}}
