@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate test test-fast clean bench bench-sweep
+.PHONY: install install-test serve migrate test test-fast clean bench bench-sweep bench-in-process
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,3 +50,7 @@ bench: install
 # A 4,096-point model sweep through the full request path, in-process.
 bench-sweep: install
 	$(BIN)/python bench/sweep.py
+
+# Each endpoint's cost per request through the whole ASGI app, no socket, against the bare ceiling.
+bench-in-process: install
+	$(BIN)/python bench/in_process.py
