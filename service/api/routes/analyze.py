@@ -18,6 +18,7 @@ from schemas.models import (
 from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepResult
 from service.analysis import analyze_operator
 from service.api.deps import CatalogDep
+from service.api.lean_route import LeanAnalysisRoute
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.api.responses import INVALID, NOT_FOUND
 from service.fusion import analyze_fusion
@@ -25,7 +26,7 @@ from service.model_specs import analyze_model_request, kv_capacity_request
 from service.observability import count_analysis
 from service.sweeps import compare_devices, run_sweep
 
-router = APIRouter(prefix="/v1/analyze", tags=["analysis"])
+router = APIRouter(prefix="/v1/analyze", tags=["analysis"], route_class=LeanAnalysisRoute)
 
 
 def answered(result: BaseModel, kind: str) -> Response:
