@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from schemas.models import (
     GenericArchitecture, KvCapacity, KvCapacityRequest, ModelAnalysis, ModelAnalysisRequest, ModelChoice, ModelPublic,
@@ -21,6 +21,8 @@ from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
 from service.errors import Unprocessable, cost_model_error, invalid_nested
 from service.models import ModelConfig
+
+ROWS = TypeAdapter(list[RowOut])
 
 
 def architecture_of(config: dict[str, Any], prefix: str = "model") -> Architecture:
@@ -106,10 +108,8 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
         what_if=[WhatIf(**vars(w)) for w in what_if],
         device_id=request.device_id, model=name, phase=request.phase, batch_size=request.batch_size, seq_len=request.seq_len,
         tensor_parallel=request.tensor_parallel, params=ParamCounts(total=params.total, active=params.active),
-        rows=[RowOut.model_construct(name=r.name, kind=r.kind, group=r.group, layers=r.layers, count=r.count, flops=r.flops,
-                     bytes=r.bytes, arithmetic_intensity=r.arithmetic_intensity, bound=r.bound, time_s=r.time_s,
-                     total_time_s=r.total_time_s, weight_bytes=r.weight_bytes, kv_bytes_read=r.kv_bytes_read,
-                     kv_bytes_written=r.kv_bytes_written) for r in result.rows],
+        # From dicts by pydantic-core: faster than model_construct per row (the rows' extra fields are ignored).
+        rows=ROWS.validate_python([r._asdict() for r in result.rows]),
         totals=ModelTotals(**vars(totals)),
         mfu=result.mfu,
         **serving_metrics(request, result, prefill),

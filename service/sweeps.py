@@ -107,11 +107,11 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
         batch = summary.value if parameter == "batch_size" else first.batch_size
         shares = {"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
                   "interconnect": t.interconnect_time_share}
-        rows.append(SweepRow.model_construct(
+        rows.append(SweepRow.model_validate(dict(
             value=value, time_s=t.time_s, bound=_dominant(shares), flops=t.flops, bytes=t.bytes, arithmetic_intensity=None,
             mfu=summary.mfu, memory_bound_time_share=t.memory_bound_time_share,
             ttft_s=t.time_s if first.phase == "prefill" else None, tpot_s=None if first.phase == "prefill" else t.time_s,
-            tokens_per_s=batch * tokens_per_sequence / t.time_s))
+            tokens_per_s=batch * tokens_per_sequence / t.time_s)))
         margins.append((t.compute_bound_time_share - t.memory_bound_time_share) * t.time_s)
     return rows, margins
 
