@@ -80,6 +80,7 @@ class Unprocessable(ServiceError):
 class DatabaseUnavailable(ServiceError):
     status_code = 503
     code = "database_unavailable"
+    headers = {"Retry-After": "1"}
 
 
 def _body(code: str, detail: str, fields: list[dict[str, str]] | None = None) -> dict:
@@ -147,8 +148,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # A lock held past the busy timeout, a pool with no free connection, a lost server: the request
         # is fine and may succeed later, so this is the server's 503, not a 500 or the client's 4xx.
         log.error("database unavailable: %s", type(getattr(exc, "orig", None) or exc).__name__)
-        return JSONResponse(_body("database_unavailable", "the database was busy or unreachable; retry shortly"),
-                            status_code=503, headers={"Retry-After": "1"})
+        return await _service_error(_request, DatabaseUnavailable("the database was busy or unreachable; retry shortly"))
 
     app.add_exception_handler(OperationalError, _database_unavailable)
     app.add_exception_handler(PoolTimeout, _database_unavailable)
