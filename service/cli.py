@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -31,9 +32,14 @@ def api(url: str | None) -> Iterator[Any]:
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
+    from service.config import get_settings
     from service.main import create_app
 
-    with TestClient(create_app()) as client:
+    # In-process, the service's per-request access log would interleave with the table on the terminal.
+    settings = get_settings()
+    if "ROOFLINE_LOG_LEVEL" not in os.environ:
+        settings = settings.model_copy(update={"log_level": "WARNING"})
+    with TestClient(create_app(settings)) as client:
         yield client
 
 

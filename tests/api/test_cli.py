@@ -69,3 +69,10 @@ def test_db_upgrade(tmp_path, monkeypatch, capsys):
         assert "head revision" in run(capsys, "db", "upgrade").out
     finally:
         get_settings.cache_clear()
+
+
+def test_in_process_runs_keep_the_access_log_off_the_terminal(local_database, capsys, monkeypatch):
+    monkeypatch.delenv("ROOFLINE_LOG_LEVEL", raising=False)
+    captured = run(capsys, "devices")
+    assert "nvidia-h100-sxm" in captured.out
+    assert "roofline.access" not in captured.err
