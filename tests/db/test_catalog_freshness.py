@@ -10,16 +10,12 @@ from sqlmodel import Session
 
 from service import repository
 from service.catalog import DeviceCatalog
-from service.db import make_engine
+from service.db import is_sqlite, make_engine
 from service.main import create_app
 from tests.conftest import AUTH
 
 DEVICE = "nvidia-h100-sxm"
 MEASUREMENT = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3.0e12, "tool": "nvbandwidth"}
-
-
-def is_sqlite(url: str) -> bool:
-    return make_url(url).get_backend_name() == "sqlite"
 
 
 @pytest.fixture
