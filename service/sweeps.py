@@ -18,7 +18,7 @@ from service.catalog import DeviceCatalog
 from service.core.dtypes import bytes_per_element
 from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
 from service.core.errors import CostModelError
-from service.core.transformer.analysis import Evaluator, affine_sweep
+from service.core.transformer.analysis import Evaluator, Totals, affine_sweep
 from service.errors import ServiceError, Unprocessable, invalid_nested
 from service.model_specs import core_dtypes, resolve_model, run_model_analysis, serving_metrics, unprocessable
 
@@ -101,19 +101,28 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
     if summaries is None:
         return None
     rows, margins = [], []
-    tokens_per_sequence = first.seq_len if first.phase == "prefill" else 1
+    prefill = first.phase == "prefill"
+    tokens_per_sequence = first.seq_len if prefill else 1
     for value, summary in zip(values, summaries):
         t = summary.totals
         batch = summary.value if parameter == "batch_size" else first.batch_size
-        shares = {"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
-                  "interconnect": t.interconnect_time_share}
-        rows.append(SweepRow.model_validate(dict(
-            value=value, time_s=t.time_s, bound=_dominant(shares), flops=t.flops, bytes=t.bytes, arithmetic_intensity=None,
-            mfu=summary.mfu, memory_bound_time_share=t.memory_bound_time_share,
-            ttft_s=t.time_s if first.phase == "prefill" else None, tpot_s=None if first.phase == "prefill" else t.time_s,
-            tokens_per_s=batch * tokens_per_sequence / t.time_s)))
-        margins.append((t.compute_bound_time_share - t.memory_bound_time_share) * t.time_s)
+        row, margin = _model_row(value, t, summary.mfu, ttft_s=t.time_s if prefill else None,
+                                 tpot_s=None if prefill else t.time_s,
+                                 tokens_per_s=batch * tokens_per_sequence / t.time_s)
+        rows.append(row)
+        margins.append(margin)
     return rows, margins
+
+
+def _model_row(value: float, t: Totals, mfu: float | None, *, ttft_s: float | None, tpot_s: float | None,
+               tokens_per_s: float) -> tuple[SweepRow, float]:
+    """One model sweep row, and its margin (compute-bound time minus memory-bound time: its sign is the bound)."""
+    shares = {"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
+              "interconnect": t.interconnect_time_share}
+    row = SweepRow(value=value, time_s=t.time_s, bound=_dominant(shares), flops=t.flops, bytes=t.bytes, mfu=mfu,
+                   memory_bound_time_share=t.memory_bound_time_share, ttft_s=ttft_s, tpot_s=tpot_s,
+                   tokens_per_s=tokens_per_s)
+    return row, (t.compute_bound_time_share - t.memory_bound_time_share) * t.time_s
 
 
 def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
@@ -142,14 +151,11 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
             device = catalog.get(point.device_id)
             evaluators[key] = Evaluator(device, catalog.measured(device.id), RoofMode(point.roofs), point.sustained_clock_hz)
         _, _, result, prefill = run_model_analysis(point, catalog, evaluators[key], explain=False)
-        t = result.totals
-        shares = {"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
-                  "interconnect": t.interconnect_time_share}
         metrics = serving_metrics(point, result, prefill)
-        rows.append(SweepRow(value=value, time_s=t.time_s, bound=_dominant(shares), flops=t.flops, bytes=t.bytes,
-                             mfu=result.mfu, memory_bound_time_share=t.memory_bound_time_share, ttft_s=metrics["ttft_s"],
-                             tpot_s=metrics["tpot_s"], tokens_per_s=metrics["tokens_per_s"]))
-        margins.append((t.compute_bound_time_share - t.memory_bound_time_share) * t.time_s)
+        row, margin = _model_row(value, result.totals, result.mfu, ttft_s=metrics["ttft_s"], tpot_s=metrics["tpot_s"],
+                                 tokens_per_s=metrics["tokens_per_s"])
+        rows.append(row)
+        margins.append(margin)
     return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=rows,
                        crossover=_crossovers(rows, margins), critical_m=_critical_m(request, catalog))
 
