@@ -116,8 +116,8 @@ class DeviceCatalog:
         """True only when certainly nothing was committed since the last load."""
         return self._probe is not None and self._probe.commit_counter() == self._commits_seen
 
-    def refresh(self, force: bool = False) -> None:
-        """Reloads if the stored version moved (or always, with force). Blocking: run it off the event loop."""
+    def refresh(self) -> None:
+        """Reloads if the stored version moved. Blocking: run it off the event loop."""
         from service.model_specs import architecture_of
 
         with self._refresh_lock:
@@ -127,7 +127,7 @@ class DeviceCatalog:
                 session.connection()
                 commits = self._probe.commit_counter() if self._probe else None
                 version = repository.catalog_version(session)
-                if force or version != self._version:
+                if version != self._version:
                     specs = {row.id: device_spec(row.model_dump()) for row in repository.list_devices(session)}
                     measured = measured_roofs(repository.all_benchmarks(session))
                     models = {row.id: (row, architecture_of(row.config)) for row in repository.list_models(session)}

@@ -106,8 +106,9 @@ class ObservabilityMiddleware:
             elapsed = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope["method"]
-            _children(method, route, status)[0].inc()
-            _children(method, route, status)[1].observe(elapsed)
+            requests, latency = _children(method, route, status)
+            requests.inc()
+            latency.observe(elapsed)
             if access_log.isEnabledFor(logging.INFO):
                 access_log.info("request", extra={"method": method, "route": route, "status": status,
                                                   "duration_ms": round(elapsed * 1000, 3), "request_id": request_id})
