@@ -12,6 +12,8 @@ import threading
 
 from sqlalchemy.engine import Engine
 
+from service.db import sqlite_file
+
 
 class SqliteCommitProbe:
     def __init__(self, database_path: str):
@@ -21,10 +23,8 @@ class SqliteCommitProbe:
     @classmethod
     def for_engine(cls, engine: Engine) -> SqliteCommitProbe | None:
         """A probe for a file-backed SQLite engine; None for other databases, which are asked by query."""
-        database = engine.url.database
-        if engine.dialect.name != "sqlite" or not database or database == ":memory:":
-            return None
-        return cls(database)
+        database = sqlite_file(engine.url)
+        return cls(database) if database else None
 
     def commit_counter(self) -> int:
         with self._lock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlmodel import create_engine
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -15,9 +15,17 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+def sqlite_file(url: str | URL) -> str | None:
+    """The database file of a file-backed SQLite URL; None for an in-memory one or another database."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return parsed.database
+
+
 def ensure_sqlite_directory(url: str) -> None:
-    database = make_url(url).database
-    if database and database != ":memory:":
+    database = sqlite_file(url)
+    if database:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
 
 
