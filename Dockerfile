@@ -4,7 +4,8 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    ROOFLINE_DATABASE_URL=sqlite:////var/lib/roofline/roofline.db
+    ROOFLINE_DATABASE_URL=sqlite:////var/lib/roofline/roofline.db \
+    MPLCONFIGDIR=/tmp/matplotlib
 
 WORKDIR /app
 RUN useradd --system --uid 10001 --home-dir /app roofline \
@@ -22,4 +23,4 @@ HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
     CMD python -c "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status != 200)"
 
 # Migrate explicitly first (a no-op at head), then serve without migrating again on start.
-CMD ["sh", "-c", "python -m service.migrate && ROOFLINE_MIGRATE_ON_START=false exec uvicorn service.main:app --host 0.0.0.0 --port 8000 --no-access-log"]
+CMD ["sh", "-c", "python -m service.persistence.migrate && ROOFLINE_MIGRATE_ON_START=false exec uvicorn service.main:app --host 0.0.0.0 --port 8000 --no-access-log"]

@@ -18,7 +18,7 @@ install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test,crosscheck]'
 
 migrate: install
-	$(BIN)/python -m service.migrate
+	$(BIN)/python -m service.persistence.migrate
 
 # Migrates the embedded SQLite database (./data/roofline.db) and serves the API.
 serve: migrate

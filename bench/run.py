@@ -154,7 +154,7 @@ def main() -> None:
             database = scratch / f"bench-{workers}.db"
             env = {"ROOFLINE_DATABASE_URL": f"sqlite:///{database}", "ROOFLINE_API_TOKENS": f"bench={TOKEN}",
                    "ROOFLINE_LOG_LEVEL": "WARNING"}
-            subprocess.run([sys.executable, "-m", "service.migrate"], cwd=ROOT, env={**os.environ, **env}, check=True,
+            subprocess.run([sys.executable, "-m", "service.persistence.migrate"], cwd=ROOT, env={**os.environ, **env}, check=True,
                            stdout=subprocess.DEVNULL)
             # Both servers stay up (an idle one costs nothing); every round drives the ceiling and then each
             # endpoint, so a slow spell of this shared machine lowers a ratio's numerator and denominator alike.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from service.models import metadata
+from service.persistence.tables import metadata
 
 config = context.config
 
@@ -14,7 +14,7 @@ def database_url() -> str:
     url = config.get_main_option("sqlalchemy.url")
     if url:
         return url
-    from service.config import get_settings
+    from service.runtime.config import get_settings
 
     return get_settings().database_url
 

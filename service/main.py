@@ -10,13 +10,13 @@ from fastapi_offline import FastAPIOffline
 
 from service.api.responses import INVALID, UNAVAILABLE
 from service.api.routes import analyze, benchmarks, devices, docs, health, models, plots
-from service.catalog import DeviceCatalog
-from service.config import Settings, get_settings
-from service.db import make_engine
-from service.errors import install_error_handlers
-from service.limits import BodySizeLimitMiddleware
-from service.migrate import upgrade
-from service.observability import ObservabilityMiddleware, configure_logging
+from service.persistence.catalog import DeviceCatalog
+from service.runtime.config import Settings, get_settings
+from service.persistence.db import make_engine
+from service.runtime.errors import install_error_handlers
+from service.runtime.limits import BodySizeLimitMiddleware
+from service.persistence.migrate import upgrade
+from service.runtime.observability import ObservabilityMiddleware, configure_logging
 
 DESCRIPTION = """
 Tells how fast an accelerator workload can run, and why: FLOPs, bytes moved, arithmetic intensity,

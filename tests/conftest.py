@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from service.config import Settings
+from service.runtime.config import Settings
 from service.main import create_app
-from service.migrate import upgrade
+from service.persistence.migrate import upgrade
 
 TOKEN = "test-token-7f3a"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -43,7 +43,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_devices")),
     )
     # Seeding happens here, once per database: a device a user later deletes stays deleted.
-    from service.catalog import nominal_catalog
+    from service.persistence.catalog import nominal_catalog
 
     now = datetime.now(timezone.utc)
     columns = set(devices.c.keys())

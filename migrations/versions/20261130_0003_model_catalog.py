@@ -29,7 +29,7 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_models")),
     )
-    from service.catalog import model_catalog
+    from service.persistence.catalog import model_catalog
 
     now = datetime.now(timezone.utc)
     op.bulk_insert(models, [

@@ -11,9 +11,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
 
-from service.catalog import DeviceCatalog
-from service.config import Settings
-from service.errors import Unauthorized
+from service.persistence.catalog import DeviceCatalog
+from service.runtime.config import Settings
+from service.runtime.errors import Unauthorized
 
 
 def get_session(request: Request) -> Iterator[Session]:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from service import cli
-from service.config import get_settings
+from service.runtime.config import get_settings
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_kv_capacity_and_sweep_progress(local_database, capsys):
                             "--context-len", "8192", "--tensor-parallel", "4", "--memory-utilization", "0.9", "--json").out)
     assert result["max_concurrent_requests"] == 62
     captured = run(capsys, "sweep", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--phase", "decode",
-                   "--parameter", "batch_size", "--start", "1", "--stop", "300", "--json")
+                   "--seq-len", "1024", "--parameter", "batch_size", "--start", "1", "--stop", "300", "--json")
     assert len(json.loads(captured.out)) == 300
     assert "256/300 points" in captured.err and "300/300 points" in captured.err
 
@@ -76,3 +76,49 @@ def test_in_process_runs_keep_the_access_log_off_the_terminal(local_database, ca
     captured = run(capsys, "devices")
     assert "nvidia-h100-sxm" in captured.out
     assert "roofline.access" not in captured.err
+
+
+def test_sweep_needs_the_context_it_holds_fixed_and_prints_integers_as_given(local_database, capsys):
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "sweep", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--phase", "decode",
+            "--parameter", "batch_size", "--start", "1", "--stop", "4")
+    assert "--seq-len is required" in str(stop.value)
+    out = run(capsys, "sweep", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--phase", "decode",
+              "--parameter", "seq_len", "--start", "1024", "--stop", "3072", "--step", "1024").out
+    first_column = [line.split()[0] for line in out.splitlines()[2:]]
+    assert first_column == ["1024", "2048", "3072"]
+
+
+def test_compare_fusion_and_plot_commands(local_database, capsys, tmp_path):
+    ranked = json.loads(run(capsys, "compare", "--devices", "nvidia-h100-sxm", "nvidia-a100-80gb-sxm", "--model",
+                            "llama-3.1-8b", "--phase", "decode", "--seq-len", "4096", "--json").out)
+    # H100 SXM 3.35 TB/s against A100 80GB 2.04 TB/s: the memory-bound decode step ranks the H100 first.
+    assert [e["device_id"] for e in ranked["ranking"]] == ["nvidia-h100-sxm", "nvidia-a100-80gb-sxm"]
+    assert "vs fastest" in run(capsys, "compare", "--devices", "nvidia-h100-sxm", "--kind", "matmul",
+                               "--m", "4096", "--n", "4096", "--k", "4096").out
+
+    # x [1024, 4096] bf16 -> silu -> y: unfused the silu reads x (8 MiB) and writes y (8 MiB); alone in its
+    # group the fused kernel moves the same 16,777,216 bytes, so nothing is saved.
+    graph = {"device_id": "nvidia-h100-sxm",
+             "tensors": {"x": {"shape": [1024, 4096], "dtype": "bf16"}, "y": {"shape": [1024, 4096], "dtype": "bf16"}},
+             "ops": [{"name": "act", "kind": "elementwise", "op": "silu", "inputs": ["x"], "outputs": ["y"]}]}
+    (tmp_path / "graph.json").write_text(json.dumps(graph))
+    fused = json.loads(run(capsys, "fusion", str(tmp_path / "graph.json"), "--json").out)
+    assert fused["unfused"]["bytes"] == 2 * 1024 * 4096 * 2
+    assert "launches" in run(capsys, "fusion", str(tmp_path / "graph.json")).out
+
+    out = run(capsys, "plot", "--device", "nvidia-h100-sxm", "--output", str(tmp_path / "h100.svg")).out
+    assert "wrote" in out and (tmp_path / "h100.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_every_option_is_described():
+    def walk(parser):
+        for action in parser._actions:
+            if isinstance(action, cli.argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from walk(sub)
+            elif action.dest != "help":
+                yield parser.prog, action
+
+    undocumented = [f"{prog} {a.option_strings or a.dest}" for prog, a in walk(cli.parser()) if not a.help]
+    assert undocumented == []

@@ -5,7 +5,7 @@ import copy
 import pytest
 from fastapi.testclient import TestClient
 
-from service.config import Settings
+from service.runtime.config import Settings
 from service.main import create_app
 from tests.conftest import AUTH
 

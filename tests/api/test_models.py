@@ -2,7 +2,7 @@
 
 import pytest
 
-from service.catalog import model_catalog, nominal_catalog
+from service.persistence.catalog import model_catalog, nominal_catalog
 from tests.conftest import AUTH
 
 TINY = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,

@@ -53,7 +53,7 @@ def test_logs_are_json_with_the_request_id_and_no_token_or_body(client, caplog):
     access = [r for r in caplog.records if r.name == "roofline.access"]
     assert any(r.request_id == "req-42" and r.status == 201 and r.route == "/v1/devices/{device_id}/benchmarks"
                for r in access)
-    from service.observability import JsonFormatter
+    from service.runtime.observability import JsonFormatter
 
     lines = [JsonFormatter().format(r) for r in caplog.records]
     assert all(json.loads(line)["request_id"] for line in lines)

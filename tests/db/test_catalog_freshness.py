@@ -8,9 +8,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
-from service import repository
-from service.catalog import DeviceCatalog
-from service.db import is_sqlite, make_engine
+from service.persistence import repository
+from service.persistence.catalog import DeviceCatalog
+from service.persistence.db import is_sqlite, make_engine
 from service.main import create_app
 from tests.conftest import AUTH
 
@@ -57,7 +57,7 @@ def test_sqlite_knows_it_is_current_without_a_query(catalog, database_url):
 def test_a_write_lock_held_past_the_busy_timeout_is_a_503_and_writes_nothing(settings, database_url, monkeypatch):
     if not is_sqlite(database_url):
         pytest.skip("the SQLite busy timeout; PostgreSQL writers queue on row locks instead")
-    monkeypatch.setattr("service.db.SQLITE_BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr("service.persistence.db.SQLITE_BUSY_TIMEOUT_MS", 200)
     with TestClient(create_app(settings)) as client:
         blocker = sqlite3.connect(make_url(database_url).database, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")  # holds the one write lock, as a long transaction would

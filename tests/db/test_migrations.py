@@ -6,9 +6,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from service.catalog import model_catalog, nominal_catalog
-from service.migrate import upgrade
-from service.models import metadata
+from service.persistence.catalog import model_catalog, nominal_catalog
+from service.persistence.migrate import upgrade
+from service.persistence.tables import metadata
 from tests.conftest import SHARED
 
 

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.catalog import model_catalog
+from service.persistence.catalog import model_catalog
 from service.main import create_app
 
 FUZZ = settings(max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", 150)), deadline=None, derandomize=True,
@@ -23,7 +23,7 @@ CONFIGS = [entry["config"] for entry in model_catalog()]
 
 @pytest.fixture(scope="module")
 def fuzz_client(tmp_path_factory):
-    from service.config import Settings
+    from service.runtime.config import Settings
 
     path = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
     with TestClient(create_app(Settings(database_url=f"sqlite:///{path}", log_level="ERROR")),

@@ -8,7 +8,7 @@ from schemathesis.checks import (
     content_type_conformance, not_a_server_error, response_schema_conformance, status_code_conformance,
 )
 
-from service.config import Settings
+from service.runtime.config import Settings
 from service.main import create_app
 from tests.conftest import AUTH
 

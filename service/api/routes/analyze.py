@@ -16,15 +16,15 @@ from schemas.models import (
     ModelAnalysisRequest,
 )
 from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepResult
-from service.analysis import analyze_operator
+from service.translation.operator_analyses import analyze_operator_request
 from service.api.deps import CatalogDep
 from service.api.lean_route import LeanAnalysisRoute
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.api.responses import INVALID, NOT_FOUND
-from service.fusion import analyze_fusion
-from service.model_specs import analyze_model_request, kv_capacity_request
-from service.observability import count_analysis
-from service.sweeps import compare_devices, run_sweep
+from service.translation.fusion_graphs import analyze_fusion
+from service.translation.model_analyses import analyze_model_request, kv_capacity_request
+from service.runtime.observability import count_analysis
+from service.translation.sweeps import compare_devices, run_sweep
 
 router = APIRouter(prefix="/v1/analyze", tags=["analysis"], route_class=LeanAnalysisRoute)
 
@@ -51,8 +51,7 @@ async def analyze_operator_route(
     body: Annotated[OperatorAnalysisRequest, Body(openapi_examples=OPERATOR_EXAMPLES)],
     catalog: CatalogDep,
 ) -> Response:
-    result = analyze_operator(body, catalog.get(body.device_id), catalog.measured(body.device_id))
-    return answered(result, f"operator:{body.operator.kind}")
+    return answered(analyze_operator_request(body, catalog), f"operator:{body.operator.kind}")
 
 
 @router.post(

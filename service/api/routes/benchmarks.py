@@ -11,13 +11,13 @@ from schemas.benchmarks import (
     ErtImportResult,
 )
 from schemas.common import DTypeName, MemoryLevelName, UnitName
-from service import repository
+from service.persistence import repository
 from service.api.deps import CatalogDep, SessionDep, WriterDep
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.ert import ert_records
 from service.core.errors import CostModelError
-from service.errors import cost_model_error
-from service.measurements import device_roofs, validate_against_nominal
+from service.runtime.errors import cost_model_error
+from service.translation.measured_roofs import device_roofs, validate_against_nominal
 
 router = APIRouter(prefix="/v1/devices/{device_id}", tags=["measured roofs"])
 

@@ -5,30 +5,19 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from schemas.devices import DeviceCreate, DevicePublic, DeviceSummary, DeviceUpdate, ProfileCreate
-from service import repository
+from service.persistence import repository
 from service.api.deps import SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
-from service.device_specs import device_public, profile_spec, with_derived_peaks
-from service.models import Device
+from service.translation.device_views import device_public, device_summary, profile_spec, with_derived_peaks
+from service.persistence.tables import Device
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
-
-
-def _summary(device: Device) -> DeviceSummary:
-    hbm = next(level for level in device.memory_levels if level["level"] == "hbm")
-    tensor = [p["flops_per_s"] for p in device.compute_peaks if p["unit"] == "tensor"]
-    return DeviceSummary(
-        id=device.id, name=device.name, vendor=device.vendor, origin=device.origin,
-        memory_capacity_bytes=device.memory_capacity_bytes,
-        hbm_bandwidth_bytes_per_s=hbm["bandwidth_bytes_per_s"],
-        peak_tensor_flops_per_s=max(tensor) if tensor else None,
-    )
 
 
 @router.get("", summary="List devices", operation_id="list_devices",
             description="Every device in the catalog, summarised. Capacity in bytes, bandwidth in bytes/s, peaks in FLOP/s.")
 def list_devices(session: SessionDep) -> list[DeviceSummary]:
-    return [_summary(device) for device in repository.list_devices(session)]
+    return [device_summary(device) for device in repository.list_devices(session)]
 
 
 @router.get("/{device_id}", summary="Get a device", operation_id="get_device", responses=NOT_FOUND,

@@ -3,11 +3,11 @@
 from fastapi import APIRouter, Response
 from sqlalchemy.exc import SQLAlchemyError
 
-from service import repository
+from service.persistence import repository
 from service.api.deps import SessionDep
 from service.core.conventions import conventions
-from service.errors import DatabaseUnavailable
-from service.observability import metrics_payload
+from service.runtime.errors import DatabaseUnavailable
+from service.runtime.observability import metrics_payload
 
 router = APIRouter(tags=["health"])
 

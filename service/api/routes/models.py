@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from schemas.models import ModelCreate, ModelPublic, ModelSummary
-from service import repository
+from service.persistence import repository
 from service.api.deps import CatalogDep, SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.errors import CostModelError
 from service.core.transformer.params import model_params
-from service.model_specs import architecture_of, model_public, unprocessable
+from service.translation.model_analyses import architecture_of, catalog_model, model_public, unprocessable
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1/models", tags=["models"])
 def list_models(catalog: CatalogDep, session: SessionDep) -> list[ModelSummary]:
     summaries = []
     for row in repository.list_models(session):
-        _, arch = catalog.model(row.id)
+        _, arch = catalog_model(catalog, row.id)
         params = model_params(arch)
         summaries.append(ModelSummary(id=row.id, name=row.name, family=row.family, params_total=params.total,
                                       params_active=params.active, origin=row.origin))
@@ -30,7 +30,7 @@ def list_models(catalog: CatalogDep, session: SessionDep) -> list[ModelSummary]:
 @router.get("/{model_id}", summary="Get a model", operation_id="get_model", responses=NOT_FOUND,
             description="The config, the layer kinds, parameter counts and the KV bytes per token in bf16.")
 def get_model(model_id: str, catalog: CatalogDep) -> ModelPublic:
-    row, arch = catalog.model(model_id)
+    row, arch = catalog_model(catalog, model_id)
     return model_public(row, arch)
 
 

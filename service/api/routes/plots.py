@@ -10,7 +10,7 @@ from schemas.common import DTypeName, MemoryLevelName
 from schemas.plots import PlotRequest
 from service.api.deps import CatalogDep
 from service.api.responses import NOT_FOUND
-from service.charts import MEDIA_TYPES, analysed_points, chart
+from service.translation.charts import MEDIA_TYPES, chart, plot_request
 
 router = APIRouter(tags=["plots"])
 IMAGE = {200: {"content": {"image/svg+xml": {}, "image/png": {}}, "description": "The chart"}}
@@ -40,8 +40,4 @@ def device_roofline(
              description="Runs each point's operator or model analysis on the device and places it on the roofline "
                          "at (FLOP/byte, attainable TFLOP/s), labelled with its name and bound.")
 def plot_roofline(body: PlotRequest, catalog: CatalogDep) -> Response:
-    points = analysed_points(body, catalog)
-    compute = [(c.dtype, c.unit) for c in body.compute] if body.compute else None
-    image = chart(catalog, body.device_id, roofs=body.roofs, compute=compute, levels=body.levels, points=points,
-                  image_format=body.format)
-    return Response(image, media_type=MEDIA_TYPES[body.format])
+    return Response(plot_request(body, catalog), media_type=MEDIA_TYPES[body.format])

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from service.catalog import model_catalog, nominal_device
+from service.persistence.catalog import model_catalog, nominal_device
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.architecture import from_generic, from_hf_config
 from service.core.transformer.capacity import kv_bytes_per_request, kv_bytes_per_token_per_layer, kv_capacity, weight_bytes

@@ -7,7 +7,7 @@ elementwise work; the service's matmul rows and the non-causal matmul part of at
 
 import pytest
 
-from service.catalog import nominal_device
+from service.persistence.catalog import nominal_device
 from service.core.operators import attention_cost
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.architecture import from_generic

@@ -8,8 +8,8 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from service.errors import AlreadyExists, BenchmarkNotFound, DeviceNotFound, ModelNotFound
-from service.models import Benchmark, CatalogState, Device, ModelConfig, utcnow
+from service.runtime.errors import AlreadyExists, BenchmarkNotFound, DeviceNotFound, ModelNotFound
+from service.persistence.tables import Benchmark, CatalogState, Device, ModelConfig, utcnow
 
 
 def _bump_version(session: Session) -> None:

@@ -7,14 +7,14 @@ from pydantic import TypeAdapter, ValidationError
 
 from schemas.fusion import FusionAnalysis, FusionRequest, FusionSavings, FusionSide, KernelCost
 from schemas.operators import Operator
-from service.analysis import operator_fields
-from service.catalog import DeviceCatalog
+from service.translation.operator_analyses import operator_fields
+from service.persistence.catalog import DeviceCatalog
 from service.core import fusion
 from service.core.errors import CostModelError
 from service.core.operators import operator_cost
 from service.core.roofline import analyze
 from service.core.roofs import RoofMode
-from service.errors import Unprocessable, cost_model_error, invalid_nested
+from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
 
 OPERATOR = TypeAdapter(Operator)
 GRAPH_KEYS = {"name", "kind", "inputs", "outputs"}

@@ -8,9 +8,9 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event
 
-from service.db import ensure_sqlite_directory, is_sqlite
+from service.persistence.db import ensure_sqlite_directory, is_sqlite
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 def alembic_config(url: str) -> Config:
@@ -39,7 +39,7 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 
 if __name__ == "__main__":
-    from service.config import get_settings
+    from service.runtime.config import get_settings
 
     upgrade(get_settings().database_url)
     print("database is at the head revision")

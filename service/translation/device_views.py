@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.devices import DerivedPeakOut, DevicePublic, ProfileCreate
+from schemas.devices import DerivedPeakOut, DevicePublic, DeviceSummary, ProfileCreate
 from service.core.derive import derived_bandwidth, derived_compute_peaks
-from service.models import Device
+from service.persistence.tables import Device
 
 # The columns a profile copies from its base device.
 INHERITED = ("vendor", "architecture", "memory_type", "memory_capacity_bytes", "memory_capacity_marketing",
@@ -60,3 +60,14 @@ def device_public(row: Device) -> DevicePublic:
         bandwidth = derived_bandwidth(row.microarchitecture)
         public.derived_hbm_bandwidth_bytes_per_s = bandwidth.bytes_per_s if bandwidth else None
     return public
+
+
+def device_summary(device: Device) -> DeviceSummary:
+    hbm = next(level for level in device.memory_levels if level["level"] == "hbm")
+    tensor = [p["flops_per_s"] for p in device.compute_peaks if p["unit"] == "tensor"]
+    return DeviceSummary(
+        id=device.id, name=device.name, vendor=device.vendor, origin=device.origin,
+        memory_capacity_bytes=device.memory_capacity_bytes,
+        hbm_bandwidth_bytes_per_s=hbm["bandwidth_bytes_per_s"],
+        peak_tensor_flops_per_s=max(tensor) if tensor else None,
+    )

@@ -7,7 +7,7 @@ from typing import Any
 from schemas.benchmarks import ComputeRoofView, DeviceRoofs, MeasuredStats, MemoryRoofView, RidgePoint
 from service.core.hardware import DeviceSpec, MemoryLevelName
 from service.core.roofs import MeasuredRoof, MeasuredRoofs, RoofMode, exceeds_nominal, select_compute_roof, select_memory_roof
-from service.errors import Unprocessable
+from service.runtime.errors import Unprocessable
 
 
 def roof_key(record: dict[str, Any]) -> tuple[str, str] | str:

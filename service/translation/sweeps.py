@@ -13,14 +13,14 @@ from schemas.sweeps import (
     MAX_SWEEP_POINTS, CompareEntry, CompareError, CompareRequest, CompareResult, CriticalM, Crossover, SweepRequest,
     SweepResult, SweepRow,
 )
-from service.analysis import analyze_operator
-from service.catalog import DeviceCatalog
+from service.translation.operator_analyses import analyze_operator
+from service.persistence.catalog import DeviceCatalog
 from service.core.dtypes import bytes_per_element
 from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
 from service.core.errors import CostModelError
 from service.core.transformer.analysis import Evaluator, Totals, affine_sweep
-from service.errors import ServiceError, Unprocessable, invalid_nested
-from service.model_specs import core_dtypes, resolve_model, run_model_analysis, serving_metrics, unprocessable
+from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
+from service.translation.model_analyses import core_dtypes, resolve_model, run_model_analysis, serving_metrics, unprocessable
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
 

@@ -10,7 +10,7 @@ from schemas.models import (
     GenericArchitecture, KvCapacity, KvCapacityRequest, ModelAnalysis, ModelAnalysisRequest, ModelChoice, ModelPublic,
     ModelTotals, ParamCounts, RowOut, WhatIf,
 )
-from service.catalog import DeviceCatalog
+from service.persistence.catalog import DeviceCatalog
 from service.core.errors import CostModelError
 from service.core.roofs import RoofMode
 from service.core.transformer import layers
@@ -19,8 +19,8 @@ from service.core.transformer.architecture import Architecture, ConfigError, fro
 from service.core.transformer.capacity import kv_bytes_per_token_per_layer, kv_capacity
 from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
-from service.errors import Unprocessable, cost_model_error, invalid_nested
-from service.models import ModelConfig
+from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
+from service.persistence.tables import ModelConfig
 
 ROWS = TypeAdapter(list[RowOut])
 
@@ -35,6 +35,16 @@ def architecture_of(config: dict[str, Any], prefix: str = "model") -> Architectu
     return from_hf_config(config, prefix)
 
 
+def _stored_architecture(row: ModelConfig) -> Architecture:
+    return architecture_of(row.config)
+
+
+def catalog_model(catalog: DeviceCatalog, model_id: str) -> tuple[ModelConfig, Architecture]:
+    """A catalog model's row and architecture (parsed once per catalog load)."""
+    row = catalog.model(model_id)
+    return row, catalog.derived(row, _stored_architecture)
+
+
 def unprocessable(exc: CostModelError, prefix: str) -> Unprocessable:
     if isinstance(exc, ConfigError):
         return Unprocessable(exc.reason, [{"loc": f"body.{name}", "msg": exc.reason} for name in exc.fields])
@@ -43,7 +53,7 @@ def unprocessable(exc: CostModelError, prefix: str) -> Unprocessable:
 
 def resolve_model(choice: ModelChoice, catalog: DeviceCatalog) -> tuple[str, Architecture]:
     if choice.model_id is not None:
-        row, arch = catalog.model(choice.model_id)
+        row, arch = catalog_model(catalog, choice.model_id)
         return row.id, arch
     try:
         arch = architecture_of(choice.model)

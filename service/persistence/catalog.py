@@ -11,21 +11,24 @@ from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service import repository
-from service.change_probe import SqliteCommitProbe
+from service.persistence import repository
+from service.persistence.change_probe import SqliteCommitProbe
 from service.core.hardware import DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
-from service.errors import DeviceNotFound, ModelNotFound
-from service.core.transformer.architecture import Architecture
-from service.models import Benchmark, ModelConfig
+from service.runtime.errors import DeviceNotFound, ModelNotFound
+from service.persistence.tables import Benchmark, ModelConfig
 
-NOMINAL_CATALOG_PATH = Path(__file__).parent / "data" / "devices.json"
-MODEL_CATALOG_DIR = Path(__file__).parent / "data" / "models"
+S = TypeVar("S")
+T = TypeVar("T")
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+NOMINAL_CATALOG_PATH = DATA_DIR / "devices.json"
+MODEL_CATALOG_DIR = DATA_DIR / "models"
 
 
 @lru_cache
@@ -110,7 +113,8 @@ class DeviceCatalog:
         self._refresh_lock = threading.Lock()
         self._specs: dict[str, DeviceSpec] = {}
         self._measured: dict[str, MeasuredRoofs] = {}
-        self._models: dict[str, tuple[ModelConfig, Architecture]] = {}
+        self._models: dict[str, ModelConfig] = {}
+        self._derived: dict[Any, Any] = {}
 
     def is_known_current(self) -> bool:
         """True only when certainly nothing was committed since the last load."""
@@ -118,8 +122,6 @@ class DeviceCatalog:
 
     def refresh(self) -> None:
         """Reloads if the stored version moved. Blocking: run it off the event loop."""
-        from service.model_specs import architecture_of
-
         with self._refresh_lock:
             with Session(self._engine) as session:
                 # Connected first (its set-up may switch the journal mode, which counts as a change), then
@@ -130,8 +132,9 @@ class DeviceCatalog:
                 if version != self._version:
                     specs = {row.id: device_spec(row.model_dump()) for row in repository.list_devices(session)}
                     measured = measured_roofs(repository.all_benchmarks(session))
-                    models = {row.id: (row, architecture_of(row.config)) for row in repository.list_models(session)}
+                    models = {row.id: row for row in repository.list_models(session)}
                     self._specs, self._measured, self._models, self._version = specs, measured, models, version
+                    self._derived = {}
             self._commits_seen = commits
 
     def close(self) -> None:
@@ -139,7 +142,18 @@ class DeviceCatalog:
             self._probe.close()
         self._engine.dispose()
 
-    def model(self, model_id: str) -> tuple[ModelConfig, Architecture]:
+    def derived(self, source: S, build: Callable[[S], T]) -> T:
+        """build(source), computed once per loaded object (e.g. a model row's parsed architecture) and
+        dropped at the next reload. The layers above decide what to derive; the catalog knows when it is
+        stale. The entry keeps its source, so a row read just before a reload never answers for its successor."""
+        key = (id(source), build)
+        entry = self._derived.get(key)
+        if entry is None or entry[0] is not source:
+            entry = (source, build(source))
+            self._derived[key] = entry
+        return entry[1]
+
+    def model(self, model_id: str) -> ModelConfig:
         found = self._models.get(model_id)
         if found is None:
             raise ModelNotFound(model_id)

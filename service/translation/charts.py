@@ -7,12 +7,12 @@ from pydantic import ValidationError
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.models import ModelAnalysisRequest
 from schemas.plots import PlotRequest
-from service.analysis import analyze_operator
-from service.catalog import DeviceCatalog
+from service.translation.operator_analyses import analyze_operator
+from service.persistence.catalog import DeviceCatalog
 from service.core.hardware import DeviceSpec
-from service.errors import Unprocessable, invalid_nested
-from service.model_specs import run_model_analysis
-from service.plots import PlotPoint, roofline_figure
+from service.runtime.errors import Unprocessable, invalid_nested
+from service.translation.model_analyses import run_model_analysis
+from service.rendering.roofline_chart import PlotPoint, roofline_figure
 
 MEDIA_TYPES = {"svg": "image/svg+xml", "png": "image/png"}
 
@@ -51,3 +51,10 @@ def analysed_points(request: PlotRequest, catalog: DeviceCatalog) -> list[PlotPo
             bound = "compute" if t.compute_bound_time_share >= t.memory_bound_time_share else "memory"
             points.append(PlotPoint(point.name, t.flops / t.bytes, t.flops / t.time_s, bound))
     return points
+
+
+def plot_request(request: PlotRequest, catalog: DeviceCatalog) -> bytes:
+    """The chart POST /v1/plot/roofline draws: the device's roofs with the request's analysed points."""
+    compute = [(c.dtype, c.unit) for c in request.compute] if request.compute else None
+    return chart(catalog, request.device_id, roofs=request.roofs, compute=compute, levels=request.levels,
+                 points=analysed_points(request, catalog), image_format=request.format)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest, ShapeEfficiencyOut
+from service.persistence.catalog import DeviceCatalog
 from service.core.efficiency import grouped_rows, matmul_efficiency
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
 from service.core.roofline import RooflineResult, analyze
 from service.core.roofs import MeasuredRoofs, RoofMode
-from service.errors import cost_model_error
+from service.runtime.errors import cost_model_error
 
 
 def roofline_response(device_id: str, result: RooflineResult) -> OperatorAnalysis:
@@ -88,3 +89,7 @@ def analyze_operator(request: OperatorAnalysisRequest, device: DeviceSpec, measu
     response = roofline_response(device.id, result)
     response.shape_efficiency = shape
     return response
+
+
+def analyze_operator_request(request: OperatorAnalysisRequest, catalog: DeviceCatalog) -> OperatorAnalysis:
+    return analyze_operator(request, catalog.get(request.device_id), catalog.measured(request.device_id))

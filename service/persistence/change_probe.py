@@ -12,7 +12,7 @@ import threading
 
 from sqlalchemy.engine import Engine
 
-from service.db import sqlite_file
+from service.persistence.db import sqlite_file
 
 
 class SqliteCommitProbe:

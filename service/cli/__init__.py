@@ -1,0 +1,286 @@
+"""`roofline`: the service from a terminal.
+
+In-process by default: the commands call the same translation code the HTTP routes call, against the
+configured database (ROOFLINE_DATABASE_URL; measured roofs included). With --url they ask a running
+service instead. Tables by default, JSON with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from service.cli.backends import backend
+from service.cli.render import (
+    compare_table,
+    device_table,
+    fusion_summary,
+    kv_table,
+    model_table,
+    operator_table,
+    sweep_table,
+)
+
+# Sweeps of more points than one request allows are sent in chunks of this many.
+SWEEP_CHUNK = 256
+ROOF_MODES = ["effective", "nominal", "measured"]
+
+
+def parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def show(args, result: Any, render) -> None:
+    print(json.dumps(result, indent=2) if args.json else render(result))
+
+
+def read_json(path: str) -> Any:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{path}: not JSON ({exc})") from None
+
+
+def operator_body(args) -> dict[str, Any]:
+    operator: dict[str, Any] = {"kind": args.kind}
+    for name in ("m", "n", "k", "batch", "dtype"):
+        if getattr(args, name) is not None:
+            operator[name] = getattr(args, name)
+    for assignment in args.field or []:
+        name, _, value = assignment.partition("=")
+        operator[name] = parse_value(value)
+    return {"operator": operator, "roofs": args.roofs}
+
+
+def model_body(args) -> dict[str, Any]:
+    return {"model_id": args.model, "tensor_parallel": args.tensor_parallel,
+            "dtypes": {"weights": args.weights_dtype, "activations": args.activations_dtype, "kv_cache": args.kv_dtype}}
+
+
+def step_body(args) -> dict[str, Any]:
+    body = {**model_body(args), "phase": args.phase, "batch_size": args.batch_size, "roofs": args.roofs}
+    if args.seq_len is not None:
+        body["seq_len"] = args.seq_len
+    if getattr(args, "output_len", None):
+        body["output_len"] = args.output_len
+    return body
+
+
+def cmd_devices(args) -> None:
+    with backend(args.url) as service:
+        devices = service.devices()
+    show(args, devices, device_table)
+
+
+def cmd_operator(args) -> None:
+    with backend(args.url) as service:
+        result = service.analyze("operator", {"device_id": args.device, **operator_body(args)})
+    show(args, result, operator_table)
+
+
+def cmd_model(args) -> None:
+    with backend(args.url) as service:
+        result = service.analyze("model", {"device_id": args.device, **step_body(args)})
+    show(args, result, model_table)
+
+
+def cmd_kv(args) -> None:
+    body = {"device_id": args.device, **model_body(args), "context_len": args.context_len,
+            "workspace_bytes": args.workspace_bytes}
+    if args.memory_utilization is not None:
+        body["memory_utilization"] = args.memory_utilization
+    with backend(args.url) as service:
+        result = service.analyze("kv-capacity", body)
+    show(args, result, kv_table)
+
+
+def cmd_sweep(args) -> None:
+    if args.seq_len is None and args.parameter != "seq_len":
+        raise SystemExit("--seq-len is required unless it is the swept --parameter")
+    if args.stop < args.start or args.step < 1:
+        raise SystemExit("need --start <= --stop and --step >= 1")
+    body = {"device_id": args.device, **step_body(args)}
+    values = list(range(args.start, args.stop + 1, args.step))
+    rows: list[dict] = []
+    with backend(args.url) as service:
+        for start in range(0, len(values), SWEEP_CHUNK):
+            chunk = values[start:start + SWEEP_CHUNK]
+            result = service.analyze("sweep", {"endpoint": "model", "request": body, "parameter": args.parameter,
+                                               "values": chunk})
+            rows += result["rows"]
+            bar = "#" * (30 * len(rows) // len(values))
+            print(f"\r[{bar:<30}] {len(rows)}/{len(values)} points", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    show(args, rows, lambda rs: sweep_table(rs, args.parameter))
+
+
+def cmd_compare(args) -> None:
+    if args.model:
+        body = {"endpoint": "model", "device_ids": args.devices, "request": step_body(args)}
+    elif args.kind:
+        body = {"endpoint": "operator", "device_ids": args.devices, "request": operator_body(args)}
+    else:
+        raise SystemExit("give --model (a model step) or --kind (an operator)")
+    with backend(args.url) as service:
+        result = service.analyze("compare", body)
+
+    show(args, result, compare_table)
+
+
+def cmd_fusion(args) -> None:
+    body = read_json(args.graph)
+    if args.device:
+        body["device_id"] = args.device
+    with backend(args.url) as service:
+        result = service.analyze("fusion", body)
+
+    show(args, result, fusion_summary)
+
+
+def cmd_plot(args) -> None:
+    body: dict[str, Any] = read_json(args.points) if args.points else {}
+    body.update({"device_id": args.device, "format": args.format, "roofs": args.roofs})
+    with backend(args.url) as service:
+        image = service.plot(body)
+    Path(args.output).write_bytes(image)
+    print(f"wrote {args.output} ({len(image):,} bytes)")
+
+
+def cmd_serve(args) -> None:
+    import uvicorn
+
+    from service.persistence.migrate import upgrade
+    from service.runtime.config import get_settings
+
+    upgrade(get_settings().database_url)
+    uvicorn.run("service.main:app", host=args.host, port=args.port, workers=args.workers, access_log=False)
+
+
+def cmd_db_upgrade(args) -> None:
+    from service.persistence.migrate import upgrade
+    from service.runtime.config import get_settings
+
+    upgrade(get_settings().database_url)
+    print("database is at the head revision")
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="roofline", description=__doc__.splitlines()[0],
+                                   epilog="Units: JSON is SI (FLOP, bytes, seconds); tables use k/M/G/T/P = 1e3..1e15.")
+    commands = root.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--json", action="store_true", help="print the answer as JSON instead of a table")
+        p.add_argument("--url", help="ask a running service, e.g. http://127.0.0.1:8000 (default: in-process, "
+                                     "against ROOFLINE_DATABASE_URL)")
+        return p
+
+    def roofs(p):
+        p.add_argument("--roofs", default="effective", choices=ROOF_MODES,
+                       help="which roofs: measured where submitted, else nominal (effective); datasheet only "
+                            "(nominal); measured only (measured). Default: effective")
+
+    def operator_options(p, required: bool):
+        p.add_argument("--kind", required=required, help="matmul, elementwise, layernorm, rmsnorm, softmax, "
+                                                         "embedding, rope or attention")
+        for name, text in (("m", "rows of A and C"), ("n", "columns of B and C"), ("k", "the reduction dimension"),
+                           ("batch", "batch of independent matmuls")):
+            p.add_argument(f"--{name}", type=int, help=f"matmul: {text}")
+        p.add_argument("--dtype", help="element type, e.g. bf16, fp16, fp8_e4m3, fp32 (default bf16)")
+        p.add_argument("--field", action="append", metavar="NAME=VALUE",
+                       help="any other operator field, the value as JSON (e.g. shape=[4096,4096], op=silu); repeatable")
+
+    def model_options(p, device: bool = True):
+        if device:
+            p.add_argument("--device", required=True, help="device id (see `roofline devices`)")
+        p.add_argument("--model", required=device, help="a catalog model id, e.g. llama-3.1-8b")
+        p.add_argument("--tensor-parallel", type=int, default=1, help="devices the model is split over (default 1)")
+        p.add_argument("--weights-dtype", default="bf16", help="weights' element type (default bf16)")
+        p.add_argument("--activations-dtype", default="bf16", help="activations' element type (default bf16)")
+        p.add_argument("--kv-dtype", default="bf16", help="KV cache's element type (default bf16)")
+
+    def step_options(p, seq_required: bool):
+        p.add_argument("--phase", required=True, choices=["prefill", "decode"],
+                       help="prefill: seq-len new tokens per sequence; decode: one token over seq-len cached")
+        p.add_argument("--batch-size", type=int, default=1, help="sequences in the step (default 1)")
+        p.add_argument("--seq-len", type=int, required=seq_required,
+                       help="prompt tokens (prefill) or cached context (decode)")
+
+    common(commands.add_parser("devices", help="list the device catalog")).set_defaults(run=cmd_devices)
+
+    analyze = commands.add_parser("analyze", help="roofline of an operator or a model step").add_subparsers(
+        dest="what", required=True)
+    op = common(analyze.add_parser("operator", help="one operator on one device"))
+    op.add_argument("--device", required=True, help="device id (see `roofline devices`)")
+    operator_options(op, required=True)
+    roofs(op)
+    op.set_defaults(run=cmd_operator)
+
+    model = common(analyze.add_parser("model", help="one prefill or decode step of a model"))
+    model_options(model)
+    step_options(model, seq_required=True)
+    model.add_argument("--output-len", type=int, help="tokens generated: adds the end-to-end latency")
+    roofs(model)
+    model.set_defaults(run=cmd_model)
+
+    kv = common(commands.add_parser("kv-capacity", help="how many requests of a context fit in memory"))
+    model_options(kv)
+    kv.add_argument("--context-len", type=int, required=True, help="tokens cached per request")
+    kv.add_argument("--memory-utilization", type=float, help="fraction of memory the engine may use (default 1.0)")
+    kv.add_argument("--workspace-bytes", type=float, default=0, help="memory kept for activations (bytes, default 0)")
+    kv.set_defaults(run=cmd_kv)
+
+    sweep = common(commands.add_parser("sweep", help="a model step over a range of one parameter"))
+    model_options(sweep)
+    step_options(sweep, seq_required=False)
+    sweep.add_argument("--parameter", required=True, help="the swept field: batch_size, seq_len, tensor_parallel, ...")
+    sweep.add_argument("--start", type=int, required=True, help="first value")
+    sweep.add_argument("--stop", type=int, required=True, help="last value (included)")
+    sweep.add_argument("--step", type=int, default=1, help="spacing of the values (default 1)")
+    roofs(sweep)
+    sweep.set_defaults(run=cmd_sweep)
+
+    compare = common(commands.add_parser("compare", help="one workload on several devices, ranked by time"))
+    compare.add_argument("--devices", required=True, nargs="+", help="device ids")
+    model_options(compare, device=False)
+    compare.add_argument("--phase", choices=["prefill", "decode"], default="decode", help="model step (default decode)")
+    compare.add_argument("--batch-size", type=int, default=1, help="sequences in the step (default 1)")
+    compare.add_argument("--seq-len", type=int, default=None, help="model step: prompt or cached tokens")
+    operator_options(compare, required=False)
+    roofs(compare)
+    compare.set_defaults(run=cmd_compare)
+
+    fusion = common(commands.add_parser("fusion", help="what fusing a graph of operators saves"))
+    fusion.add_argument("graph", help="a JSON file with the /v1/analyze/fusion body ('-' reads standard input)")
+    fusion.add_argument("--device", help="device id (overrides the file's device_id)")
+    fusion.set_defaults(run=cmd_fusion)
+
+    plot = commands.add_parser("plot", help="draw a device's roofline chart to a file")
+    plot.add_argument("--device", required=True, help="device id")
+    plot.add_argument("--output", required=True, help="file to write (.svg or .png)")
+    plot.add_argument("--format", choices=["svg", "png"], default="svg", help="image format (default svg)")
+    plot.add_argument("--points", help="a JSON file with the /v1/plot/roofline body's points, compute, levels")
+    plot.add_argument("--roofs", default="effective", choices=["effective", "nominal"], help="default effective")
+    plot.add_argument("--url", help="ask a running service (default: in-process)")
+    plot.set_defaults(run=cmd_plot)
+
+    serve = commands.add_parser("serve", help="migrate, then serve the API")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+    serve.set_defaults(run=cmd_serve)
+    db = commands.add_parser("db", help="database maintenance").add_subparsers(dest="db_command", required=True)
+    db.add_parser("upgrade", help="apply the migrations to ROOFLINE_DATABASE_URL").set_defaults(run=cmd_db_upgrade)
+    return root
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    args.run(args)

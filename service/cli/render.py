@@ -1,0 +1,101 @@
+"""Tables and summaries of the API's JSON answers, for a terminal. Decimal prefixes: k/M/G/T/P = 1e3..1e15."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def si(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    if 0 < abs(value) < 1 and unit == "s":
+        for factor, prefix in ((1e-3, "m"), (1e-6, "u"), (1e-9, "n")):
+            if abs(value) >= factor:
+                return f"{value / factor:.3g} {prefix}s"
+    return f"{value:.3g} {unit}".strip()
+
+
+def number(value: float) -> str:
+    """A swept value as it was given: 8, not 8.0."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def table(rows: list[list[Any]], headers: list[str]) -> str:
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def device_table(devices: list[dict]) -> str:
+    return table(
+        [[d["id"], d["name"], si(d["memory_capacity_bytes"], "B"), si(d["hbm_bandwidth_bytes_per_s"], "B/s"),
+          si(d["peak_tensor_flops_per_s"], "FLOP/s")] for d in devices],
+        ["id", "name", "memory", "HBM bandwidth", "peak tensor"]) + "\n(units: k/M/G/T/P = 1e3/1e6/1e9/1e12/1e15)"
+
+
+def operator_table(r: dict) -> str:
+    compute, memory = r["compute_roof"], r["memory_roof"]
+    return table([
+        ["FLOPs", si(r["flops"], "FLOP")], ["bytes", si(r["bytes"]["total"], "B")],
+        ["intensity", f"{r['arithmetic_intensity']:.4g} FLOP/B"], ["ridge point", f"{r['ridge_point']:.4g} FLOP/B"],
+        ["bound", f"{r['bound']} ({r['bound_level']})"], ["time", si(r["time_s"], "s")],
+        ["attainable", si(r["attainable_flops_per_s"], "FLOP/s")],
+        ["MFU", f"{r['mfu']:.3f}" if r["mfu"] is not None else "-"],
+        ["compute roof", f"{si(compute['flops_per_s'], 'FLOP/s')} {compute['dtype']} {compute['unit']} ({compute['source']})"],
+        ["memory roof", f"{si(memory['bytes_per_s'], 'B/s')} {memory['level']} ({memory['source']})"],
+    ], ["quantity", "value"])
+
+
+def model_table(r: dict) -> str:
+    rows = [[row["name"], row["group"], row["layers"] * row["count"], si(row["flops"], "FLOP"), si(row["bytes"], "B"),
+             row["bound"], si(row["time_s"], "s"), si(row["total_time_s"], "s")] for row in r["rows"]]
+    t = r["totals"]
+    summary = [f"total {si(t['time_s'], 's')}, {si(t['flops'], 'FLOP')}, {si(t['bytes'], 'B')}; "
+               f"memory-bound share {t['memory_bound_time_share']:.0%}; MFU {r['mfu'] or 0:.3f}"]
+    if r["ttft_s"] is not None:
+        summary.append(f"TTFT {si(r['ttft_s'], 's')}, {r['tokens_per_s']:,.0f} prompt tokens/s")
+    if r["tpot_s"] is not None:
+        summary.append(f"TPOT {si(r['tpot_s'], 's')}, {r['tokens_per_s']:,.0f} tokens/s over the batch")
+    if r["e2e_latency_s"] is not None:
+        summary.append(f"end-to-end latency {si(r['e2e_latency_s'], 's')}")
+    return table(rows, ["row", "layers", "instances", "FLOPs", "bytes", "bound", "time", "total"]) + "\n" + "\n".join(summary)
+
+
+def kv_table(r: dict) -> str:
+    return table([
+        ["usable memory", si(r["usable_bytes"], "B")], ["weights", si(r["weights_bytes"], "B")],
+        ["KV per token", si(r["kv_bytes_per_token"], "B")], ["KV per request", si(r["kv_bytes_per_request"], "B")],
+        ["available for KV", si(r["available_kv_bytes"], "B")], ["fits", str(r["fits"])],
+        ["max concurrent requests", str(r["max_concurrent_requests"])],
+        ["max context (1 request)", str(r["max_context_len"])],
+    ], ["quantity", "per device"])
+
+
+def sweep_table(rows: list[dict], parameter: str) -> str:
+    return table([[number(r["value"]), si(r["time_s"], "s"), r["bound"], f"{r['tokens_per_s'] or 0:,.0f}"] for r in rows],
+                 [parameter, "time", "bound", "tokens/s"])
+
+
+def compare_table(r: dict) -> str:
+    rows = [[e["rank"], e["device_id"], si(e["time_s"], "s"), e["bound"],
+             f"{e['mfu']:.3f}" if e.get("mfu") is not None else "-",
+             f"{e['tokens_per_s']:,.0f}" if e.get("tokens_per_s") else "-", f"{e['relative_time']:.2f}x"]
+            for e in r["ranking"]]
+    errors = "".join(f"\ncannot run on {e['device_id']}: {e['detail']}" for e in r.get("errors", []))
+    return table(rows, ["rank", "device", "time", "bound", "MFU", "tokens/s", "vs fastest"]) + errors
+
+
+def fusion_summary(r: dict) -> str:
+    unfused, fused, saved = r["unfused"], r["fused"], r["savings"]
+    return "\n".join([
+        f"unfused: {si(unfused['bytes'], 'B')}, {si(unfused['time_s'], 's')}, {unfused['launches']} launches",
+        f"fused:   {si(fused['bytes'], 'B')}, {si(fused['time_s'], 's')}, {fused['launches']} launches",
+        f"saves {si(saved['bytes'], 'B')} ({saved['fraction']:.0%}), {si(saved['time_s'], 's')} at the roofs, "
+        f"{saved['launches']} launches ({si(saved['launch_time_s'], 's')})",
+    ])
