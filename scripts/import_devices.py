@@ -1,6 +1,7 @@
 """Rebuild service/data/devices.json (the nominal catalog) from the team's datasheet collection.
 
-Usage: python scripts/import_devices.py ../shared/data/devices.json > service/data/devices.json
+Usage: python scripts/import_devices.py tests/data/team_datasheets.json > service/data/devices.json
+(the team collection, shared/data/devices.json, as copied into the repository)
 
 Every number keeps the citation the collection gives for it (the most specific source key that
 covers the field). Only dense datasheet peaks are taken; measured figures are left out on purpose:

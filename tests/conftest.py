@@ -24,7 +24,18 @@ from service.persistence.migrate import upgrade
 
 TOKEN = "test-token-7f3a"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# A copy of the team's datasheet collection (shared/data/devices.json, with its per-number sources), kept in
+# the repository: the tests never read outside it.
+TEAM_DATASHEETS = Path(__file__).resolve().parent / "data" / "team_datasheets.json"
+
+
+def import_torch():
+    """torch for the FLOP cross-checks: skipped where it is not installed, a failure where CI requires it."""
+    if os.environ.get("REQUIRE_CROSSCHECK"):
+        import torch
+
+        return torch
+    return pytest.importorskip("torch")
 
 
 POSTGRES_ADMIN_URL = os.environ.get("ROOFLINE_TEST_POSTGRES")

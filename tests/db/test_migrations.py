@@ -9,7 +9,7 @@ from sqlalchemy import create_engine, inspect, text
 from service.persistence.catalog import model_catalog, nominal_catalog
 from service.persistence.migrate import upgrade
 from service.persistence.tables import metadata
-from tests.conftest import SHARED
+from tests.conftest import TEAM_DATASHEETS
 
 
 def test_upgrade_on_empty_database_creates_and_seeds(empty_database_url):
@@ -45,7 +45,7 @@ def test_catalog_numbers_are_positive_and_sourced():
 
 
 def test_catalog_covers_the_team_datasheets_with_dense_peaks():
-    datasheets = json.loads((SHARED / "data" / "devices.json").read_text())["devices"]
+    datasheets = json.loads(TEAM_DATASHEETS.read_text())["devices"]
     catalog = {d["id"]: d for d in nominal_catalog()}
     for sheet in datasheets:
         device = catalog[sheet["id"]]

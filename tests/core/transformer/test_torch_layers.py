@@ -7,6 +7,8 @@ elementwise work; the service's matmul rows and the non-causal matmul part of at
 
 import pytest
 
+from tests.conftest import import_torch
+
 from service.persistence.catalog import nominal_device
 from service.core.operators import attention_cost
 from service.core.transformer.analysis import Evaluator, analyze_model
@@ -14,7 +16,7 @@ from service.core.transformer.architecture import from_generic
 from service.core.transformer.layers import ModelDTypes
 from service.core.transformer.params import layer_params
 
-torch = pytest.importorskip("torch")
+torch = import_torch()
 pytestmark = pytest.mark.crosscheck
 from torch import nn  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
