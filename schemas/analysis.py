@@ -93,19 +93,25 @@ class OperatorAnalysis(BaseModel):
     kind: str
     flops: float = Field(description="Model FLOPs (one multiply-add = 2 FLOP)")
     bytes: ByteCounts
-    arithmetic_intensity: float = Field(description="FLOPs per byte of memory traffic")
-    ridge_point: float = Field(description="Compute roof / memory roof, FLOP per byte")
-    bound: BoundName
-    attainable_flops_per_s: float = Field(description="min(compute roof, intensity x bandwidth), FLOP/s")
+    arithmetic_intensity: float = Field(description="FLOPs per byte of DRAM/HBM traffic (bytes.total), FLOP/byte; "
+                                                    "always HBM's, on every device. Other levels' are under `levels`")
+    ridge_point: float = Field(description="Compute roof / HBM bandwidth roof, FLOP/byte")
+    bound: BoundName = Field(description="`memory` when a memory level's time exceeds the compute time "
+                                         "(`binding_level` says which), else `compute`")
+    attainable_flops_per_s: float = Field(description="flops / time_s = min(compute roof, each level's intensity x "
+                                                      "bandwidth), FLOP/s")
     compute_time_s: float = Field(description="FLOPs / compute roof, seconds")
-    memory_time_s: float = Field(description="bytes / memory roof, seconds")
-    time_s: float = Field(description="Lower bound: max(compute_time_s, memory_time_s), seconds")
+    memory_time_s: float = Field(description="HBM bytes / HBM bandwidth roof, seconds (other levels' under `levels`)")
+    time_s: float = Field(description="Lower bound: max(compute_time_s, every level's time_s), seconds")
     mfu: float | None = Field(description="Attainable FLOP/s over the nominal peak of the dtype and unit (0..1); "
                                           "null when the device lists no nominal peak for it")
     compute_roof: ComputeRoofOut
-    memory_roof: MemoryRoofOut = Field(description="The binding memory level's roof")
-    bound_level: MemoryLevelName = Field(description="The memory level whose time is longest")
-    levels: list[LevelCeilingOut] = Field(description="One ceiling per memory level with known traffic and bandwidth")
+    memory_roof: MemoryRoofOut = Field(description="The HBM bandwidth roof used")
+    binding_level: MemoryLevelName | None = Field(
+        description="The memory level that binds: its time is the longest and exceeds the compute time; null when "
+                    "the operator is compute-bound")
+    levels: list[LevelCeilingOut] = Field(description="One ceiling per memory level with known traffic and bandwidth, "
+                                                      "HBM first: each level's own bytes, intensity, ridge and time")
     achieved: AchievedOut | None = Field(None, description="Present when measured_time_s was given")
     shape_efficiency: ShapeEfficiencyOut | None = Field(None, description="Matmul and grouped matmul only")
     assumptions: list[str] = Field(description="The counting conventions and roof choices behind these numbers")

@@ -44,7 +44,7 @@ def operator_table(r: dict) -> str:
     return table([
         ["FLOPs", si(r["flops"], "FLOP")], ["bytes", si(r["bytes"]["total"], "B")],
         ["intensity", f"{r['arithmetic_intensity']:.4g} FLOP/B"], ["ridge point", f"{r['ridge_point']:.4g} FLOP/B"],
-        ["bound", f"{r['bound']} ({r['bound_level']})"], ["time", si(r["time_s"], "s")],
+        ["bound", r["bound"] + (f" ({r['binding_level']})" if r["binding_level"] else "")], ["time", si(r["time_s"], "s")],
         ["attainable", si(r["attainable_flops_per_s"], "FLOP/s")],
         ["MFU", f"{r['mfu']:.3f}" if r["mfu"] is not None else "-"],
         ["compute roof", f"{si(compute['flops_per_s'], 'FLOP/s')} {compute['dtype']} {compute['unit']} ({compute['source']})"],

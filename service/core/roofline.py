@@ -1,8 +1,10 @@
 """The roofline: the bound and lower-bound time an operator's cost gives on a device's roofs.
 
-Per memory level l with traffic Q_l: T_l = Q_l / B_l. T >= max(F / P, max_l T_l); the level with the
-largest T_l binds. With I = F / Q_b and ridge I* = P / B_b of the binding level b, the bound is
-"compute" when I >= I*, attainable P_att = min(P, I * B_b) and MFU at the roof = P_att / P_nominal.
+Per memory level l with traffic Q_l: T_l = Q_l / B_l, and T >= max(F / P, max_l T_l). The headline
+intensity I = F / Q_hbm, ridge I* = P / B_hbm and memory time are always DRAM/HBM's, on every device, so
+they compare across devices whatever other levels a device's entry models. A memory level binds only when
+its time is the largest and exceeds the compute time; then the bound is "memory" (at that level), else
+"compute". Attainable P_att = F / T = min(P, min_l I_l * B_l); MFU at the roof = P_att / P_nominal.
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ class Achieved:
 class RooflineResult:
     cost: OperatorCost
     compute_roof: ComputeRoof
-    memory_roof: MemoryRoof
+    memory_roof: MemoryRoof  # HBM's
     levels: tuple[LevelCeiling, ...]
-    arithmetic_intensity: float
-    ridge_point: float
+    arithmetic_intensity: float  # F / HBM bytes
+    ridge_point: float  # compute roof / HBM bandwidth
     bound: Bound
+    binding_level: MemoryLevelName | None  # the memory level that binds; None when compute binds
     attainable_flops_per_s: float
     compute_time_s: float
     memory_time_s: float
@@ -123,17 +126,21 @@ def analyze(
     ceilings, level_notes = _level_ceilings(cost, device, measured, mode, compute.flops_per_s, bytes_by_level)
     if not ceilings:
         raise CostModelError("bytes_by_level", "no memory level with a known bandwidth carries traffic")
-    binding = max(ceilings, key=lambda c: c.time_s)
+    hbm = next((c for c in ceilings if c.roof.level == MemoryLevelName.hbm), None)
+    if hbm is None:
+        raise CostModelError("bytes_by_level", "HBM traffic must be positive: the headline intensity is FLOPs per HBM byte")
+    slowest = max(ceilings, key=lambda c: c.time_s)
     compute_time = cost.flops / compute.flops_per_s
-    time_s = max(compute_time, binding.time_s)
-    bound = Bound.compute if binding.arithmetic_intensity >= binding.ridge_point else Bound.memory
-    attainable = min(compute.flops_per_s, binding.arithmetic_intensity * binding.roof.bytes_per_s)
+    time_s = max(compute_time, slowest.time_s)
+    # Ties go to compute, as I >= I* does on a single roofline.
+    binding_level = slowest.roof.level if slowest.time_s > compute_time else None
+    bound = Bound.memory if binding_level is not None else Bound.compute
+    attainable = cost.flops / time_s if time_s > 0 else compute.flops_per_s
     nominal_peak = compute.nominal_flops_per_s
     mfu = attainable / nominal_peak if nominal_peak else None
 
     achieved = None
     if measured_time_s is not None:
-        hbm = next(c for c in ceilings if c.roof.level == MemoryLevelName.hbm)
         achieved = Achieved(
             measured_time_s=measured_time_s,
             flops_per_s=cost.flops / measured_time_s,
@@ -155,19 +162,20 @@ def analyze(
     )
     if nominal_peak is None:
         notes.append(f"mfu: not defined, device {device.id} lists no nominal {compute.dtype} {compute.unit} peak")
-    _finite("operator", intensity := binding.arithmetic_intensity, binding.ridge_point, attainable, compute_time,
+    _finite("operator", hbm.arithmetic_intensity, hbm.ridge_point, attainable, compute_time,
             time_s, *(vars(achieved).values() if achieved else ()), *([mfu] if mfu is not None else []))
     return RooflineResult(
         cost=cost,
         compute_roof=compute,
-        memory_roof=binding.roof,
+        memory_roof=hbm.roof,
         levels=tuple(ceilings),
-        arithmetic_intensity=intensity,
-        ridge_point=binding.ridge_point,
+        arithmetic_intensity=hbm.arithmetic_intensity,
+        ridge_point=hbm.ridge_point,
         bound=bound,
+        binding_level=binding_level,
         attainable_flops_per_s=attainable,
         compute_time_s=compute_time,
-        memory_time_s=binding.time_s,
+        memory_time_s=hbm.time_s,
         time_s=time_s,
         mfu=mfu,
         achieved=achieved,

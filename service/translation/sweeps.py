@@ -144,7 +144,7 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
             rows.append(SweepRow(value=value, time_s=answer.time_s, bound=answer.bound, flops=answer.flops,
                                  bytes=answer.bytes.total, arithmetic_intensity=answer.arithmetic_intensity,
                                  mfu=answer.mfu))
-            margins.append(answer.compute_time_s - answer.memory_time_s)
+            margins.append(answer.compute_time_s - max(level.time_s for level in answer.levels))
             continue
         key = (point.device_id, point.roofs, point.sustained_clock_hz)
         if key not in evaluators:

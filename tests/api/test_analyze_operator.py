@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from tests.conftest import AUTH
+
 H100 = "nvidia-h100-sxm"
 # Datasheet figures of the seeded H100 SXM: 989.4e12 bf16 tensor FLOP/s (dense), 3.35e12 bytes/s HBM.
 H100_BF16, H100_HBM = 989.4e12, 3.35e12
@@ -128,3 +130,40 @@ def test_grouped_matmul_operator(client):
     assert body["shape_efficiency"]["rows_with_data"] == 256
     assert body["shape_efficiency"]["rows_executed"] == 272
     assert body["shape_efficiency"]["padding_efficiency"] == pytest.approx(256 / 272)
+
+
+def test_headline_figures_are_hbm_on_every_device_whatever_levels_it_models(client):
+    """4096^3 bf16 matmul: F = 2 * 4096^3 = 137,438,953,472 FLOP; HBM traffic A + B + C = 3 * 4096^2 * 2
+    = 100,663,296 bytes, so I = F / Q = 4096 / 3 = 1365.3 FLOP/byte on every device.
+    A100 80GB SXM: ridge 312e12 / 2.039e12 = 153.0. With 128x128 tiles its L2 serves A once per column of
+    tiles (32) and B once per row (32), plus C: 65 * 33,554,432 = 2,181,038,080 bytes, L2 intensity 63.0,
+    L2 ridge 312e12 / 7.22e12 = 43.2, L2 time 0.302 ms < compute 0.4405 ms: compute-bound, no level binds.
+    H100 SXM has no nominal L2: the same headline (its own ridge 989.4e12 / 3.35e12 = 295.3), and still after
+    an L2 benchmark is submitted."""
+    operator = {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "bf16"}
+    flops, hbm_bytes, l2_bytes = 2 * 4096**3, 3 * 4096**2 * 2, 65 * 4096**2 * 2
+    a100 = client.post("/v1/analyze/operator", json={"device_id": "nvidia-a100-80gb-sxm", "operator": operator}).json()
+    assert a100["arithmetic_intensity"] == pytest.approx(flops / hbm_bytes) == pytest.approx(1365.33, rel=1e-5)
+    assert a100["arithmetic_intensity"] == pytest.approx(a100["flops"] / a100["bytes"]["total"])
+    assert a100["ridge_point"] == pytest.approx(312e12 / 2.039e12)
+    assert a100["memory_time_s"] == pytest.approx(hbm_bytes / 2.039e12)
+    assert a100["bound"] == "compute" and a100["binding_level"] is None
+    levels = {level["level"]: level for level in a100["levels"]}
+    assert levels["l2"]["arithmetic_intensity"] == pytest.approx(flops / l2_bytes) == pytest.approx(63.01, rel=1e-3)
+    assert levels["l2"]["ridge_point"] == pytest.approx(312e12 / 7.22e12)
+    assert levels["l2"]["time_s"] == pytest.approx(l2_bytes / 7.22e12)
+    assert a100["time_s"] == pytest.approx(flops / 312e12)
+
+    def h100():
+        return client.post("/v1/analyze/operator", json={"device_id": "nvidia-h100-sxm", "operator": operator}).json()
+
+    before = h100()
+    assert before["arithmetic_intensity"] == pytest.approx(4096 / 3)
+    assert before["ridge_point"] == pytest.approx(989.4e12 / 3.35e12)
+    submitted = client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=AUTH, json={
+        "kind": "memory_bandwidth", "level": "l2", "bytes_per_s": 10e12, "tool": "lab"})
+    assert submitted.status_code == 201, submitted.text
+    after = h100()
+    assert after["arithmetic_intensity"] == before["arithmetic_intensity"]
+    assert after["ridge_point"] == before["ridge_point"] and after["memory_roof"]["level"] == "hbm"
+    assert {level["level"] for level in after["levels"]} >= {"hbm", "l2"}

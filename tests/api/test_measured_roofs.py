@@ -187,13 +187,19 @@ def test_hierarchical_roofline_names_the_binding_level(client):
     assert levels["l2"]["bytes"] == l2_bytes
     assert levels["hbm"]["bytes"] == 3 * 4096 * 4096 * 2
     # L2: 17.2 GB / 3.13 TB/s = 5.50 ms > compute 137.4 GFLOP / 125 TFLOP/s = 1.10 ms: L2-bound.
-    assert body["bound"] == "memory" and body["bound_level"] == "l2"
+    assert body["bound"] == "memory" and body["binding_level"] == "l2"
     assert body["time_s"] == pytest.approx(l2_bytes / 3.13e12)
+    # The headline stays HBM's: 2 * 4096^3 FLOP / (3 * 4096^2 * 2 bytes) = 4096 / 3 FLOP/byte, ridge 125e12 / 9e11.
+    assert body["arithmetic_intensity"] == pytest.approx(4096 / 3)
+    assert body["ridge_point"] == pytest.approx(125e12 / 9e11)
+    assert body["memory_time_s"] == pytest.approx(3 * 4096 * 4096 * 2 / 9e11)
+    assert body["memory_roof"]["level"] == "hbm"
+    assert levels["l2"]["arithmetic_intensity"] == pytest.approx(2 * 4096**3 / l2_bytes)
     # Profiler-supplied traffic replaces the model.
     profiled = client.post("/v1/analyze/operator", json={
         "device_id": "nvidia-v100-sxm2-32gb", "operator": operator, "bytes_by_level": {"l2": 1e9, "smem": 1e10}}).json()
     assert {level["level"]: level["bytes"] for level in profiled["levels"]} == {"hbm": 3 * 4096 * 4096 * 2, "l2": 1e9, "smem": 1e10}
-    assert profiled["bound"] == "compute"
+    assert profiled["bound"] == "compute" and profiled["binding_level"] is None
 
 
 def test_sustained_clock_what_if_scales_compute_roofs(client):
