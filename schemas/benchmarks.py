@@ -22,6 +22,10 @@ class BenchmarkMetadata(StrictModel):
     exceeds_nominal_reason: str | None = Field(
         None, min_length=1, max_length=1000,
         description="Required when the value exceeds its nominal counterpart by more than the tolerance (5 %): why")
+    off_nominal_reason: str | None = Field(
+        None, min_length=1, max_length=1000,
+        description="Required when the value is below 10 % of its nominal counterpart (often a unit slip: values are "
+                    "FLOP/s and bytes/s), or when the device has no nominal peak for this dtype and unit: why")
 
 
 class ComputeBenchmarkCreate(BenchmarkMetadata):
@@ -64,6 +68,7 @@ class BenchmarkPublic(BaseModel):
     power_limit_w: float | None
     notes: str | None
     exceeds_nominal_reason: str | None
+    off_nominal_reason: str | None = None
     submitted_by: str = Field(description="Label of the token that submitted it (never the token)")
     created_at: datetime
 
@@ -81,6 +86,7 @@ class ErtImport(StrictModel):
     host: str | None = Field(None, max_length=200)
     notes: str | None = Field(None, max_length=4000)
     exceeds_nominal_reason: str | None = Field(None, min_length=1, max_length=1000)
+    off_nominal_reason: str | None = Field(None, min_length=1, max_length=1000)
     roofline: dict[str, Any] = Field(description="The roofline.json document as ERT wrote it")
 
 

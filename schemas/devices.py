@@ -149,7 +149,9 @@ class ProfileCreate(StrictModel):
 class DevicePublic(DeviceBase):
     model_config = ConfigDict(extra="ignore")
     id: str
-    origin: Literal["catalog", "user"] = Field(description="'catalog' for the seeded nominal catalog, 'user' for API-created")
+    origin: Literal["catalog", "catalog_modified", "user"] = Field(
+        description="'catalog': the shipped nominal entry as it ships; 'catalog_modified': a catalog entry replaced "
+                    "through PUT (POST /v1/devices/{id}/restore undoes it); 'user': created through the API")
     base_device_id: str | None = Field(None, description="The device a profile inherited its nominal specification from")
     derived_peaks: list[DerivedPeakOut] = Field(default_factory=list, description="Peaks derived from microarchitecture")
     derived_hbm_bandwidth_bytes_per_s: float | None = None
@@ -164,4 +166,4 @@ class DeviceSummary(BaseModel):
     memory_capacity_bytes: int
     hbm_bandwidth_bytes_per_s: float
     peak_tensor_flops_per_s: float | None = Field(description="Highest dense tensor peak over all dtypes, FLOP/s")
-    origin: Literal["catalog", "user"]
+    origin: Literal["catalog", "catalog_modified", "user"]

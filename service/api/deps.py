@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
@@ -63,3 +63,12 @@ SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 CatalogDep = Annotated[DeviceCatalog, Depends(get_catalog)]
 WriterDep = Annotated[str, Depends(require_writer)]
+
+
+# Path parameters, each with an example so the docs' "Try it out" runs as shown.
+DevicePath = Annotated[str, Path(description="A device id (GET /v1/devices lists them)",
+                                 openapi_examples={"h100": {"summary": "NVIDIA H100 SXM", "value": "nvidia-h100-sxm"}})]
+ModelPath = Annotated[str, Path(description="A model id (GET /v1/models lists them)",
+                                openapi_examples={"llama": {"summary": "Llama 3.1 8B", "value": "llama-3.1-8b"}})]
+BenchmarkPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A benchmark's id, as its submission answered",
+                                    openapi_examples={"first": {"summary": "The first submission", "value": 1}})]

@@ -143,22 +143,37 @@ def require_memory_roof(device: DeviceSpec, measured: MeasuredRoofs, level: str,
 # A measurement may exceed its datasheet counterpart by this much without an explanation
 # (run-to-run noise, rounding in datasheets); more needs `exceeds_nominal_reason`.
 NOMINAL_TOLERANCE = 0.05
+# A measurement below this fraction of its datasheet counterpart is more likely a unit slip (GB/s typed into
+# a bytes/s field is 1e-9 of the truth) than a slow card; it needs `off_nominal_reason`. Real sustained
+# figures sit at 60-95 % of nominal; a throttled or misconfigured card may fall further, but rarely to a tenth.
+NOMINAL_FLOOR = 0.10
 
 
 def nominal_value(device: DeviceSpec, kind: str, key: tuple[str, str] | str) -> float | None:
     if kind == "compute":
-        peak = device.peak(*key)
+        dtype, unit = key
+        peak = device.peak(peak_dtype(dtype), unit)
         return peak.flops_per_s if peak else None
     level = device.memory_level(key)
     return level.bandwidth_bytes_per_s if level else None
 
 
-def exceeds_nominal(device: DeviceSpec, kind: str, key: tuple[str, str] | str, value: float,
-                    tolerance: float = NOMINAL_TOLERANCE) -> str | None:
-    """Why a measurement is implausible against the datasheet, or None when it is plausible."""
+def nominal_mismatch(device: DeviceSpec, kind: str, key: tuple[str, str] | str, value: float) -> tuple[str, str] | None:
+    """(the reason field that would admit it, why) for a measurement implausible against the datasheet,
+    or None when it is plausible."""
     nominal = nominal_value(device, kind, key)
-    if nominal is None or value <= nominal * (1 + tolerance):
-        return None
-    return (f"{value:.4g} is {value / nominal - 1:.1%} above the nominal {nominal:.4g} of device {device.id}, "
-            f"beyond the {tolerance:.0%} tolerance; explain it in exceeds_nominal_reason (e.g. a boost clock "
-            "above the datasheet's) to submit it anyway")
+    if nominal is None:
+        if kind != "compute":
+            return None  # bandwidths of levels the datasheet leaves out (an H100's L2) are welcome
+        dtype, unit = key
+        return ("off_nominal_reason", f"device {device.id} has no nominal {dtype} {unit} peak, so a measurement of it "
+                f"is likely a wrong dtype or unit; say why in off_nominal_reason to submit it anyway")
+    if value > nominal * (1 + NOMINAL_TOLERANCE):
+        return ("exceeds_nominal_reason", f"{value:.4g} is {value / nominal - 1:.1%} above the nominal {nominal:.4g} of "
+                f"device {device.id}, beyond the {NOMINAL_TOLERANCE:.0%} tolerance; explain it in exceeds_nominal_reason "
+                "(e.g. a boost clock above the datasheet's) to submit it anyway")
+    if value < nominal * NOMINAL_FLOOR:
+        return ("off_nominal_reason", f"{value:.4g} is {value / nominal:.2%} of the nominal {nominal:.4g} of device "
+                f"{device.id}, below the {NOMINAL_FLOOR:.0%} floor (a unit slip? values are FLOP/s and bytes/s, not "
+                "GFLOP/s or GB/s); explain it in off_nominal_reason to submit it anyway")
+    return None

@@ -19,6 +19,7 @@ from sqlmodel import Session
 
 from service.persistence import repository
 from service.persistence.change_probe import SqliteCommitProbe
+from service.core.dtypes import peak_dtype
 from service.core.hardware import DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
 from service.runtime.errors import DeviceNotFound, ModelNotFound
@@ -83,7 +84,8 @@ def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
     memory: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if row.kind == "compute":
-            compute[row.device_id][(row.dtype, row.unit)].append((row.flops_per_s, row.measured_at))
+            # Keyed as peaks are: both fp8 encodings measure the device's one fp8 roof.
+            compute[row.device_id][(peak_dtype(row.dtype), row.unit)].append((row.flops_per_s, row.measured_at))
         else:
             memory[row.device_id][row.level].append((row.bytes_per_s, row.measured_at))
     return {

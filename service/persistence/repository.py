@@ -56,10 +56,32 @@ def create_device(session: Session, *, device_id: str, spec: dict[str, Any], ori
 
 
 def replace_device(session: Session, *, device_id: str, spec: dict[str, Any]) -> Device:
+    """A catalog entry that is replaced says so (origin catalog_modified) until it is restored."""
     device = get_device(session, device_id=device_id)
     for name, value in spec.items():
         setattr(device, name, value)
+    if device.origin == "catalog":
+        device.origin = "catalog_modified"
     device.updated_at = utcnow()
+    session.add(device)
+    _bump_version(session)
+    session.commit()
+    session.refresh(device)
+    return device
+
+
+def restore_catalog_device(session: Session, *, device_id: str, entry: dict[str, Any]) -> Device:
+    """Puts a shipped catalog entry back as it ships (re-created if it was deleted); its benchmarks stay."""
+    columns = set(Device.model_fields) - {"id", "origin", "created_at", "updated_at"}
+    spec = {name: entry.get(name) for name in columns}
+    device = session.get(Device, device_id)
+    now = utcnow()
+    if device is None:
+        device = Device(id=device_id, created_at=now, origin="catalog", updated_at=now, **spec)
+    else:
+        for name, value in spec.items():
+            setattr(device, name, value)
+        device.origin, device.updated_at = "catalog", now
     session.add(device)
     _bump_version(session)
     session.commit()

@@ -92,6 +92,7 @@ class Benchmark(SQLModel, table=True):
     power_limit_w: float | None = None
     notes: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     exceeds_nominal_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    off_nominal_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     submitted_by: str = Field(max_length=100)
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
 

@@ -38,8 +38,8 @@ class DeviceNotFound(ServiceError):
     status_code = 404
     code = "device_not_found"
 
-    def __init__(self, device_id: str):
-        super().__init__(f"no device with id {device_id!r}; GET /v1/devices lists the known ids")
+    def __init__(self, device_id: str, why: str = "GET /v1/devices lists the known ids"):
+        super().__init__(f"no device with id {device_id!r}; {why}")
 
 
 class ModelNotFound(ServiceError):

@@ -6,7 +6,7 @@ from typing import Any
 
 from schemas.benchmarks import ComputeRoofView, DeviceRoofs, MeasuredStats, MemoryRoofView, RidgePoint
 from service.core.hardware import DeviceSpec, MemoryLevelName
-from service.core.roofs import MeasuredRoof, MeasuredRoofs, RoofMode, exceeds_nominal, select_compute_roof, select_memory_roof
+from service.core.roofs import MeasuredRoof, MeasuredRoofs, RoofMode, nominal_mismatch, select_compute_roof, select_memory_roof
 from service.runtime.errors import Unprocessable
 
 
@@ -19,15 +19,14 @@ def roof_value(record: dict[str, Any]) -> float:
 
 
 def validate_against_nominal(device: DeviceSpec, records: list[dict[str, Any]], loc: str) -> None:
-    """Refuses (422) measurements implausibly above the datasheet unless they say why."""
+    """Refuses (422) measurements implausible against the datasheet (far above or below it, or of a
+    compute roof it does not have) unless the reason field the mismatch asks for says why."""
     problems = []
     for index, record in enumerate(records):
-        if record.get("exceeds_nominal_reason"):
-            continue
-        reason = exceeds_nominal(device, record["kind"], roof_key(record), roof_value(record))
-        if reason:
+        mismatch = nominal_mismatch(device, record["kind"], roof_key(record), roof_value(record))
+        if mismatch and not record.get(mismatch[0]):
             field = "flops_per_s" if record["kind"] == "compute" else "bytes_per_s"
-            problems.append({"loc": loc.format(index=index, field=field), "msg": reason})
+            problems.append({"loc": loc.format(index=index, field=field), "msg": mismatch[1]})
     if problems:
         raise Unprocessable(problems[0]["msg"], problems)
 

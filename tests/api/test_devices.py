@@ -140,3 +140,33 @@ def test_token_labels_never_expose_the_token():
     tokens = Settings(api_tokens="ops=alpha, bare-secret ,").writer_tokens()
     assert tokens["alpha"] == "ops"
     assert tokens["bare-secret"].startswith("token-") and "bare-secret" not in tokens["bare-secret"]
+
+
+def test_a_replaced_catalog_device_says_so_and_can_be_restored(client):
+    original = client.get("/v1/devices/nvidia-h100-sxm").json()
+    assert original["origin"] == "catalog"
+    two_peaks = {"name": "H100 (two peaks)", "vendor": "NVIDIA", "memory_capacity_bytes": 85899345920,
+                 "compute_peaks": [{"dtype": "bf16", "unit": "tensor", "flops_per_s": 1e15, "citation": "docs example"}],
+                 "memory_levels": [{"level": "hbm", "bandwidth_bytes_per_s": 3e12, "citation": "docs example"}],
+                 "citations": {"memory_capacity_bytes": "docs example"}}
+    replaced = client.put("/v1/devices/nvidia-h100-sxm", headers=AUTH, json=two_peaks)
+    assert replaced.status_code == 200, replaced.text
+    assert replaced.json()["origin"] == "catalog_modified"
+    restored = client.post("/v1/devices/nvidia-h100-sxm/restore", headers=AUTH)
+    assert restored.status_code == 200
+    assert restored.json() == {**original, "updated_at": restored.json()["updated_at"],
+                               "created_at": restored.json()["created_at"]}
+    # Deleted, then restored: it comes back as it ships.
+    assert client.delete("/v1/devices/nvidia-a100-80gb-sxm", headers=AUTH).status_code == 204
+    back = client.post("/v1/devices/nvidia-a100-80gb-sxm/restore", headers=AUTH)
+    assert back.status_code == 200 and back.json()["origin"] == "catalog"
+    assert client.post("/v1/devices/nvidia-h100-sxm/restore").status_code == 401
+    assert client.post("/v1/devices/lab-card/restore", headers=AUTH).status_code == 404
+
+
+def test_every_path_parameter_has_an_example(client):
+    document = client.get("/openapi.json").json()
+    missing = [f"{method.upper()} {path} {p['name']}" for path, item in document["paths"].items()
+               for method, operation in item.items() for p in operation.get("parameters", [])
+               if p["in"] == "path" and not (p.get("examples") or p.get("example") or p["schema"].get("examples"))]
+    assert missing == []

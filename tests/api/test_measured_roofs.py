@@ -277,3 +277,34 @@ def test_timestamps_come_back_in_utc(client):
     created = client.post(f"/v1/devices/{H100}/benchmarks", json=body, headers=AUTH).json()
     listed = client.get(f"/v1/devices/{H100}/benchmarks").json()[0]
     assert created["measured_at"] == listed["measured_at"] == "2026-11-30T10:00:00Z"
+
+
+def test_a_value_far_below_nominal_is_refused_unless_explained(client):
+    """2,900 'bytes/s' is GB/s typed into a bytes/s field: 2.9e3 / 3.35e12 = 8.7e-10 of the H100's nominal HBM,
+    far below the 10 % floor. Accepted, it would have halved the median with one real 2.9e12 measurement."""
+    slip = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 2900, "tool": "nvbandwidth"}
+    refused = client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=AUTH, json=slip)
+    assert refused.status_code == 422
+    assert refused.json()["fields"][0]["loc"] == "body.bytes_per_s"
+    assert "off_nominal_reason" in refused.json()["fields"][0]["msg"]
+    # 0.10 * 3.35e12 = 3.35e11 is the floor: just above it is plausible, just below is not.
+    assert client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=AUTH,
+                       json={**slip, "bytes_per_s": 3.36e11}).status_code == 201
+    assert client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=AUTH,
+                       json={**slip, "bytes_per_s": 3.34e11}).status_code == 422
+    explained = client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=AUTH,
+                            json={**slip, "off_nominal_reason": "card stuck at PCIe gen1 clocks, kept on purpose"})
+    assert explained.status_code == 201 and explained.json()["off_nominal_reason"].startswith("card stuck")
+
+
+def test_a_compute_roof_the_device_lacks_is_refused_unless_explained_and_never_breaks_reads(client):
+    """The A100 has no fp8 tensor peak: an fp8_e5m2 measurement is most likely a wrong dtype."""
+    fp8 = {"kind": "compute", "dtype": "fp8_e5m2", "unit": "tensor", "flops_per_s": 6e14, "tool": "gemm"}
+    refused = client.post("/v1/devices/nvidia-a100-80gb-sxm/benchmarks", headers=AUTH, json=fp8)
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.flops_per_s"
+    explained = client.post("/v1/devices/nvidia-a100-80gb-sxm/benchmarks", headers=AUTH,
+                            json={**fp8, "off_nominal_reason": "emulated fp8 kernel, recorded for comparison"})
+    assert explained.status_code == 201
+    roofs = client.get("/v1/devices/nvidia-a100-80gb-sxm/roofs")
+    assert roofs.status_code == 200, roofs.text
+    assert client.get("/v1/devices/nvidia-a100-80gb-sxm/roofline.svg").status_code == 200

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Query, Response, status
+from fastapi import APIRouter, Body, Query, Response, status
 
 from schemas.benchmarks import (
     BandwidthBenchmarkCreate, BenchmarkCreate, BenchmarkPublic, ComputeBenchmarkCreate, DeviceRoofs, ErtImport,
@@ -12,7 +12,7 @@ from schemas.benchmarks import (
 )
 from schemas.common import DTypeName, MemoryLevelName, UnitName
 from service.persistence import repository
-from service.api.deps import CatalogDep, SessionDep, WriterDep
+from service.api.deps import BenchmarkPath, CatalogDep, DevicePath, SessionDep, WriterDep
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.ert import ert_records
 from service.core.errors import CostModelError
@@ -32,9 +32,10 @@ BENCHMARK_EXAMPLES = {
              operation_id="create_benchmark", responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID},
              description="Stores one measurement: a compute roof (FLOP/s for a dtype and unit) or a bandwidth roof "
                          "(bytes/s for a memory level). A value more than 5 % above its nominal counterpart is "
-                         "refused unless `exceeds_nominal_reason` explains it. Every later analysis with "
+                         "refused unless `exceeds_nominal_reason` explains it; one below 10 % of it, or a compute roof "
+                         "the device has no nominal peak for, unless `off_nominal_reason` does. Every later analysis with "
                          "roofs 'effective' uses the median of the device's measurements.")
-def create_benchmark(device_id: str, body: Annotated[BenchmarkCreate, Body(openapi_examples=BENCHMARK_EXAMPLES)],
+def create_benchmark(device_id: DevicePath, body: Annotated[BenchmarkCreate, Body(openapi_examples=BENCHMARK_EXAMPLES)],
                      session: SessionDep, catalog: CatalogDep, writer: WriterDep) -> BenchmarkPublic:
     record = body.model_dump()
     validate_against_nominal(catalog.get(device_id), [record], "body.{field}")
@@ -47,7 +48,7 @@ def create_benchmark(device_id: str, body: Annotated[BenchmarkCreate, Body(opena
              description="Maps the `empirical` section of an Empirical Roofline Toolkit result (GFLOP/s and GB/s) "
                          "onto benchmark records, all stored or none. FLOP entries become vector roofs; DRAM maps to "
                          "hbm, L2 to l2, L1 to smem; other entries are listed as skipped.")
-def import_ert(device_id: str, body: ErtImport, session: SessionDep, catalog: CatalogDep,
+def import_ert(device_id: DevicePath, body: ErtImport, session: SessionDep, catalog: CatalogDep,
                writer: WriterDep) -> ErtImportResult:
     device = catalog.get(device_id)
     try:
@@ -64,7 +65,7 @@ def import_ert(device_id: str, body: ErtImport, session: SessionDep, catalog: Ca
 @router.get("/benchmarks", summary="List measured roofs", operation_id="list_benchmarks", responses=NOT_FOUND,
             description="The device's submissions, oldest first, filtered by any of the query parameters.")
 def list_benchmarks(
-    device_id: str, session: SessionDep, catalog: CatalogDep,
+    device_id: DevicePath, session: SessionDep, catalog: CatalogDep,
     kind: Annotated[str | None, Query(pattern="^(compute|memory_bandwidth)$")] = None,
     dtype: DTypeName | None = None, unit: UnitName | None = None, level: MemoryLevelName | None = None,
     host: str | None = None,
@@ -79,7 +80,7 @@ def list_benchmarks(
 @router.delete("/benchmarks/{benchmark_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Remove a measurement",
                operation_id="delete_benchmark", responses={**UNAUTHORIZED, **NOT_FOUND},
                description="Removes a bad submission; the effective roofs are recomputed without it.")
-def delete_benchmark(device_id: str, benchmark_id: Annotated[int, Path(ge=1, le=2**31 - 1)], session: SessionDep,
+def delete_benchmark(device_id: DevicePath, benchmark_id: BenchmarkPath, session: SessionDep,
                      _writer: WriterDep) -> Response:
     repository.delete_benchmark(session, device_id=device_id, benchmark_id=benchmark_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -89,5 +90,5 @@ def delete_benchmark(device_id: str, benchmark_id: Annotated[int, Path(ge=1, le=
             description="Per compute roof (FLOP/s) and memory level (bytes/s): the nominal value, the measured "
                         "aggregate (median, count, min, max, latest), the effective value and its source; and the "
                         "HBM ridge point (FLOP/byte) per dtype, nominal and effective.")
-def get_roofs(device_id: str, catalog: CatalogDep) -> DeviceRoofs:
+def get_roofs(device_id: DevicePath, catalog: CatalogDep) -> DeviceRoofs:
     return device_roofs(catalog.get(device_id), catalog.measured(device_id))

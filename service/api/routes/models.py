@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response, status
 
 from schemas.models import ModelCreate, ModelPublic, ModelSummary
 from service.persistence import repository
-from service.api.deps import CatalogDep, SessionDep, WriterDep
+from service.api.deps import CatalogDep, ModelPath, SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.errors import CostModelError
 from service.core.transformer.params import model_params
@@ -29,7 +29,7 @@ def list_models(catalog: CatalogDep, session: SessionDep) -> list[ModelSummary]:
 
 @router.get("/{model_id}", summary="Get a model", operation_id="get_model", responses=NOT_FOUND,
             description="The config, the layer kinds, parameter counts and the KV bytes per token in bf16.")
-def get_model(model_id: str, catalog: CatalogDep) -> ModelPublic:
+def get_model(model_id: ModelPath, catalog: CatalogDep) -> ModelPublic:
     row, arch = catalog_model(catalog, model_id)
     return model_public(row, arch)
 
@@ -51,6 +51,6 @@ def create_model(body: ModelCreate, session: SessionDep, _writer: WriterDep) -> 
 @router.delete("/{model_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a model",
                operation_id="delete_model", responses={**UNAUTHORIZED, **NOT_FOUND},
                description="Removes a model from the catalog; analyses naming it then answer 404.")
-def delete_model(model_id: str, session: SessionDep, _writer: WriterDep) -> Response:
+def delete_model(model_id: ModelPath, session: SessionDep, _writer: WriterDep) -> Response:
     repository.delete_model(session, model_id=model_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response
 
 from schemas.common import DTypeName, MemoryLevelName
 from schemas.plots import PlotRequest
-from service.api.deps import CatalogDep
+from service.api.deps import CatalogDep, DevicePath
 from service.api.responses import NOT_FOUND
 from service.translation.charts import MEDIA_TYPES, chart, plot_request
 
@@ -23,7 +23,7 @@ IMAGE = {200: {"content": {"image/svg+xml": {}, "image/png": {}}, "description":
                         "level, ridge points marked. Nominal roofs dashed, measured ones solid (with roofs=effective). "
                         "`format=png` for a PNG.")
 def device_roofline(
-    device_id: str, catalog: CatalogDep,
+    device_id: DevicePath, catalog: CatalogDep,
     dtype: Annotated[list[DTypeName] | None, Query(description="Compute dtypes (tensor unit), repeatable")] = None,
     levels: Annotated[list[MemoryLevelName] | None, Query(description="Memory levels, repeatable")] = None,
     roofs: Literal["nominal", "effective"] = "effective",
