@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.common import DeviceId, DTypeName, MemoryLevelName, PositiveFinite, StrictModel, UnitName
+from schemas.common import DeviceId, DTypeName, MemoryLevelName, NonNegativeFinite, PositiveFinite, StrictModel, UnitName
 
 Citation = Annotated[str, Field(min_length=1, max_length=4000, description="Where the number comes from")]
 Bytes = Annotated[int, Field(gt=0, le=2**60)]
@@ -85,6 +85,9 @@ class DeviceBase(StrictModel):
     microarchitecture: Microarchitecture | None = None
     kernel_launch_overhead_s: PositiveFinite | None = Field(
         None, le=1, description="Cost of one kernel launch, seconds (fusion savings); default 4e-6")
+    collective_latency_s: NonNegativeFinite | None = Field(
+        None, le=1, description="Fixed cost of one collective (a tensor-parallel all-reduce) beside its bytes / "
+                                "interconnect bandwidth, seconds; default 5e-6 (an order of magnitude, not measured)")
     default_matmul_tile: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
         None, min_length=3, max_length=3, description="[m, n, k] tile of the L2 traffic model; default [128, 128, 64]")
     sm_count: int | None = Field(None, ge=1, le=100_000, description="Streaming multiprocessors / compute units")

@@ -91,6 +91,9 @@ class ModelAnalysisRequest(ModelChoice, RoofOptions):
     dtypes: ModelDTypes = Field(default_factory=ModelDTypes)
     attention_implementation: Literal["flash", "naive"] = "flash"
     tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = 1
+    collective_latency_s: NonNegativeFinite | None = Field(
+        None, le=1, description="Fixed cost of each tensor-parallel all-reduce beside its bytes / bandwidth, seconds; "
+                                "default: the device's collective_latency_s (5e-6 when unset)")
     output_len: Length | None = Field(None, description="Tokens to generate: the answer adds the end-to-end latency")
     speedups: list[Speedup] = Field(default_factory=list, max_length=32,
                                     description="What-if (Amdahl): speed a class of rows up by a factor")

@@ -236,28 +236,37 @@ class KernelTraffic:
     bytes_written: float
 
 
-def unfused_traffic(op: GraphOp, tensors: Mapping[str, Tensor], cost_bytes_read: float) -> KernelTraffic:
-    """An operator alone: its declared inputs (the table rows an embedding gathers), parameters it reads
-    beyond them, and its outputs."""
+def _internal_writes(op: GraphOp, tensors: Mapping[str, Tensor], cost_bytes_written: float) -> float:
+    """What the operator's own algorithm writes beyond its declared outputs (naive attention's S and P),
+    which no fusion removes."""
+    return max(0.0, cost_bytes_written - sum(tensors[t].bytes for t in set(op.outputs)))
+
+
+def unfused_traffic(op: GraphOp, tensors: Mapping[str, Tensor], cost_bytes_read: float,
+                    cost_bytes_written: float) -> KernelTraffic:
+    """An operator alone: its declared inputs (the table rows an embedding gathers), parameters and
+    intermediates it reads beyond them, its outputs and the intermediates it writes."""
     declared = sum(tensors[t].bytes for t in set(op.inputs))
     reads = cost_bytes_read if op.kind in UNFUSABLE else declared + max(0.0, cost_bytes_read - declared)
-    return KernelTraffic(op.name, reads, sum(tensors[t].bytes for t in set(op.outputs)))
+    writes = sum(tensors[t].bytes for t in set(op.outputs)) + _internal_writes(op, tensors, cost_bytes_written)
+    return KernelTraffic(op.name, reads, writes)
 
 
 def fused_traffic(group: Sequence[str], ops: Mapping[str, GraphOp], tensors: Mapping[str, Tensor],
-                  cost_bytes_read: Mapping[str, float]) -> KernelTraffic:
+                  cost_bytes_read: Mapping[str, float], cost_bytes_written: Mapping[str, float]) -> KernelTraffic:
     members = set(group)
     produced = {t for name in group for t in ops[name].outputs}
     consumed_outside = {t for op in ops.values() if op.name not in members for t in op.inputs}
     consumed_anywhere = {t for op in ops.values() for t in op.inputs}
     external = {t for name in group for t in ops[name].inputs if t not in produced}
-    params = 0.0
+    params = internal = 0.0
     for name in group:
         op = ops[name]
         declared = sum(tensors[t].bytes for t in set(op.inputs))
         if op.kind in UNFUSABLE:  # alone in its group: the gather reads only the rows it needs
-            return unfused_traffic(op, tensors, cost_bytes_read[name])
+            return unfused_traffic(op, tensors, cost_bytes_read[name], cost_bytes_written[name])
         params += max(0.0, cost_bytes_read[name] - declared)
+        internal += _internal_writes(op, tensors, cost_bytes_written[name])
     written = {t for t in produced if t in consumed_outside or t not in consumed_anywhere}
     return KernelTraffic("+".join(group), sum(tensors[t].bytes for t in external) + params,
-                         sum(tensors[t].bytes for t in written))
+                         sum(tensors[t].bytes for t in written) + internal)

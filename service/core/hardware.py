@@ -20,6 +20,10 @@ class MemoryLevelName(StrEnum):
 # A kernel launch costs a few microseconds of host and device time on current GPUs; used when a device
 # names no overhead of its own (an order of magnitude, not a measured figure).
 DEFAULT_LAUNCH_OVERHEAD_S = 4e-6
+# The fixed cost of one collective (an all-reduce) beside its bytes / bandwidth: synchronisation and the
+# first hop. 5 us is an order of magnitude for a small NCCL all-reduce inside an NVLink node, not a
+# measurement; devices and requests override it (collective_latency_s).
+DEFAULT_COLLECTIVE_LATENCY_S = 5e-6
 
 # Output tile (m, n) and K step of a typical tensor-core GEMM kernel, when a device names none.
 DEFAULT_MATMUL_TILE = (128, 128, 64)
@@ -56,6 +60,7 @@ class DeviceSpec:
     citations: dict[str, str] = field(default_factory=dict)
     matmul_tile: tuple[int, int, int] = DEFAULT_MATMUL_TILE
     launch_overhead_s: float = DEFAULT_LAUNCH_OVERHEAD_S
+    collective_latency_s: float = DEFAULT_COLLECTIVE_LATENCY_S
 
     def peak(self, dtype: str, unit: Unit) -> ComputePeak | None:
         for peak in self.compute_peaks:

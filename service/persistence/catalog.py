@@ -20,7 +20,7 @@ from sqlmodel import Session
 from service.persistence import repository
 from service.persistence.change_probe import SqliteCommitProbe
 from service.core.dtypes import peak_dtype
-from service.core.hardware import DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
+from service.core.hardware import DEFAULT_COLLECTIVE_LATENCY_S, DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
 from service.runtime.errors import DeviceNotFound, ModelNotFound
 from service.persistence.tables import Benchmark, ModelConfig
@@ -67,6 +67,8 @@ def device_spec(fields: Mapping[str, Any]) -> DeviceSpec:
         citations=dict(fields.get("citations") or {}),
         matmul_tile=tuple(tile) if tile else DEFAULT_MATMUL_TILE,
         launch_overhead_s=fields.get("kernel_launch_overhead_s") or DEFAULT_LAUNCH_OVERHEAD_S,
+        collective_latency_s=(DEFAULT_COLLECTIVE_LATENCY_S if fields.get("collective_latency_s") is None
+                              else fields["collective_latency_s"]),
     )
 
 

@@ -51,6 +51,10 @@ def _delete(session: Session, row) -> None:
 
 
 def create_device(session: Session, *, device_id: str, spec: dict[str, Any], origin: str = "user") -> Device:
+    # A row of that id may already sit in this session (a profile's base): adding a second object of the
+    # same identity would collide in the session before the database could refuse it.
+    if session.get(Device, device_id) is not None:
+        raise AlreadyExists("device", device_id)
     now = utcnow()
     return _insert(session, Device(id=device_id, origin=origin, created_at=now, updated_at=now, **spec), "device", device_id)
 

@@ -79,8 +79,10 @@ def analyze_fusion(request: FusionRequest, catalog: DeviceCatalog) -> FusionAnal
                           bytes_written=traffic.bytes_written, time_s=max(compute, memory))
 
     overhead = request.launch_overhead_s if request.launch_overhead_s is not None else device.launch_overhead_s
-    unfused = [kernel([op.name], fusion.unfused_traffic(op, tensors, costs[op.name].bytes_read)) for op in graph]
-    fused = [kernel(group, fusion.fused_traffic(group, by_name, tensors, {n: costs[n].bytes_read for n in group}))
+    unfused = [kernel([op.name], fusion.unfused_traffic(op, tensors, costs[op.name].bytes_read, costs[op.name].bytes_written))
+               for op in graph]
+    fused = [kernel(group, fusion.fused_traffic(group, by_name, tensors, {n: costs[n].bytes_read for n in group},
+                                                {n: costs[n].bytes_written for n in group}))
              for group in groups]
     before, after = _side(unfused, overhead), _side(fused, overhead)
     return FusionAnalysis(
@@ -93,7 +95,7 @@ def analyze_fusion(request: FusionRequest, catalog: DeviceCatalog) -> FusionAnal
             "unfused: each operator is a kernel reading all its input tensors and writing its outputs in HBM",
             "fused: a group reads the tensors produced outside it once each and writes the tensors used outside it "
             "(or consumed by no operator); parameters beyond the declared tensors (norm weights, RoPE tables) are "
-            "read either way",
+            "read, and an operator's own intermediates (naive attention's S and P) written and read, either way",
             "kernel time: max(sum of its operators' compute times at their own roofs, its bytes / HBM roof)",
             f"hbm roof: {hbm.source} {hbm.bytes_per_s:.4g} bytes/s; launch overhead {overhead:.3g} s per kernel",
         ],

@@ -70,13 +70,19 @@ def core_dtypes(request) -> layers.ModelDTypes:
     return layers.ModelDTypes(d.weights, d.activations, d.kv_cache, group, d.weight_scale_bytes)
 
 
+def evaluator_for(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> Evaluator:
+    """Places a request's rows on its device's roofs, with the request's what-ifs."""
+    device = catalog.get(request.device_id)
+    return Evaluator(device, catalog.measured(device.id), RoofMode(request.roofs), request.sustained_clock_hz,
+                     request.collective_latency_s)
+
+
 def run_model_analysis(request: ModelAnalysisRequest, catalog: DeviceCatalog, evaluator: Evaluator | None = None,
                        explain: bool = True):
     """(model name, architecture, step result, prefill result or None) for a validated request."""
     device = catalog.get(request.device_id)
     name, arch = resolve_model(request, catalog)
-    evaluator = evaluator or Evaluator(device, catalog.measured(device.id), RoofMode(request.roofs),
-                                       request.sustained_clock_hz)
+    evaluator = evaluator or evaluator_for(request, catalog)
     options = dict(batch=request.batch_size, seq_len=request.seq_len, dtypes=core_dtypes(request),
                    tensor_parallel=request.tensor_parallel, attention_implementation=request.attention_implementation)
     try:
@@ -126,7 +132,8 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
         compute_roof_source=result.compute_roof_source, memory_roof_source=result.memory_roof_source,
         assumptions=list(result.assumptions) + (
             [f"e2e: prefill of {request.seq_len} tokens (the first output token), then {request.output_len - 1} "
-             "decode steps over the growing context, summed in closed form"] if request.output_len else []),
+             f"decode steps over contexts {request.seq_len} to {request.seq_len + request.output_len - 2} cached tokens, "
+             "summed in closed form"] if request.output_len else []),
     )
 
 

@@ -20,7 +20,7 @@ from service.core.roofs import RoofMode, require_memory_roof, select_compute_roo
 from service.core.errors import CostModelError
 from service.core.transformer.analysis import Evaluator, Totals, affine_sweep
 from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
-from service.translation.model_analyses import core_dtypes, resolve_model, run_model_analysis, serving_metrics, unprocessable
+from service.translation.model_analyses import core_dtypes, evaluator_for, resolve_model, run_model_analysis, serving_metrics, unprocessable
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
 
@@ -88,9 +88,8 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
     _point_request(ModelAnalysisRequest, request.request, [parameter], values[-1], len(values) - 1)
     if first.output_len or first.speedups:
         return None
-    device = catalog.get(first.device_id)
     _, arch = resolve_model(first, catalog)
-    evaluator = Evaluator(device, catalog.measured(device.id), RoofMode(first.roofs), first.sustained_clock_hz)
+    evaluator = evaluator_for(first, catalog)
     try:
         summaries = affine_sweep(arch, evaluator, parameter=parameter, values=[int(v) for v in values],
                                  phase=first.phase, batch=first.batch_size, seq_len=first.seq_len,
@@ -146,10 +145,9 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
                                  mfu=answer.mfu))
             margins.append(answer.compute_time_s - max(level.time_s for level in answer.levels))
             continue
-        key = (point.device_id, point.roofs, point.sustained_clock_hz)
+        key = (point.device_id, point.roofs, point.sustained_clock_hz, point.collective_latency_s)
         if key not in evaluators:
-            device = catalog.get(point.device_id)
-            evaluators[key] = Evaluator(device, catalog.measured(device.id), RoofMode(point.roofs), point.sustained_clock_hz)
+            evaluators[key] = evaluator_for(point, catalog)
         _, _, result, prefill = run_model_analysis(point, catalog, evaluators[key], explain=False)
         metrics = serving_metrics(point, result, prefill)
         row, margin = _model_row(value, result.totals, result.mfu, ttft_s=metrics["ttft_s"], tpot_s=metrics["tpot_s"],

@@ -105,3 +105,21 @@ def test_bad_graphs_are_422_naming_the_culprit(client, tensors, ops, groups, loc
     body = response.json()
     assert loc in [f["loc"] for f in body["fields"]], body
     assert words in body["detail"]
+
+
+def test_naive_attention_in_a_graph_keeps_its_score_and_probability_traffic(client):
+    """Q, K, V, O of [1, 1, 1000, 64] bf16: 128,000 bytes each. Naive attention writes S and P
+    ([1000, 1000] bf16, 2,000,000 bytes each) and reads them back: read 3 * 128,000 + 2 * 2,000,000 =
+    4,384,000; written 128,000 + 2 * 2,000,000 = 4,128,000; 8,512,000 in all, as the operator endpoint says."""
+    shape = [1, 1, 1000, 64]
+    body = {"device_id": "nvidia-h100-sxm",
+            "tensors": {name: {"shape": shape} for name in ("q", "k", "v", "o")},
+            "ops": [{"name": "attn", "kind": "attention", "implementation": "naive",
+                     "inputs": ["q", "k", "v"], "outputs": ["o"]}]}
+    answer = client.post("/v1/analyze/fusion", json=body).json()
+    [kernel] = answer["unfused"]["kernels"]
+    assert kernel["bytes_read"] == 4_384_000 and kernel["bytes_written"] == 4_128_000
+    assert answer["unfused"]["bytes"] == answer["fused"]["bytes"] == 8_512_000
+    alone = client.post("/v1/analyze/operator", json={"device_id": "nvidia-h100-sxm", "operator": {
+        "kind": "attention", "heads": 1, "head_dim": 64, "q_len": 1000, "implementation": "naive"}}).json()
+    assert alone["bytes"] == {"read": 4_384_000, "written": 4_128_000, "total": 8_512_000}

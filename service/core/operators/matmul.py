@@ -22,7 +22,10 @@ def matmul_cost(
     weight_shared: bool = True,
     tile: tuple[int, int, int] | None = None,
     b_bytes_per_element: float | None = None,
+    b_is_weight: bool | None = None,
 ) -> OperatorCost:
+    """b_is_weight: whether B is model weights (counted in weight_bytes_read). Default: when it is shared
+    by the batch; per-item weights (MLA's absorbed per-head projections) set it."""
     a_dtype, b_dtype, c_dtype = a_dtype or dtype, b_dtype or dtype, c_dtype or dtype
     s_a, s_b, s_c = (bytes_per_element(d) for d in (a_dtype, b_dtype, c_dtype))
     # Group-quantised weights carry scales: bytes per element = bits / 8 + scale bytes / group size.
@@ -60,7 +63,8 @@ def matmul_cost(
         assumptions.append(f"matmul: {tile_m}x{tile_n} output tiles; L2 serves A once per tile column and B once "
                            "per tile row (plus C written), HBM sees each operand once")
     return OperatorCost("matmul", flops, bytes_read, bytes_written, compute_dtype, Unit.tensor, tuple(assumptions),
-                        traffic, weight_bytes_read=b_elems * s_b + bias_bytes if weight_shared else 0.0)
+                        traffic, weight_bytes_read=b_elems * s_b + bias_bytes if (weight_shared if b_is_weight is None
+                                                                                    else b_is_weight) else 0.0)
 
 
 def grouped_matmul_cost(

@@ -84,6 +84,7 @@ class Evaluator:
     measured: MeasuredRoofs = NO_MEASUREMENTS
     mode: RoofMode = RoofMode.effective
     sustained_clock_hz: float | None = None
+    collective_latency_s: float | None = None  # overrides the device's
 
     def __post_init__(self):
         self._compute: dict[tuple[str, str], tuple[float, float | None, str]] = {}
@@ -126,8 +127,9 @@ class Evaluator:
             link = self.device.interconnect_bandwidth_bytes_per_s
             if not link:
                 raise CostModelError("tensor_parallel", f"device {self.device.id} has no interconnect bandwidth")
+            latency = self.collective_latency_s if self.collective_latency_s is not None else self.device.collective_latency_s
             return _row(row.name, row.kind, group, layers, row.count, 0.0, row.comm_bytes, None, "interconnect",
-                        None, 0.0, row.comm_bytes / link, 0.0, 0.0, 0.0)
+                        None, 0.0, latency + row.comm_bytes / link, 0.0, 0.0, 0.0)
         cost = row.cost
         flops_per_s = self.compute_roof(cost)[0]
         bandwidth = self.hbm.bytes_per_s
@@ -198,7 +200,7 @@ def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch
     mfu = totals.flops / (totals.time_s * peak) if peak and totals.time_s else None
     e2e_decode = None
     if output_len and output_len > 1:
-        e2e_decode = decode_time_sum(arch, evaluator, batch=batch, first_context=seq_len + 1, steps=output_len - 1,
+        e2e_decode = decode_time_sum(arch, evaluator, batch=batch, first_context=seq_len, steps=output_len - 1,
                                      dtypes=dtypes, tensor_parallel=tensor_parallel,
                                      attention_implementation=attention_implementation)
     return ModelAnalysisResult(
@@ -223,7 +225,8 @@ def explain_step(arch: Architecture, evaluator: Evaluator, step: Step, phase: st
     ]
     if step.tensor_parallel > 1:
         notes.append(f"tensor parallel {step.tensor_parallel}: heads, MLP and expert widths split; a ring all-reduce of "
-                     "[tokens, hidden] after attention and after the MLP, 2(t-1)/t of it per device over the interconnect")
+                     "[tokens, hidden] after attention and after the MLP, 2(t-1)/t of it per device over the interconnect, "
+                     "plus a fixed latency per collective")
     if arch.moe:
         notes.append("moe: uniform independent routing; weights of the expected number of distinct experts hit are read")
     flops_per_s, _, compute_source = evaluator.compute_roof(matmul_cost)

@@ -187,7 +187,8 @@ def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, 
         ]
     else:
         latent_dim = lat.kv_lora_rank + lat.qk_rope_head_dim
-        per_head = dict(batch=heads, weight_shared=False, a_dtype=act, b_dtype=dtypes.weights, c_dtype=act)
+        # Each head has its own absorbed up-projection: per-item B, but weights all the same.
+        per_head = dict(batch=heads, weight_shared=False, b_is_weight=True, a_dtype=act, b_dtype=dtypes.weights, c_dtype=act)
         rows += [
             Row("q_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.kv_lora_rank, k=lat.qk_nope_head_dim, **per_head)),
             _attention_row(batch=step.batch, heads=heads, kv_heads=1, head_dim=latent_dim, v_head_dim=lat.kv_lora_rank,

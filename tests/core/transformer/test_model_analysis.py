@@ -118,9 +118,10 @@ def test_tensor_parallel_adds_allreduce_rows():
                            tensor_parallel=4)
     rows = rows_by_name(result)
     allreduce = rows[("dense layers", "attn_allreduce")]
-    # Ring all-reduce of [4096, 8192] bf16: 2 * 3/4 * 67,108,864 bytes per device over 450 GB/s NVLink.
+    # Ring all-reduce of [4096, 8192] bf16: 2 * 3/4 * 67,108,864 bytes per device over 450 GB/s NVLink,
+    # plus the default 5 us per collective.
     assert allreduce.bytes == 2 * 3 / 4 * 4096 * 8192 * 2
-    assert allreduce.time_s == pytest.approx(allreduce.bytes / 450e9)
+    assert allreduce.time_s == pytest.approx(5e-6 + allreduce.bytes / 450e9)
     assert allreduce.bound == "interconnect"
     qkv = rows[("dense layers", "qkv_proj")]
     assert qkv.flops == 2 * 4096 * (64 // 4 + 2 * 8 // 4) * 128 * 8192  # heads and kv heads split by 4
@@ -134,12 +135,14 @@ def test_cost_does_not_grow_with_identical_layers():
 
 
 def test_e2e_closed_form_equals_stepping_through_each_context():
-    # A windowed model so that the sum crosses the window: 40 decode steps over contexts 10..49, window 32.
+    # A windowed model so that the sum crosses the window (32). After a prefill of 9 tokens the cache holds 9:
+    # the first decode step attends to those 9 (decode at seq_len s = s cached tokens), so output_len 41 is
+    # the prefill's token plus 40 decode steps over contexts 9..48.
     model = from_generic(dict(format="generic", layers=3, hidden=512, heads=8, kv_heads=2, intermediate=1024,
                               vocab=1000, sliding_window=32))
     total = analyze_model(model, H100, phase="decode", batch=64, seq_len=9, dtypes=BF16, output_len=41).e2e_decode_time_s
     stepped = sum(analyze_model(model, H100, phase="decode", batch=64, seq_len=context, dtypes=BF16).totals.time_s
-                  for context in range(10, 50))
+                  for context in range(9, 49))
     assert total == pytest.approx(stepped, rel=1e-9)
 
 
@@ -204,3 +207,35 @@ def test_context_sweep_fast_path_equals_stepping(model_id):
         direct = analyze_model(model, H100, phase="decode", batch=8, seq_len=context, dtypes=BF16)
         for field in ("flops", "bytes", "time_s", "kv_bytes_read", "compute_bound_time_share"):
             assert getattr(summary.totals, field) == pytest.approx(getattr(direct.totals, field), rel=1e-9), field
+
+
+def test_deepseek_decode_counts_the_absorbed_up_projections_as_weights():
+    """Decode absorbs W_UK into the query (q_absorb) and W_UV into the output (out_absorb): per layer
+    128 heads x 128 (qk_nope) x 512 (kv_lora_rank) x 2 bytes = 16,777,216 bytes each, weights like any other.
+    Over 61 layers that is 2 x 61 x 16,777,216 = 2,046,820,352 bytes the step must read."""
+    result = analyze_model(arch("deepseek-v3"), H100, phase="decode", batch=1, seq_len=1024, dtypes=BF16)
+    absorbed = [r for r in result.rows if r.name in ("q_absorb", "out_absorb")]
+    assert {r.name for r in absorbed} == {"q_absorb", "out_absorb"}
+    for row in absorbed:
+        assert row.weight_bytes == 128 * 128 * 512 * 2
+    assert sum(r.weight_bytes * r.instances for r in absorbed) == 2 * 61 * 16_777_216
+    # The totals are the rows' own sums: weight bytes read are those of every row, the absorbed ones included.
+    assert result.totals.weight_bytes_read == pytest.approx(sum(r.weight_bytes * r.instances for r in result.rows))
+    assert result.totals.weight_bytes_read == pytest.approx(73.25e9, rel=1e-3)
+
+
+def test_a_small_allreduce_costs_its_latency_not_microseconds_less():
+    """Decode of Llama-3.1-70B at batch 32, TP 4: the all-reduce buffer is [32, 8192] bf16 = 524,288 bytes
+    (512 KiB); a ring moves 2 * 3/4 of it = 786,432 bytes per device, 1.75 us at 450 GB/s. With the default
+    5 us per collective it costs 6.75 us; a request may say otherwise (2 us: 3.75 us; 0: the bare 1.75 us)."""
+    def allreduce(evaluator):
+        result = analyze_model(arch("llama-3.1-70b"), evaluator, phase="decode", batch=32, seq_len=1024,
+                               dtypes=BF16, tensor_parallel=4)
+        return rows_by_name(result)[("dense layers", "attn_allreduce")]
+
+    bare = 786_432 / 450e9
+    assert bare == pytest.approx(1.7476e-6, rel=1e-4)
+    assert allreduce(H100).time_s == pytest.approx(5e-6 + bare)
+    device = nominal_device("nvidia-h100-sxm")
+    assert allreduce(Evaluator(device, collective_latency_s=2e-6)).time_s == pytest.approx(2e-6 + bare)
+    assert allreduce(Evaluator(device, collective_latency_s=0.0)).time_s == pytest.approx(bare)
