@@ -36,9 +36,17 @@ class FieldError(BaseModel):
     msg: str = Field(description="Why the value was refused")
 
 
+# Every `error` code the API answers with; clients may switch on them.
+ErrorCode = Literal[
+    "validation_error", "unprocessable", "malformed_json", "unsupported_media_type", "payload_too_large",
+    "unauthorized", "not_found", "device_not_found", "model_not_found", "benchmark_not_found", "already_exists",
+    "method_not_allowed", "database_unavailable", "http_error", "internal_error",
+]
+
+
 class ErrorResponse(BaseModel):
     """The one error format of the API."""
 
-    error: str = Field(description="Stable machine-readable error code", examples=["validation_error"])
+    error: ErrorCode = Field(description="Stable machine-readable error code", examples=["validation_error"])
     detail: str = Field(description="Human-readable explanation")
     fields: list[FieldError] = Field(default_factory=list, description="Per-field reasons, for 422 responses")

@@ -7,7 +7,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
+from starlette.middleware.gzip import GZipMiddleware
 
+from service.api import openapi
 from service.api.responses import INVALID, UNAVAILABLE
 from service.api.routes import analyze, benchmarks, devices, docs, health, models, plots
 from service.persistence.catalog import DeviceCatalog
@@ -28,6 +30,8 @@ All JSON fields are SI base units: FLOP, bytes, seconds, FLOP/s, bytes/s. Reads 
 `{"error": code, "detail": text, "fields": [{"loc", "msg"}]}`.
 """
 
+
+GZIP_MINIMUM_BYTES = 16 * 1024
 
 TAGS = [
     {"name": "analysis", "description": "Roofline analyses: operators, models, KV capacity, fusion, sweeps, comparisons"},
@@ -64,13 +68,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.writer_tokens = settings.writer_tokens()
     configure_logging(settings.log_level)
+    # Large answers (a 4,096-point sweep is about a megabyte) travel compressed to clients that accept it;
+    # small ones are not worth the CPU.
+    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_BYTES)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(ObservabilityMiddleware)
     install_error_handlers(app)
+    openapi.install(app)
     # Routes are matched in order: the hot analysis paths first.
     for module in (analyze, health, devices, benchmarks, models, plots):
         # Every 422 of the API has the service's one error shape, not FastAPI's default one.
         app.include_router(module.router, responses={**INVALID, **UNAVAILABLE})
+    app.include_router(health.conventions_router)
     app.include_router(docs.router)
     return app
 

@@ -3,9 +3,14 @@
 from schemas.common import ErrorResponse
 
 NOT_FOUND = {404: {"model": ErrorResponse, "description": "Unknown device, model or benchmark"}}
+# Errors of a request body (service.api.openapi keeps them only on operations that take one).
+BAD_BODY = {
+    400: {"model": ErrorResponse, "description": "`malformed_json`: the body is not valid JSON"},
+    413: {"model": ErrorResponse, "description": "`payload_too_large`: a body over ROOFLINE_MAX_BODY_BYTES"},
+    415: {"model": ErrorResponse, "description": "`unsupported_media_type`: a body that is not application/json"},
+}
 INVALID = {
-    400: {"model": ErrorResponse, "description": "A body that is not parseable JSON"},
-    413: {"model": ErrorResponse, "description": "A body over the size limit (ROOFLINE_MAX_BODY_BYTES)"},
+    **BAD_BODY,
     422: {"model": ErrorResponse, "description": "Invalid request; `fields` names each field and the reason"},
 }
 UNAUTHORIZED = {401: {"model": ErrorResponse, "description": "Missing, malformed or wrong bearer token"}}

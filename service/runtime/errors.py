@@ -83,6 +83,11 @@ class DatabaseUnavailable(ServiceError):
     headers = {"Retry-After": "1"}
 
 
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 def _body(code: str, detail: str, fields: list[dict[str, str]] | None = None) -> dict:
     return {"error": code, "detail": detail, "fields": fields or []}
 
@@ -91,7 +96,7 @@ def _loc(parts) -> str:
     return ".".join(str(p) for p in parts)
 
 
-def _client_path(loc: tuple) -> list:
+def client_path(loc: tuple) -> list:
     """The error's location as the client wrote the body: pydantic adds the tag of a discriminated
     union member (body.operator.matmul.m) and validator names, neither of which is in the request."""
     path = []
@@ -104,14 +109,14 @@ def _client_path(loc: tuple) -> list:
 
 
 def _validation_fields(exc: RequestValidationError) -> list[dict[str, str]]:
-    return [{"loc": _loc(_client_path(tuple(error.get("loc", ())))), "msg": error.get("msg", "invalid value")}
+    return [{"loc": _loc(client_path(tuple(error.get("loc", ())))), "msg": error.get("msg", "invalid value")}
             for error in exc.errors()]
 
 
 def invalid_nested(exc: ValidationError, prefix: list[str], skip: int = 0) -> Unprocessable:
     """A 422 for a body validated inside the service (a sweep point, a plot point, a graph operator):
     locations prefixed with where that body sits in the request, union tags removed."""
-    fields = [{"loc": _loc(prefix + _client_path(tuple(e["loc"][skip:]))), "msg": e["msg"]} for e in exc.errors()]
+    fields = [{"loc": _loc(prefix + client_path(tuple(e["loc"][skip:]))), "msg": e["msg"]} for e in exc.errors()]
     return Unprocessable(f"{fields[0]['loc']}: {fields[0]['msg']}", fields)
 
 
@@ -125,14 +130,31 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(_body(exc.code, exc.detail, exc.fields), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: Request, exc: RequestValidationError):
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        errors = exc.errors()
+        malformed = next((e for e in errors if e.get("type") == "json_invalid"), None)
+        if malformed is not None:
+            # pydantic places a syntax error at its character offset (body.46): a position, not a field.
+            where = malformed.get("loc", ())[1:2]
+            reason = (malformed.get("ctx") or {}).get("error") or malformed.get("msg", "invalid JSON")
+            at = f" at character {where[0]}" if where else ""
+            return JSONResponse(_body("malformed_json", f"the body is not valid JSON{at}: {reason}",
+                                      [{"loc": "body", "msg": f"not valid JSON{at}: {reason}"}]), status_code=400)
+        content_type = request.headers.get("content-type")
+        if content_type and not _is_json(content_type) and any(
+                tuple(e.get("loc", ())) == ("body",) and e.get("type") in {"model_attributes_type", "dict_type"}
+                for e in errors):
+            return JSONResponse(_body("unsupported_media_type", f"the body is {content_type.split(';')[0]}; send it as "
+                                      "application/json", [{"loc": "header.content-type", "msg": "must be application/json"}]),
+                                status_code=415)
         fields = _validation_fields(exc)
         summary = "; ".join(f"{f['loc']}: {f['msg']}" for f in fields[:5])
         return JSONResponse(_body("validation_error", f"invalid request: {summary}", fields), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code, "http_error")
+        code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed",
+                413: "payload_too_large"}.get(exc.status_code, "http_error")
         return JSONResponse(_body(code, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(DataError)

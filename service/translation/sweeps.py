@@ -19,7 +19,7 @@ from service.core.dtypes import bytes_per_element
 from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
 from service.core.errors import CostModelError
 from service.core.transformer.analysis import Evaluator, Totals, affine_sweep
-from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
+from service.runtime.errors import ServiceError, Unprocessable, client_path, invalid_nested
 from service.translation.model_analyses import core_dtypes, evaluator_for, resolve_model, run_model_analysis, serving_metrics, unprocessable
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
@@ -66,6 +66,13 @@ def _point_request(request_model: type[BaseModel], body: dict, path: list[str], 
         return request_model.model_validate(_with(body, path, typed))
     except ValidationError as exc:
         first = exc.errors()[0]
+        if first["type"] == "extra_forbidden" and client_path(first["loc"])[-1:] == path[-1:]:
+            # The swept path itself names no field: the parameter is wrong, not this point's value.
+            where = ".".join(path[:-1]) or "the request"
+            kind = (body.get(path[0]) or {}).get("kind") if len(path) > 1 and isinstance(body.get(path[0]), dict) else None
+            reason = f"{path[-1]!r} is not a field of {kind or where}"
+            raise Unprocessable(f"parameter {'.'.join(path)!r}: {reason}",
+                                [{"loc": "body.parameter", "msg": reason}]) from None
         loc = ".".join(str(p) for p in first["loc"])
         raise Unprocessable(f"point {index} ({'.'.join(path)} = {typed}): {loc}: {first['msg']}",
                             [{"loc": f"body.values.{index}", "msg": f"{loc}: {first['msg']}"}]) from None

@@ -97,13 +97,18 @@ def test_missing_peak_for_dtype_is_422(client):
 @pytest.mark.parametrize("raw", [
     '{"device_id": "nvidia-h100-sxm", "operator": {"kind": "elementwise", "op": "x", "shape": [4], "flops_per_element": NaN}}',
     '{"device_id": "nvidia-h100-sxm", "operator": {"kind": "elementwise", "op": "x", "shape": [4], "flops_per_element": Infinity}}',
-    '{"device_id": "nvidia-h100-sxm", "operator": ',
     '[]',
 ])
-def test_non_finite_and_malformed_bodies_are_422(client, raw):
+def test_non_finite_and_wrongly_shaped_bodies_are_422(client, raw):
     response = client.post("/v1/analyze/operator", content=raw, headers={"Content-Type": "application/json"})
     assert response.status_code == 422
     assert response.json()["error"] == "validation_error"
+
+
+def test_a_body_cut_short_is_malformed_json_a_400(client):
+    response = client.post("/v1/analyze/operator", content='{"device_id": "nvidia-h100-sxm", "operator": ',
+                           headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"] == "malformed_json"
 
 
 def test_huge_flops_per_element_cannot_produce_infinity(client):

@@ -10,6 +10,8 @@ from service.runtime.errors import DatabaseUnavailable
 from service.runtime.observability import metrics_payload
 
 router = APIRouter(tags=["health"])
+# The conventions are reference data, not health: a router of their own, so the docs list them once.
+conventions_router = APIRouter(tags=["conventions"])
 
 
 @router.get("/healthz", summary="Liveness", operation_id="healthz", description="Answers while the process serves requests.")
@@ -35,7 +37,7 @@ def metrics() -> Response:
     return Response(payload, media_type=content_type)
 
 
-@router.get("/v1/conventions", summary="Counting conventions", tags=["conventions"], operation_id="get_conventions",
+@conventions_router.get("/v1/conventions", summary="Counting conventions", operation_id="get_conventions",
             description="The conventions every analysis follows: bytes per element of each dtype, FLOP per element of "
                         "each elementwise and row-wise operator, which compute unit each operator kind runs on, and "
                         "the formulas behind roofline, MFU and KV capacity. Units: bytes, FLOP, seconds.")

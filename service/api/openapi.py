@@ -1,0 +1,79 @@
+"""The OpenAPI document, with each operation's error responses trimmed to those it can actually return.
+
+Routers declare the body and database errors once for all their routes; which of them an operation can
+answer follows from its own signature, so the trimming is derived, not listed by hand:
+- 400 (malformed JSON), 413 (too large) and 415 (not JSON) need a request body;
+- 422 needs something to validate: a body, a query parameter, or a typed (non-string) path parameter;
+- 503 needs the database: an operation that depends on a session or on the catalog it feeds (readiness,
+  every resource and analysis), not liveness, metrics, the conventions or the docs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
+from fastapi.openapi.utils import get_openapi
+from fastapi import routing as fastapi_routing
+from fastapi.routing import APIRoute
+
+from service.api.deps import get_catalog, get_session
+from service.api.responses import BAD_BODY
+
+BODY_ONLY = set(BAD_BODY)
+
+
+def _validates(operation: dict[str, Any]) -> bool:
+    if "requestBody" in operation:
+        return True
+    for parameter in operation.get("parameters", []):
+        if parameter["in"] == "query" or parameter.get("schema", {}).get("type") not in (None, "string"):
+            return True
+    return False
+
+
+def _needs_database(dependant: Dependant) -> bool:
+    return any(d.call in (get_session, get_catalog) or _needs_database(d) for d in dependant.dependencies)
+
+
+def _routes(app: FastAPI):
+    """(full path, methods, dependant) of every API route; FastAPI 0.16x wraps included routers, whose
+    routes its own iterator unwraps with their prefixes."""
+    iterate = getattr(fastapi_routing, "iter_route_contexts", None)
+    if iterate is None:
+        return [(r.path_format, r.methods, r.dependant) for r in app.routes if isinstance(r, APIRoute)]
+    return [(c.path, c.methods, c.dependant) for c in iterate(app.routes) if getattr(c, "dependant", None) is not None]
+
+
+def _database_operations(app: FastAPI) -> set[tuple[str, str]]:
+    return {(path, method.lower()) for path, methods, dependant in _routes(app) if _needs_database(dependant)
+            for method in methods or ()}
+
+
+def trimmed_document(app: FastAPI) -> dict[str, Any]:
+    document = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes,
+                           tags=app.openapi_tags)
+    database = _database_operations(app)
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            responses = operation.get("responses", {})
+            drop = set()
+            if "requestBody" not in operation:
+                drop |= {str(code) for code in BODY_ONLY}
+            if not _validates(operation):
+                drop.add("422")
+            if (path, method) not in database:
+                drop.add("503")
+            for code in drop:
+                responses.pop(code, None)
+    return document
+
+
+def install(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = trimmed_document(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

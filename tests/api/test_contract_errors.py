@@ -1,0 +1,68 @@
+"""Error answers mean one thing each: their status, code and location, and the document lists only
+the codes an operation can return."""
+
+import typing
+
+from schemas.common import ErrorCode
+from service.runtime import errors
+
+OPERATOR = {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}
+
+
+def test_malformed_json_is_a_400_at_the_body_not_a_field(client):
+    response = client.post("/v1/analyze/operator", content='{"device_id": "nvidia-h100-sxm", "operator": {',
+                           headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"] == "malformed_json" and body["fields"] == [{"loc": "body", "msg": body["fields"][0]["msg"]}]
+    assert "character 46" in body["detail"]
+    # The same on a route served by FastAPI's own handler.
+    assert client.post("/v1/devices", content="{", headers={"content-type": "application/json"}).status_code in (400, 401)
+
+
+def test_a_body_that_is_not_json_is_a_415(client):
+    for content_type, payload in (("text/plain", '{"device_id": "x"}'), ("application/x-www-form-urlencoded", "a=1")):
+        response = client.post("/v1/analyze/operator", content=payload, headers={"content-type": content_type})
+        assert response.status_code == 415, content_type
+        assert response.json()["error"] == "unsupported_media_type"
+        assert response.json()["fields"][0]["loc"] == "header.content-type"
+
+
+def test_a_typo_in_a_sweep_parameter_is_reported_at_the_parameter(client):
+    response = client.post("/v1/analyze/sweep", json={"endpoint": "operator", "request": OPERATOR,
+                                                      "parameter": "operator.mm", "values": [1, 2]})
+    assert response.status_code == 422
+    assert response.json()["fields"] == [{"loc": "body.parameter", "msg": "'mm' is not a field of matmul"}]
+
+
+def test_operations_document_only_the_errors_they_can_return(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    assert set(paths["/healthz"]["get"]["responses"]) == {"200"}
+    assert set(paths["/v1/conventions"]["get"]["responses"]) == {"200"}
+    assert set(paths["/readyz"]["get"]["responses"]) == {"200", "503"}
+    # No body, no parameters: nothing to be malformed or invalid, but the database may be busy.
+    assert set(paths["/v1/devices"]["get"]["responses"]) == {"200", "503"}
+    assert set(paths["/v1/analyze/operator"]["post"]["responses"]) == {"200", "400", "404", "413", "415", "422", "503"}
+    # /v1/conventions is listed once, under one tag.
+    assert paths["/v1/conventions"]["get"]["tags"] == ["conventions"]
+
+
+def test_every_error_code_the_service_raises_is_enumerated_in_the_schema(client):
+    codes = set(typing.get_args(ErrorCode))
+    raised = {cls.code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.ServiceError)}
+    assert raised <= codes
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["ErrorResponse"]["properties"]["error"]
+    assert set(schema["enum"]) == codes
+
+
+def test_large_answers_are_compressed_for_clients_that_accept_it(client):
+    sweep = {"endpoint": "operator", "request": OPERATOR, "parameter": "operator.m",
+             "range": {"start": 1, "stop": 4096, "step": 1}}
+    compressed = client.post("/v1/analyze/sweep", json=sweep, headers={"accept-encoding": "gzip"})
+    assert compressed.status_code == 200 and compressed.headers["content-encoding"] == "gzip"
+    assert len(compressed.json()["rows"]) == 4096
+    plain = client.post("/v1/analyze/sweep", json=sweep, headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers
+    # A single operator answer is small: sent as it is.
+    small = client.post("/v1/analyze/operator", json=OPERATOR, headers={"accept-encoding": "gzip"})
+    assert "content-encoding" not in small.headers
