@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -17,8 +18,10 @@ from service.runtime.config import Settings, get_settings
 from service.persistence.db import make_engine
 from service.runtime.errors import install_error_handlers
 from service.runtime.limits import BodySizeLimitMiddleware
-from service.persistence.migrate import upgrade
+from service.persistence.migrate import pending_migration, upgrade
 from service.runtime.observability import ObservabilityMiddleware, configure_logging
+
+log = logging.getLogger("roofline.startup")
 
 DESCRIPTION = """
 Tells how fast an accelerator workload can run, and why: FLOPs, bytes moved, arithmetic intensity,
@@ -51,6 +54,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         if settings.migrate_on_start:
             upgrade(settings.database_url)
+        elif (behind := pending_migration(settings.database_url)) is not None:
+            current, head = behind
+            # Said plainly and once: a replica on an un-migrated database would otherwise fail on its
+            # first query with a raw SQL error.
+            log.error("the database is at revision %s, the code needs %s: run `python -m service.persistence.migrate` "
+                      "(or `roofline db upgrade`) against it first, or set ROOFLINE_MIGRATE_ON_START=true",
+                      current or "none (empty)", head)
+            raise SystemExit(3)
         engine = make_engine(settings.database_url)
         app.state.engine = engine
         # The catalog's one connection is its own: see DeviceCatalog.
