@@ -43,15 +43,15 @@ class ComputeRoofOut(BaseModel):
     flops_per_s: float = Field(description="The compute ceiling used, FLOP/s")
     dtype: str
     unit: UnitName
-    source: RoofSourceName = Field(description="'nominal' (datasheet) or 'measured' (submitted benchmarks)")
-    citation: str
+    source: RoofSourceName = Field(description="'nominal' (datasheet) or 'measured' (submitted benchmarks); the "
+                                               "citation of a nominal roof is on GET /v1/devices/{id}, the "
+                                               "measurements behind a measured one on GET /v1/devices/{id}/roofs")
 
 
 class MemoryRoofOut(BaseModel):
     level: MemoryLevelName
     bytes_per_s: float = Field(description="The bandwidth ceiling used, bytes/s")
-    source: RoofSourceName
-    citation: str
+    source: RoofSourceName = Field(description="'nominal' (datasheet) or 'measured' (median of submitted benchmarks)")
 
 
 class LevelCeilingOut(BaseModel):

@@ -31,9 +31,8 @@ def roofline_response(device_id: str, result: RooflineResult) -> OperatorAnalysi
         "time_s": result.time_s,
         "mfu": result.mfu,
         "compute_roof": {"flops_per_s": compute.flops_per_s, "dtype": compute.dtype, "unit": compute.unit,
-                         "source": compute.source, "citation": compute.citation},
-        "memory_roof": {"level": memory.level, "bytes_per_s": memory.bytes_per_s, "source": memory.source,
-                        "citation": memory.citation},
+                         "source": compute.source},
+        "memory_roof": {"level": memory.level, "bytes_per_s": memory.bytes_per_s, "source": memory.source},
         "binding_level": result.binding_level,
         "levels": [{"level": c.roof.level, "bytes": c.bytes, "bytes_per_s": c.roof.bytes_per_s, "source": c.roof.source,
                     "time_s": c.time_s, "arithmetic_intensity": c.arithmetic_intensity, "ridge_point": c.ridge_point}

@@ -39,7 +39,10 @@ def test_measured_hbm_overrides_nominal_for_later_analyses(client):
     after = analyze(client)
     # Median of 2.8, 3.0 and 2.9 TB/s is 2.9e12 bytes/s.
     assert after["memory_roof"] == {**after["memory_roof"], "source": "measured", "bytes_per_s": 2.9e12}
-    assert "median of 3" in after["memory_roof"]["citation"]
+    # Lean answers carry no citation text: which measurements made the roof is on GET .../roofs.
+    assert "citation" not in after["memory_roof"]
+    hbm = next(m for m in client.get("/v1/devices/nvidia-h100-sxm/roofs").json()["memory"] if m["level"] == "hbm")
+    assert hbm["measured"]["count"] == 3 and hbm["measured"]["median"] == 2.9e12
     assert after["time_s"] == pytest.approx(GEMV_BYTES / 2.9e12)
     assert after["ridge_point"] == pytest.approx(NOMINAL_BF16 / 2.9e12)
     # At the roof on the slope, MFU = I * B_effective / P_nominal: it drops with the measured bandwidth.
