@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Iterator
 from typing import Annotated
@@ -49,10 +50,11 @@ def require_writer(
                            "(e.g. ROOFLINE_API_TOKENS='ops=<secret>') and send 'Authorization: Bearer <secret>'")
     if credentials is None:
         raise Unauthorized("this operation writes and needs 'Authorization: Bearer <token>'")
-    offered = credentials.credentials.encode()
+    # Hashes of equal length compared in constant time: neither the time nor a log can reveal a token.
+    offered = hashlib.sha256(credentials.credentials.encode()).digest()
     label = None
-    for token, token_label in tokens.items():
-        if hmac.compare_digest(offered, token.encode()):
+    for digest, token_label in tokens.items():
+        if hmac.compare_digest(offered, digest):
             label = token_label
     if label is None:
         raise Unauthorized("the bearer token is not valid")

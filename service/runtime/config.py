@@ -3,35 +3,74 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import lru_cache
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+# Shorter secrets are guessable, and a short "token" is more often a label whose token was left out ("ops=").
+MIN_TOKEN_LENGTH = 8
+LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+def parse_tokens(configured: str) -> dict[bytes, str]:
+    """ROOFLINE_API_TOKENS -> {SHA-256 of each token: its label}. Only the hashes are kept.
+
+    Entries are comma-separated: `label:token` (unambiguous for any token: ':' is in no base64, hex or
+    urlsafe alphabet), `label=token` (when the token does not start with '='), or a bare token, labelled
+    token-1, token-2, ... by position, never by anything derived from the secret. Spaces around labels and
+    tokens are ignored. A token needs 8 characters or more. Anything that cannot be read raises ValueError, which stops the start-up."""
+    tokens: dict[bytes, str] = {}
+    for position, entry in enumerate((e.strip() for e in configured.split(",")), start=1):
+        if not entry:
+            continue
+        label, token = None, entry
+        if ":" in entry:
+            label, token = (part.strip() for part in entry.split(":", 1))
+        elif "=" in entry:
+            left, right = (part.strip() for part in entry.split("=", 1))
+            # A base64 secret's padding ("...==" or "...=") is part of the token, never a separator.
+            if LABEL.match(left) and right and not right.startswith("="):
+                label, token = left, right
+        label = label if label is not None else f"token-{position}"
+        if not LABEL.match(label):
+            raise ValueError(f"ROOFLINE_API_TOKENS entry {position}: the label {label!r} must be letters, digits, "
+                             "'.', '_' or '-' (starting with a letter)")
+        if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
+            raise ValueError(f"ROOFLINE_API_TOKENS entry {position} ({label}): a token needs at least "
+                             f"{MIN_TOKEN_LENGTH} characters and no spaces (e.g. `openssl rand -base64 24`)")
+        if label in tokens.values():
+            raise ValueError(f"ROOFLINE_API_TOKENS: the label {label!r} is used twice")
+        digest = hashlib.sha256(token.encode()).digest()
+        if digest in tokens:
+            raise ValueError(f"ROOFLINE_API_TOKENS entry {position} ({label}): the same token is listed twice")
+        tokens[digest] = label
+    return tokens
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROOFLINE_")
 
     database_url: str = "sqlite:///./data/roofline.db"
-    # Comma-separated bearer tokens allowed to write, each optionally labelled: "alice=s3cret,ci=t0ken".
+    # Comma-separated bearer tokens allowed to write, each optionally labelled: "alice:s3cret-t0ken,ci:an0ther-t0ken"
+    # (see parse_tokens). Read once at start: a value that cannot be read stops the service.
     api_tokens: str = ""
     migrate_on_start: bool = True
     log_level: str = "INFO"
     # Large enough for a 4,096-point sweep or a 64-operator fusion graph, small enough to stay harmless.
     max_body_bytes: int = 1_048_576
 
-    def writer_tokens(self) -> dict[str, str]:
-        """Token -> label. A bare token gets a label derived from its hash, never the token itself."""
-        tokens: dict[str, str] = {}
-        for entry in self.api_tokens.split(","):
-            entry = entry.strip()
-            if not entry:
-                continue
-            label, sep, token = entry.partition("=")
-            if not sep:
-                token, label = entry, "token-" + hashlib.sha256(entry.encode()).hexdigest()[:8]
-            if token:
-                tokens[token] = label
-        return tokens
+    @field_validator("api_tokens")
+    @classmethod
+    def _readable_tokens(cls, value: str) -> str:
+        parse_tokens(value)
+        return value
+
+    def writer_tokens(self) -> dict[bytes, str]:
+        """SHA-256 of each writer token -> its label."""
+        return parse_tokens(self.api_tokens)
 
 
 @lru_cache
