@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat
 
 from schemas.common import DTypeName, MemoryLevelName, PositiveFinite, RoofSourceName, StrictModel, UnitName
 
 ShortText = Annotated[str, Field(min_length=1, max_length=200)]
 
+# Physical bounds, far beyond any single device, so that no stored value (nor a median of two) can
+# overflow a later computation or a chart's axis: 1 MFLOP/s to 1 ZFLOP/s, 1 kB/s to 1 EB/s.
+MIN_FLOPS_PER_S, MAX_FLOPS_PER_S = 1e6, 1e21
+MIN_BYTES_PER_S, MAX_BYTES_PER_S = 1e3, 1e18
+FlopsPerSecond = Annotated[FiniteFloat, Field(ge=MIN_FLOPS_PER_S, le=MAX_FLOPS_PER_S,
+                                              description="Measured throughput, FLOP/s (not GFLOP/s or TFLOP/s)")]
+BytesPerSecond = Annotated[FiniteFloat, Field(ge=MIN_BYTES_PER_S, le=MAX_BYTES_PER_S,
+                                              description="Measured bandwidth, bytes/s (not GB/s)")]
+
+
+def _plausible_time(value: datetime | None) -> datetime | None:
+    """A measurement time between 1970 and 2200, as an aware UTC time (a naive one is taken as UTC)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    if not (datetime(1970, 1, 1, tzinfo=timezone.utc) <= value <= datetime(2200, 1, 1, tzinfo=timezone.utc)):
+        raise ValueError("must lie between 1970-01-01 and 2200-01-01")
+    return value.astimezone(timezone.utc)
+
+
+MeasuredAt = Annotated[datetime | None, AfterValidator(_plausible_time)]
+
 
 class BenchmarkMetadata(StrictModel):
     tool: ShortText = Field(description="What measured it, e.g. 'nvbandwidth 0.7', 'ERT 1.1', 'cublas gemm sweep'")
-    measured_at: datetime | None = Field(None, description="When it was measured (ISO 8601); default: now")
+    measured_at: MeasuredAt = Field(None, description="When it was measured (ISO 8601, 1970 to 2200); default: now")
     host: str | None = Field(None, max_length=200, description="Host or cluster label")
     clock_hz: PositiveFinite | None = Field(None, description="SM clock during the run, Hz, if known")
     power_limit_w: PositiveFinite | None = Field(None, description="Power limit during the run, W, if known")
@@ -35,7 +58,7 @@ class ComputeBenchmarkCreate(BenchmarkMetadata):
     kind: Literal["compute"]
     dtype: DTypeName
     unit: UnitName
-    flops_per_s: PositiveFinite
+    flops_per_s: FlopsPerSecond
 
 
 class BandwidthBenchmarkCreate(BenchmarkMetadata):
@@ -44,7 +67,7 @@ class BandwidthBenchmarkCreate(BenchmarkMetadata):
          "host": "cluster-a/node-17"}]})
     kind: Literal["memory_bandwidth"]
     level: MemoryLevelName
-    bytes_per_s: PositiveFinite
+    bytes_per_s: BytesPerSecond
 
 
 BENCHMARK_KINDS = ("compute", "memory_bandwidth")
@@ -82,7 +105,7 @@ class ErtImport(StrictModel):
         "roofline": {"empirical": {"gflops": {"data": [["FP64 GFLOPs", 7068.9]]},
                                    "gbytes": {"data": [["L1", 14029.3], ["L2", 2996.8], ["DRAM", 828.8]]}}}}]})
     tool: ShortText = "ERT"
-    measured_at: datetime | None = None
+    measured_at: MeasuredAt = None
     host: str | None = Field(None, max_length=200)
     notes: str | None = Field(None, max_length=4000)
     exceeds_nominal_reason: str | None = Field(None, min_length=1, max_length=1000)

@@ -10,6 +10,9 @@ from schemas.analysis import RoofOptions
 from schemas.common import DeviceId, Dim, DTypeName, IndexDTypeName, NonNegativeFinite, StrictModel
 
 TensorName = Annotated[str, Field(min_length=1, max_length=64)]
+# A graph's operators, and so each group's names and the number of groups: bounds that keep the graph
+# checks (convexity, connectivity) to a few thousand steps.
+MAX_OPS = 64
 
 
 class FusionTensor(StrictModel):
@@ -41,9 +44,10 @@ class FusionRequest(RoofOptions):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [SWIGLU_EXAMPLE]})
     device_id: DeviceId
     tensors: dict[TensorName, FusionTensor] = Field(min_length=1, max_length=256)
-    ops: list[FusionOp] = Field(min_length=1, max_length=64)
-    groups: list[list[TensorName]] | None = Field(
-        None, max_length=64, description="Operator names fused into one kernel each; default: all in one group")
+    ops: list[FusionOp] = Field(min_length=1, max_length=MAX_OPS)
+    groups: list[Annotated[list[TensorName], Field(max_length=MAX_OPS)]] | None = Field(
+        None, max_length=MAX_OPS, description="Operator names fused into one kernel each (at most 64 groups of at most "
+                                              "64 names); default: all in one group")
     launch_overhead_s: NonNegativeFinite | None = Field(
         None, le=1, description="Cost of one kernel launch, seconds; default: the device's (4 us if unset)")
 

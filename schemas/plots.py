@@ -33,6 +33,7 @@ class PlotRequest(StrictModel):
     device_id: DeviceId
     roofs: Literal["nominal", "effective"] = "effective"
     compute: list[PlotRoof] | None = Field(None, max_length=16, description="Default: every tensor peak and fp32 vector")
-    levels: list[MemoryLevelName] | None = Field(None, description="Default: every level the device has")
+    levels: list[MemoryLevelName] | None = Field(None, max_length=8,
+                                                 description="Memory levels to draw (each once); default: every level the device has")
     points: list[PlotPointRequest] = Field(default_factory=list, max_length=64)
     format: Literal["svg", "png"] = "svg"

@@ -9,12 +9,17 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from schemas.common import DeviceId, StrictModel
 
 MAX_SWEEP_POINTS = 4096
+# Swept values are dimensions, counts or lengths: 2^53 is float64's exact-integer range, and keeps every
+# step between two ends finite.
+MAX_SWEEP_MAGNITUDE = 2.0**53
+SweepEnd = Annotated[FiniteFloat, Field(ge=-MAX_SWEEP_MAGNITUDE, le=MAX_SWEEP_MAGNITUDE,
+                                        description="A value of the swept parameter, at most 2^53 in magnitude")]
 
 
 class SweepRange(StrictModel):
-    start: FiniteFloat
-    stop: FiniteFloat
-    step: Annotated[FiniteFloat, Field(gt=0)] | None = Field(None, description="Linear step (inclusive of stop)")
+    start: SweepEnd
+    stop: SweepEnd
+    step: Annotated[FiniteFloat, Field(gt=0, le=2 * MAX_SWEEP_MAGNITUDE)] | None = Field(None, description="Linear step (inclusive of stop)")
     num: Annotated[int, Field(ge=2, le=MAX_SWEEP_POINTS)] | None = Field(None, description="Number of points")
     scale: Literal["linear", "log"] = "linear"
 
@@ -37,7 +42,7 @@ class SweepRequest(StrictModel):
     request: dict[str, Any] = Field(description="A body of that endpoint; the parameter is overwritten per point")
     parameter: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
                            description="Dotted path into the body, e.g. operator.m, batch_size, seq_len")
-    values: list[FiniteFloat] | None = Field(None, min_length=1, max_length=MAX_SWEEP_POINTS)
+    values: list[SweepEnd] | None = Field(None, min_length=1, max_length=MAX_SWEEP_POINTS)
     range: SweepRange | None = None
 
     @model_validator(mode="after")

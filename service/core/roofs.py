@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,7 +53,11 @@ def aggregate(samples: Iterable[tuple[float, datetime | None]]) -> MeasuredRoof:
     samples = list(samples)
     values = [value for value, _ in samples]
     times = [when for _, when in samples if when is not None]
-    return MeasuredRoof(statistics.median(values), len(values), min(values), max(values), max(times, default=None))
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    # The midpoint of two values as low + (high - low) / 2: (low + high) / 2 overflows near the float maximum.
+    median = ordered[middle] if len(ordered) % 2 else ordered[middle - 1] + (ordered[middle] - ordered[middle - 1]) / 2
+    return MeasuredRoof(median, len(values), ordered[0], ordered[-1], max(times, default=None))
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ operator endpoint, unfused and fused traffic from the core, times at the roofs a
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.fusion import FusionAnalysis, FusionRequest, FusionSavings, FusionSide, KernelCost
@@ -46,9 +48,9 @@ def analyze_fusion(request: FusionRequest, catalog: DeviceCatalog) -> FusionAnal
         producer = fusion.check_graph(graph, tensors)
         groups = request.groups if request.groups is not None else [[op.name for op in graph]]
         grouped = [name for group in groups for name in group]
-        repeated = sorted({name for name in grouped if grouped.count(name) > 1})
+        repeated = sorted(name for name, times in Counter(grouped).items() if times > 1)
         if repeated:
-            raise CostModelError("groups", f"operator(s) {', '.join(repeated)} appear in more than one group")
+            raise CostModelError("groups", f"operator(s) {', '.join(repeated)} appear more than once in the groups")
         for index, group in enumerate(groups):
             if not group:
                 raise CostModelError(f"groups.{index}", "a group needs at least one operator")

@@ -78,10 +78,10 @@ def evaluator_for(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> Eval
 
 
 def run_model_analysis(request: ModelAnalysisRequest, catalog: DeviceCatalog, evaluator: Evaluator | None = None,
-                       explain: bool = True):
-    """(model name, architecture, step result, prefill result or None) for a validated request."""
-    device = catalog.get(request.device_id)
-    name, arch = resolve_model(request, catalog)
+                       explain: bool = True, model: tuple[str, Architecture] | None = None):
+    """(model name, architecture, step result, prefill result or None) for a validated request; `model`,
+    when the caller already resolved the request's model (a sweep's points share one)."""
+    name, arch = model or resolve_model(request, catalog)
     evaluator = evaluator or evaluator_for(request, catalog)
     options = dict(batch=request.batch_size, seq_len=request.seq_len, dtypes=core_dtypes(request),
                    tensor_parallel=request.tensor_parallel, attention_implementation=request.attention_implementation)

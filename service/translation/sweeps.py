@@ -143,8 +143,14 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
     rows: list[SweepRow] = []
     margins: list[float] = []  # compute time minus memory time: its sign is the bound
     evaluators: dict[tuple, Evaluator] = {}
+    model = None  # resolved once, unless the sweep changes the model itself
     for index, value in enumerate(values):
         point = _point_request(request_model, request.request, path, value, index)
+        if request.endpoint == "model" and index == 0:
+            model = resolve_model(point, catalog)
+            if path[0] == "model":
+                _check_config_sweep_budget(len(values), model[1])
+                model = None
         if request.endpoint == "operator":
             answer = analyze_operator(point, catalog.get(point.device_id), catalog.measured(point.device_id))
             rows.append(SweepRow(value=value, time_s=answer.time_s, bound=answer.bound, flops=answer.flops,
@@ -155,7 +161,7 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
         key = (point.device_id, point.roofs, point.sustained_clock_hz, point.collective_latency_s)
         if key not in evaluators:
             evaluators[key] = evaluator_for(point, catalog)
-        _, _, result, prefill = run_model_analysis(point, catalog, evaluators[key], explain=False)
+        _, _, result, prefill = run_model_analysis(point, catalog, evaluators[key], explain=False, model=model)
         metrics = serving_metrics(point, result, prefill)
         row, margin = _model_row(value, result.totals, result.mfu, ttft_s=metrics["ttft_s"], tpot_s=metrics["tpot_s"],
                                  tokens_per_s=metrics["tokens_per_s"])
@@ -163,6 +169,19 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
         margins.append(margin)
     return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=rows,
                        crossover=_crossovers(rows, margins), critical_m=_critical_m(request, catalog))
+
+
+# A sweep over a field of an inline config parses the config at every point, at a cost that grows with
+# its layers: points x layers is bounded (a 65,536-layer config may be swept over 4 points, a 32-layer one
+# over every point allowed).
+MAX_CONFIG_SWEEP_LAYER_POINTS = 2**18
+
+
+def _check_config_sweep_budget(points: int, arch) -> None:
+    if points * arch.layers > MAX_CONFIG_SWEEP_LAYER_POINTS:
+        reason = (f"{points} points x {arch.layers} layers = {points * arch.layers:,} config parses per layer, over "
+                  f"the {MAX_CONFIG_SWEEP_LAYER_POINTS:,} a sweep of the config itself may cost; sweep fewer points")
+        raise Unprocessable(reason, [{"loc": "body.values", "msg": reason}])
 
 
 def _crossovers(rows: list[SweepRow], margins: list[float]) -> list[Crossover]:

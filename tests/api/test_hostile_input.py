@@ -2,6 +2,8 @@
 
 import pytest
 
+from service.persistence.catalog import model_catalog
+from service.translation import model_analyses
 from tests.conftest import AUTH
 
 
@@ -73,3 +75,61 @@ def test_values_the_database_cannot_hold_are_422_and_write_nothing(client):
         assert client.get("/v1/devices/nvidia-h100-sxm/benchmarks").json() == []
     assert client.delete("/v1/devices/nvidia-h100-sxm/benchmarks/2498999382295761", headers=AUTH).status_code == 422
     assert client.get("/v1/devices/nul%00id").status_code in (404, 422)
+
+
+SWEEP_OPERATOR = {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}
+
+
+@pytest.mark.parametrize("bad_range, loc", [
+    ({"start": -1.7e308, "stop": 1.7e308, "num": 8}, "body.range.start"),
+    ({"start": 1, "stop": 2**53, "step": 1e-300}, "body.range"),
+    ({"start": 1, "stop": 2**40, "step": 1}, "body.range"),
+    ({"start": 0, "stop": 1024, "num": 8, "scale": "log"}, "body.range"),
+])
+def test_sweep_ranges_that_would_overflow_or_explode_are_422s(client, bad_range, loc):
+    response = client.post("/v1/analyze/sweep", json={"endpoint": "operator", "request": SWEEP_OPERATOR,
+                                                      "parameter": "operator.m", "range": bad_range})
+    assert response.status_code == 422, response.text
+    assert any(field["loc"] == loc for field in response.json()["fields"])
+
+
+def test_a_sweep_over_an_inline_config_parses_it_once(client, monkeypatch):
+    """4,096 points over batch_size of a 65,536-layer inline config (one parse ~50 ms; 4,096 of them took
+    97 s): the config is parsed once, not once per point."""
+    parses = []
+    original = model_analyses.architecture_of
+    monkeypatch.setattr(model_analyses, "architecture_of", lambda *a, **k: parses.append(1) or original(*a, **k))
+    config = {**next(e for e in model_catalog() if e["id"] == "gemma-2-9b")["config"], "num_hidden_layers": 65536}
+    # sliding windows make the batch sweep step point by point (no closed form), the path that parsed each time
+    body = {"endpoint": "model", "parameter": "batch_size", "range": {"start": 1, "stop": 4096, "step": 1},
+            "request": {"device_id": "nvidia-h100-sxm", "model": config, "phase": "prefill", "seq_len": 16}}
+    response = client.post("/v1/analyze/sweep", json=body)
+    assert response.status_code == 200, response.text[:300]
+    assert len(response.json()["rows"]) == 4096
+    assert len(parses) <= 2
+    # Sweeping the config itself parses at every point: bounded by points x layers.
+    body = {**body, "parameter": "model.num_hidden_layers", "range": {"start": 65536, "stop": 65536 + 99, "step": 1}}
+    refused = client.post("/v1/analyze/sweep", json=body)
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.values"
+
+
+def test_repeated_chart_levels_are_bounded_and_drawn_once(client):
+    many = "&".join(["levels=hbm"] * 1000)
+    assert client.get(f"/v1/devices/nvidia-h100-sxm/roofline.svg?{many}").status_code == 422
+    svg = client.get("/v1/devices/nvidia-h100-sxm/roofline.svg?levels=hbm&levels=hbm&levels=hbm").text
+    assert svg.count('id="roof-memory-hbm-nominal"') == 1
+    body = {"device_id": "nvidia-h100-sxm", "levels": ["hbm"] * 3000}
+    assert client.post("/v1/plot/roofline", json=body).status_code == 422
+    body["levels"] = ["hbm", "hbm", "smem"]
+    assert client.post("/v1/plot/roofline", json=body).status_code == 200
+
+
+def test_fusion_groups_are_bounded(client):
+    graph = {"device_id": "nvidia-h100-sxm", "tensors": {"x": {"shape": [8]}, "y": {"shape": [8]}},
+             "ops": [{"name": "a", "kind": "elementwise", "op": "relu", "inputs": ["x"], "outputs": ["y"]}]}
+    # 262,000 repeated names in ~1 MiB took 42-50 s on the event loop.
+    refused = client.post("/v1/analyze/fusion", json={**graph, "groups": [["a"] * 65]})
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"].startswith("body.groups.0")
+    repeated = client.post("/v1/analyze/fusion", json={**graph, "groups": [["a"] * 64]})
+    assert repeated.status_code == 422
+    assert repeated.json()["fields"] == [{"loc": "body.groups", "msg": "operator(s) a appear more than once in the groups"}]

@@ -311,3 +311,38 @@ def test_a_compute_roof_the_device_lacks_is_refused_unless_explained_and_never_b
     roofs = client.get("/v1/devices/nvidia-a100-80gb-sxm/roofs")
     assert roofs.status_code == 200, roofs.text
     assert client.get("/v1/devices/nvidia-a100-80gb-sxm/roofline.svg").status_code == 200
+
+
+@pytest.mark.parametrize("record, loc", [
+    # Two of these, accepted with a reason, made the median overflow to inf (null on /roofs, infinite bandwidth).
+    ({"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 1.7e308, "exceeds_nominal_reason": "x"}, "body.bytes_per_s"),
+    # This one turned the chart's axis range into an overflow (500).
+    ({"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 5e-324, "off_nominal_reason": "x"}, "body.bytes_per_s"),
+    ({"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 1e30, "exceeds_nominal_reason": "x"},
+     "body.flops_per_s"),
+    # A time that cannot be converted to UTC (year 0) answered 500.
+    ({"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3e12, "measured_at": "0001-01-01T00:00:00+14:00"},
+     "body.measured_at"),
+])
+def test_values_that_would_break_later_reads_are_refused(client, record, loc):
+    response = client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=AUTH, json={**record, "tool": "t"})
+    assert response.status_code == 422, response.text
+    assert response.json()["fields"][0]["loc"] == loc
+    assert client.get("/v1/devices/nvidia-h100-sxm/roofs").status_code == 200
+
+
+def test_the_largest_accepted_values_keep_every_read_finite(client):
+    """The bounds' extremes, twice each (a median of two): /roofs, an analysis and the chart stay finite."""
+    for _ in range(2):
+        for value in (1e18, 1e3):
+            assert client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=AUTH, json={
+                "kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": value, "tool": "t",
+                "exceeds_nominal_reason": "bound test", "off_nominal_reason": "bound test"}).status_code == 201
+    roofs = client.get("/v1/devices/nvidia-h100-sxm/roofs")
+    assert roofs.status_code == 200
+    hbm = next(m for m in roofs.json()["memory"] if m["level"] == "hbm")
+    # The median of 1e18, 1e3, 1e18, 1e3 is the midpoint of 1e3 and 1e18.
+    assert hbm["effective_bytes_per_s"] == pytest.approx((1e18 + 1e3) / 2)
+    body = analyze(client)
+    assert body["ridge_point"] > 0 and body["time_s"] > 0
+    assert client.get("/v1/devices/nvidia-h100-sxm/roofline.svg").status_code == 200

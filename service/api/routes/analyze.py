@@ -36,7 +36,9 @@ def answered(result: BaseModel, kind: str) -> Response:
     return Response(result.model_dump_json(), media_type="application/json")
 
 
-# Pure computation with no I/O: an async route skips the thread-pool hop a plain def would take.
+# Pure computation with no I/O, bounded to a fraction of a millisecond (an operator, a model step of at most
+# a handful of distinct layers, a KV budget): an async route skips the thread-pool hop a plain def would
+# take. Fusion graphs, sweeps and comparisons cost more and run as plain defs, in the thread pool.
 @router.post(
     "/operator", response_model=OperatorAnalysis, summary="Roofline of one operator", operation_id="analyze_operator",
     responses={**NOT_FOUND, **INVALID},
@@ -95,7 +97,7 @@ async def kv_capacity_route(
         "operator; cycles, undefined tensors, shape mismatches and groups that cannot be one kernel are 422s."
     ),
 )
-async def analyze_fusion_route(
+def analyze_fusion_route(
     body: Annotated[FusionRequest, Body(openapi_examples={"swiglu": {"summary": "SiLU(gate) x up", "value": SWIGLU_EXAMPLE}})],
     catalog: CatalogDep,
 ) -> Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from pydantic import TypeAdapter, ValidationError
 from fastapi import APIRouter, Body, Query, Response, status
 
 from schemas.benchmarks import (
@@ -16,9 +17,10 @@ from service.api.deps import BenchmarkPath, CatalogDep, DevicePath, SessionDep, 
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.ert import ert_records
 from service.core.errors import CostModelError
-from service.runtime.errors import cost_model_error
+from service.runtime.errors import cost_model_error, invalid_nested
 from service.translation.measured_roofs import device_roofs, validate_against_nominal
 
+BENCHMARK_RECORD = TypeAdapter(BenchmarkCreate)
 router = APIRouter(prefix="/v1/devices/{device_id}", tags=["measured roofs"])
 
 BENCHMARK_EXAMPLES = {
@@ -57,6 +59,12 @@ def import_ert(device_id: DevicePath, body: ErtImport, session: SessionDep, cata
         raise cost_model_error(exc, "body") from None
     metadata = body.model_dump(exclude={"roofline"})
     records = [{**record, **metadata} for record in records]
+    for index, record in enumerate(records):
+        # Each mapped entry obeys what a direct submission must (e.g. the physical bounds).
+        try:
+            BENCHMARK_RECORD.validate_python(record)
+        except ValidationError as exc:
+            raise invalid_nested(exc, ["body", "roofline", "empirical", str(index)]) from None
     validate_against_nominal(device, records, "body.roofline.empirical")
     rows = repository.add_benchmarks(session, device_id=device_id, records=records, submitted_by=writer)
     return ErtImportResult(created=[BenchmarkPublic.model_validate(row) for row in rows], skipped=skipped)

@@ -24,8 +24,10 @@ IMAGE = {200: {"content": {"image/svg+xml": {}, "image/png": {}}, "description":
                         "`format=png` for a PNG.")
 def device_roofline(
     device_id: DevicePath, catalog: CatalogDep,
-    dtype: Annotated[list[DTypeName] | None, Query(description="Compute dtypes (tensor unit), repeatable")] = None,
-    levels: Annotated[list[MemoryLevelName] | None, Query(description="Memory levels, repeatable")] = None,
+    dtype: Annotated[list[DTypeName] | None, Query(max_length=16, description="Compute dtypes (tensor unit), "
+                                                                              "repeatable, at most 16")] = None,
+    levels: Annotated[list[MemoryLevelName] | None, Query(max_length=8, description="Memory levels, repeatable, "
+                                                                                  "at most 8")] = None,
     roofs: Literal["nominal", "effective"] = "effective",
     format: Literal["svg", "png"] = "svg",
 ) -> Response:
