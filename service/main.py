@@ -17,7 +17,7 @@ from service.persistence.catalog import DeviceCatalog
 from service.runtime.config import Settings, get_settings
 from service.persistence.db import make_engine
 from service.runtime.errors import install_error_handlers
-from service.runtime.limits import BodySizeLimitMiddleware
+from service.runtime.limits import AdmissionMiddleware, BodySizeLimitMiddleware
 from service.persistence.migrate import pending_migration, upgrade
 from service.runtime.observability import ObservabilityMiddleware, configure_logging
 
@@ -83,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # small ones are not worth the CPU.
     app.add_middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_BYTES)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AdmissionMiddleware, max_in_flight=settings.max_in_flight)
     app.add_middleware(ObservabilityMiddleware)
     install_error_handlers(app)
     openapi.install(app)

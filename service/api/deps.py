@@ -30,8 +30,9 @@ async def get_catalog(request: Request) -> DeviceCatalog:
     """The catalog, reloaded first if anything was committed since it was loaded (by this worker, another
     worker or another replica). The SQLite check is inline; a query or reload runs off the event loop."""
     catalog = request.app.state.catalog
-    if not catalog.is_known_current():
-        await run_in_threadpool(catalog.refresh)
+    # When the database is unreachable but a catalog was loaded, analyses go on from it, and say so.
+    if not catalog.is_known_current() and await run_in_threadpool(catalog.refresh_or_go_stale):
+        request.state.catalog_stale = True
     return catalog
 
 

@@ -6,7 +6,9 @@ Analyses never touch the database: they read this cache, which is rebuilt when a
 from __future__ import annotations
 
 import json
+import math
 import threading
+import time
 from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
@@ -15,6 +17,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
 from service.persistence import repository
@@ -22,9 +26,12 @@ from service.persistence.change_probe import SqliteCommitProbe
 from service.core.dtypes import peak_dtype
 from service.core.hardware import DEFAULT_COLLECTIVE_LATENCY_S, DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
-from service.runtime.errors import DeviceNotFound, ModelNotFound
+from service.runtime.errors import DatabaseUnavailable, DeviceNotFound, ModelNotFound
 from service.persistence.tables import Benchmark, ModelConfig
 
+# After the database failed, analyses are served from the loaded catalog for this long before it is
+# tried again.
+UNREACHABLE_RETRY_S = 2.0
 S = TypeVar("S")
 T = TypeVar("T")
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -115,10 +122,31 @@ class DeviceCatalog:
         self._version: int | None = None
         self._commits_seen: int | None = None
         self._refresh_lock = threading.Lock()
+        self._failed_at = -math.inf
         self._specs: dict[str, DeviceSpec] = {}
         self._measured: dict[str, MeasuredRoofs] = {}
         self._models: dict[str, ModelConfig] = {}
         self._derived: dict[Any, Any] = {}
+
+    def refresh_or_go_stale(self) -> bool:
+        """Refreshes, unless the database failed within the last UNREACHABLE_RETRY_S; True when the caller
+        is to be served from the catalog as last loaded. Blocking: run it off the event loop. Raises when
+        the database fails and nothing was ever loaded."""
+        if self.loaded and time.monotonic() - self._failed_at < UNREACHABLE_RETRY_S:
+            return True  # don't make every request wait out a connect timeout on a server known down
+        try:
+            self.refresh()
+        except (OperationalError, PoolTimeout, DatabaseUnavailable):
+            self._failed_at = time.monotonic()
+            if not self.loaded:
+                raise
+            return True
+        return False
+
+    @property
+    def loaded(self) -> bool:
+        """Whether any load succeeded: a stale catalog can still answer analyses."""
+        return self._version is not None
 
     def is_known_current(self) -> bool:
         """True only when certainly nothing was committed since the last load."""

@@ -8,12 +8,21 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from service.runtime.errors import AlreadyExists, BenchmarkNotFound, DeviceNotFound, ModelNotFound
+from service.persistence.db import database_file_intact
+from service.runtime.errors import AlreadyExists, DatabaseUnavailable, BenchmarkNotFound, DeviceNotFound, ModelNotFound
 from service.persistence.tables import Benchmark, CatalogState, Device, ModelConfig, utcnow
 
 
+def _require_intact_file(session: Session) -> None:
+    if not database_file_intact(session.get_bind()):
+        raise DatabaseUnavailable("the database file was deleted or replaced while the service ran; nothing was "
+                                  "written. Restart the service against the right file")
+
+
 def _bump_version(session: Session) -> None:
-    """Every write to the catalog bumps its version in the same transaction (see catalog.py)."""
+    """Every write to the catalog bumps its version in the same transaction (see catalog.py), after
+    checking that the SQLite file is still the one the service opened."""
+    _require_intact_file(session)
     session.exec(update(CatalogState).where(CatalogState.id == 1).values(version=CatalogState.version + 1))
 
 
@@ -99,6 +108,7 @@ def delete_device(session: Session, *, device_id: str) -> None:
 
 def ping(session: Session) -> None:
     session.exec(select(1)).one()
+    _require_intact_file(session)
 
 
 def add_benchmarks(session: Session, *, device_id: str, records: list[dict[str, Any]], submitted_by: str) -> list[Benchmark]:

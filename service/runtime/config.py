@@ -6,7 +6,7 @@ import hashlib
 import re
 from functools import lru_cache
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -61,6 +61,8 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Large enough for a 4,096-point sweep or a 64-operator fusion graph, small enough to stay harmless.
     max_body_bytes: int = 1_048_576
+    # Requests one worker serves at once (probes and metrics aside); more get 503 `overloaded`.
+    max_in_flight: int = Field(64, ge=1, le=100_000)
 
     @field_validator("api_tokens")
     @classmethod

@@ -174,8 +174,3 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(OperationalError, _database_unavailable)
     app.add_exception_handler(PoolTimeout, _database_unavailable)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception):
-        log.exception("unhandled error", exc_info=exc)
-        return JSONResponse(_body("internal_error", "an unexpected error occurred; it has been logged"), status_code=500)

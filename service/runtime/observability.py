@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import time
+import traceback
 import uuid
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -19,6 +20,8 @@ from prometheus_client import multiprocess
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 REQUEST_ID_HEADER = b"x-request-id"
+# On an answer computed from the last catalog loaded because the database could not be reached.
+STALE_CATALOG_HEADER = (b"x-roofline-catalog", b"stale: the database is unreachable; roofs as last loaded")
 SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -30,6 +33,9 @@ LATENCY = Histogram("roofline_http_request_duration_seconds", "Time to answer an
 ANALYSES = Counter("roofline_analyses_total", "Analyses answered, by kind", ["kind"], registry=REGISTRY)
 
 access_log = logging.getLogger("roofline.access")
+error_log = logging.getLogger("roofline.errors")
+INTERNAL_ERROR = json.dumps({"error": "internal_error", "detail": "an unexpected error occurred; it has been logged "
+                             "with this response's X-Request-ID", "fields": []}).encode()
 
 
 def count_analysis(kind: str) -> None:
@@ -48,7 +54,7 @@ def metrics_payload() -> tuple[bytes, str]:
 
 
 class JsonFormatter(logging.Formatter):
-    FIELDS = ("method", "route", "status", "duration_ms")
+    FIELDS = ("method", "route", "status", "duration_ms", "exception_type", "where")
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
@@ -97,11 +103,33 @@ class ObservabilityMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = list(message.get("headers", [])) + [(REQUEST_ID_HEADER, request_id.encode())]
+                headers = list(message.get("headers", [])) + [(REQUEST_ID_HEADER, request_id.encode())]
+                if scope.get("state", {}).get("catalog_stale"):
+                    headers.append(STALE_CATALOG_HEADER)
+                message["headers"] = headers
             await send(message)
 
+        started_response = False
+
+        async def send_tracked(message):
+            nonlocal started_response
+            started_response = started_response or message["type"] == "http.response.start"
+            await send_with_id(message)
+
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive, send_tracked)
+        except Exception as exc:
+            # Logged by type and place only: an exception's text can carry request values (a validation
+            # error quotes its input), and tracebacks would carry them to the log.
+            frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+            error_log.error("unhandled error", extra={"exception_type": type(exc).__name__,
+                                                      "where": f"{frame.filename}:{frame.lineno}" if frame else "?"})
+            if started_response:
+                raise
+            await send_tracked({"type": "http.response.start", "status": 500,
+                                "headers": [(b"content-type", b"application/json"),
+                                            (b"content-length", str(len(INTERNAL_ERROR)).encode())]})
+            await send_tracked({"type": "http.response.body", "body": INTERNAL_ERROR})
         finally:
             elapsed = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"

@@ -1,5 +1,10 @@
-"""Schema fuzzing against the service's own OpenAPI document (fixed seed, bounded examples per operation):
-no 5xx, responses conform to their documented schemas, and every 4xx has the service's error shape."""
+"""Schema fuzzing against the service's own OpenAPI document (fixed seed, bounded examples per operation),
+with a valid writer token so the write routes are exercised too: no 5xx, only documented status codes,
+responses conform to their documented schemas, and every 4xx has the service's error shape.
+
+Three runs: positive cases (valid by the schema), negative cases (invalid by it: the service must refuse
+them with a documented 4xx, never a 5xx), and a stateful run that chains operations through the links
+schemathesis infers (create a device, then read, replace, restore, benchmark and delete it)."""
 
 import schemathesis
 from hypothesis import HealthCheck
@@ -7,24 +12,62 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import (
     content_type_conformance, not_a_server_error, response_schema_conformance, status_code_conformance,
 )
+from schemathesis.generation import GenerationMode
 
 from service.runtime.config import Settings
 from service.main import create_app
 from tests.conftest import AUTH
 
 EXAMPLES_PER_OPERATION = 30
-
-# The document needs no database: an app that is never started describes the API.
-schema = schemathesis.openapi.from_dict(
-    create_app(Settings(database_url="sqlite://", migrate_on_start=False)).openapi())
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
-@schema.parametrize()
-@hypothesis_settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True, database=None,
-                     suppress_health_check=list(HealthCheck))
-def test_api_conforms_to_its_schema(case, live_server):
-    response = case.call_and_validate(
-        base_url=live_server, headers=AUTH,
-        checks=[not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance])
+def load_schema(modes):
+    # The document needs no database: an app that is never started describes the API.
+    loaded = schemathesis.openapi.from_dict(
+        create_app(Settings(database_url="sqlite://", migrate_on_start=False)).openapi())
+    loaded.config.generation.update(modes=modes)
+    return loaded
+
+
+positive = load_schema([GenerationMode.POSITIVE])
+negative = load_schema([GenerationMode.NEGATIVE])
+FUZZ_SETTINGS = hypothesis_settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True,
+                                    database=None, suppress_health_check=list(HealthCheck))
+
+
+def check(case, live_server):
+    response = case.call_and_validate(base_url=live_server, headers=AUTH, checks=CHECKS)
     if 400 <= response.status_code < 500:
         assert set(response.json()) == {"error", "detail", "fields"}
+    return response
+
+
+@positive.parametrize()
+@FUZZ_SETTINGS
+def test_api_conforms_to_its_schema(case, live_server):
+    check(case, live_server)
+
+
+@negative.parametrize()
+@FUZZ_SETTINGS
+def test_requests_outside_the_schema_are_refused_with_documented_4xx(case, live_server):
+    response = check(case, live_server)
+    assert response.status_code < 500
+
+
+def test_chained_operations_conform(live_server):
+    machine = positive.as_state_machine()
+
+    class WithWriterToken(machine):
+        def get_call_kwargs(self, case):
+            return {"base_url": live_server, "headers": AUTH}
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs):
+            case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs or None)
+            if 400 <= response.status_code < 500:
+                assert set(response.json()) == {"error", "detail", "fields"}
+
+    WithWriterToken.run(settings=hypothesis_settings(max_examples=40, stateful_step_count=6, deadline=None,
+                                                     derandomize=True, database=None,
+                                                     suppress_health_check=list(HealthCheck)))

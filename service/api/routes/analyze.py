@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
@@ -27,6 +28,14 @@ from service.runtime.observability import count_analysis
 from service.translation.sweeps import compare_devices, run_sweep
 
 router = APIRouter(prefix="/v1/analyze", tags=["analysis"], route_class=LeanAnalysisRoute)
+
+
+async def off_loop_if_inline(body, run, catalog):
+    """A catalog model is parsed already, so its analysis is a fraction of a millisecond and runs inline;
+    an inline config is parsed per request, in time that grows with its layers, so in the thread pool."""
+    if body.model is None:
+        return run(body, catalog)
+    return await run_in_threadpool(run, body, catalog)
 
 
 def answered(result: BaseModel, kind: str) -> Response:
@@ -69,7 +78,7 @@ async def analyze_operator_route(
 async def analyze_model_route(
     body: Annotated[ModelAnalysisRequest, Body(openapi_examples=MODEL_EXAMPLES)], catalog: CatalogDep,
 ) -> Response:
-    return answered(analyze_model_request(body, catalog), f"model:{body.phase}")
+    return answered(await off_loop_if_inline(body, analyze_model_request, catalog), f"model:{body.phase}")
 
 
 @router.post(
@@ -84,7 +93,7 @@ async def analyze_model_route(
 async def kv_capacity_route(
     body: Annotated[KvCapacityRequest, Body(openapi_examples=KV_EXAMPLES)], catalog: CatalogDep,
 ) -> Response:
-    return answered(kv_capacity_request(body, catalog), "kv_capacity")
+    return answered(await off_loop_if_inline(body, kv_capacity_request, catalog), "kv_capacity")
 
 
 @router.post(

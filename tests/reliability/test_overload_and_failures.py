@@ -1,0 +1,149 @@
+"""Under overload, oversized bodies and unexpected errors the service answers quickly and in its own
+shape: 503 `overloaded` past the in-flight limit, a 413 every client library receives, a 500 that carries
+its request id and leaves request values out of the log."""
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from service.main import create_app
+from service.runtime.limits import AdmissionMiddleware
+from tests.conftest import TOKEN
+
+
+@pytest.mark.parametrize("size", [2 * 1024 * 1024, 8 * 1024 * 1024])
+def test_a_plain_urllib_client_receives_the_413(live_server, size):
+    """The middleware answered before reading, and the connection closed with the body unread: urllib saw
+    a reset in 60 of 60 tries at 8 MiB."""
+    for _ in range(5):
+        request = urllib.request.Request(f"{live_server}/v1/analyze/operator", data=b"x" * size, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 413
+        assert json.loads(refused.value.read())["error"] == "payload_too_large"
+
+
+def test_requests_past_the_in_flight_limit_get_a_quick_503_and_probes_still_answer():
+    """Two requests may be in flight; a third is refused at once with Retry-After, /healthz never is."""
+    release = asyncio.Event()
+
+    async def slow_app(scope, receive, send):
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+
+    app = AdmissionMiddleware(slow_app, max_in_flight=2)
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            held = [asyncio.create_task(client.get("/v1/devices")) for _ in range(2)]
+            await asyncio.sleep(0.05)
+            refused = await client.get("/v1/devices")
+            probe = asyncio.create_task(client.get("/healthz"))
+            await asyncio.sleep(0.05)
+            release.set()
+            return refused, await probe, [await task for task in held]
+
+    refused, probe, held = asyncio.run(scenario())
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert refused.json()["error"] == "overloaded"
+    assert probe.status_code == 200 and [r.status_code for r in held] == [200, 200]
+    assert app.in_flight == 0
+
+
+def test_an_unexpected_error_is_a_500_with_its_request_id_and_no_request_values_logged(settings, monkeypatch, capfd):
+    from service.translation import operator_analyses
+
+    secret_value = "7f3a-sensitive-value"
+
+    def explode(*_args, **_kwargs):
+        raise RuntimeError(f"boom with {secret_value}")
+
+    monkeypatch.setattr(operator_analyses, "analyze_operator", explode)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        response = client.post("/v1/analyze/operator", headers={"X-Request-ID": "trace-500"}, json={
+            "device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 8, "k": 8}})
+    assert response.status_code == 500
+    assert response.headers["x-request-id"] == "trace-500"
+    assert response.json()["error"] == "internal_error"
+    logged = capfd.readouterr().err
+    assert "RuntimeError" in logged and "trace-500" in logged
+    assert secret_value not in logged and TOKEN not in logged
+
+
+def test_a_deleted_sqlite_file_is_noticed_by_readiness_and_writes(settings, database_url):
+    import os
+
+    from service.persistence.db import sqlite_file
+
+    path = sqlite_file(database_url)
+    if path is None:
+        pytest.skip("an SQLite file is what can be deleted under the server")
+    measurement = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3e12, "tool": "nvbandwidth"}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=auth, json=measurement).status_code == 201
+        assert client.get("/readyz").status_code == 200
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                os.remove(path + suffix)
+        # Before: writes were acknowledged into the unlinked file and lost at the next start.
+        refused = client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=auth, json=measurement)
+        assert refused.status_code == 503 and "deleted or replaced" in refused.json()["detail"]
+        assert client.get("/readyz").status_code == 503
+
+
+def test_analyses_go_on_from_the_loaded_catalog_when_the_database_is_unreachable_and_say_so(settings, monkeypatch):
+    from sqlalchemy.exc import OperationalError
+
+    body = {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}
+    with TestClient(create_app(settings)) as client:
+        fresh = client.post("/v1/analyze/operator", json=body)
+        assert fresh.status_code == 200 and "x-roofline-catalog" not in fresh.headers
+        catalog = client.app.state.catalog
+
+        def unreachable():
+            raise OperationalError("SELECT version", {}, Exception("server closed the connection"))
+
+        monkeypatch.setattr(catalog, "is_known_current", lambda: False)
+        monkeypatch.setattr(catalog, "refresh", unreachable)
+        stale = client.post("/v1/analyze/operator", json=body)
+        assert stale.status_code == 200 and stale.json()["time_s"] == fresh.json()["time_s"]
+        assert stale.headers["x-roofline-catalog"].startswith("stale")
+        # Within the retry interval the database is not tried again: no request waits out a connect timeout.
+        attempts = []
+        monkeypatch.setattr(catalog, "refresh", lambda: attempts.append(1) or unreachable())
+        assert client.post("/v1/analyze/operator", json=body).headers["x-roofline-catalog"].startswith("stale")
+        assert attempts == []
+        # GET .roofs reads the loaded catalog as well.
+        assert client.get("/v1/devices/nvidia-h100-sxm/roofs").status_code == 200
+
+
+def test_a_postgres_server_that_stops_answering_costs_seconds_not_minutes():
+    """A listener that accepts TCP and then says nothing, as a server whose packets are held: the connect
+    gives up after POSTGRES_CONNECT_TIMEOUT_S (3 s) instead of hanging past 40 s."""
+    import socket
+    import time
+
+    from sqlalchemy.exc import OperationalError
+
+    from service.persistence.db import POSTGRES_CONNECT_TIMEOUT_S, make_engine
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        engine = make_engine(f"postgresql+psycopg://postgres@127.0.0.1:{port}/test")
+        started = time.monotonic()
+        with pytest.raises(OperationalError):
+            engine.connect()
+        waited = time.monotonic() - started
+        engine.dispose()
+    assert waited < 4 * POSTGRES_CONNECT_TIMEOUT_S
