@@ -13,7 +13,8 @@ Citation = Annotated[str, Field(min_length=1, max_length=4000, description="Wher
 Bytes = Annotated[int, Field(gt=0, le=2**60)]
 
 # Scalar numbers that, when given, must carry a citation under `citations`.
-CITED_SCALARS = ("memory_capacity_bytes", "sm_count", "boost_clock_hz", "tdp_w", "interconnect_bandwidth_bytes_per_s")
+CITED_SCALARS = ("memory_capacity_bytes", "usable_memory_bytes", "sm_count", "boost_clock_hz", "tdp_w",
+                 "interconnect_bandwidth_bytes_per_s")
 
 
 class ComputePeak(StrictModel):
@@ -78,6 +79,10 @@ class DeviceBase(StrictModel):
     memory_capacity_bytes: Bytes = Field(description="Device memory as built, bytes (an '80 GB' HBM card holds 80 GiB)")
     memory_capacity_marketing: str | None = Field(None, max_length=50, description="The marketed figure, e.g. '80 GB'")
     memory_capacity_physical_bytes: Bytes | None = None
+    usable_memory_bytes: Bytes | None = Field(
+        None, description="Memory the runtime exposes, bytes: CUDA's total (what vLLM's gpu_memory_utilization "
+                          "multiplies) or NVML's memory.total; below the as-built capacity (an H100's 80 GiB shows "
+                          "81,559 MiB in nvidia-smi). Unset: capacity and KV budgets use memory_capacity_bytes")
     compute_peaks: list[ComputePeak] = Field(default_factory=list, max_length=64,
                                              description="Dense peaks; may be left to the microarchitecture derivation")
     memory_levels: list[MemoryLevel] = Field(default_factory=list, max_length=8,

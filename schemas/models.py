@@ -61,6 +61,10 @@ class ModelDTypes(StrictModel):
     weight_group_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
         None, description="Group-quantised weights: elements per scale (e.g. 128); bytes = bits/8 + scale/group")
     weight_scale_bytes: Annotated[float, Field(gt=0, le=8)] = Field(2.0, description="Bytes per scale (fp16: 2)")
+    lm_head: DTypeName | None = Field(
+        None, description="Type of the LM head's weights. Default: the activations' type when the weights are "
+                          "quantised to one byte or less (int8, fp8, int4, fp4: W4A16/W8A8 checkpoints keep lm_head in "
+                          "16 bits) or the head is tied to the embedding table; else the weights' type")
 
 
 class ModelChoice(StrictModel):
@@ -81,7 +85,29 @@ class Speedup(StrictModel):
     factor: Annotated[float, Field(gt=0, le=1e6)] = Field(description="How many times faster those rows become")
 
 
-class ModelAnalysisRequest(ModelChoice, RoofOptions):
+class MemoryOptions(StrictModel):
+    """How much of a device's memory an engine may use, and how it pages the KV cache."""
+
+    memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="Fraction of the usable memory the engine may take, as vLLM's gpu_memory_utilization "
+                          "(default 1.0); applies to the device's usable_memory_bytes (what the runtime exposes), or to "
+                          "the as-built capacity where the device has no such figure")
+    memory_capacity_bytes: PositiveFinite | None = Field(None, description="Explicit usable bytes per device, "
+                                                                           "instead of the device's figure")
+    workspace_bytes: NonNegativeFinite = Field(0, description="Runtime reserve per device beyond the estimated "
+                                                              "activations (CUDA graphs, allocator slack), bytes")
+    block_size: Annotated[int, Field(ge=1, le=1024)] = Field(
+        16, description="Tokens per KV-cache block: each request's cache rounds up to whole blocks (vLLM's default "
+                        "16; 1 = a contiguous cache)")
+
+    @model_validator(mode="after")
+    def _one_capacity(self):
+        if self.memory_utilization is not None and self.memory_capacity_bytes is not None:
+            raise ValueError("give memory_utilization or memory_capacity_bytes, not both")
+        return self
+
+
+class ModelAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 32, "seq_len": 4096}]})
     device_id: DeviceId
@@ -95,6 +121,9 @@ class ModelAnalysisRequest(ModelChoice, RoofOptions):
         None, le=1, description="Fixed cost of each tensor-parallel all-reduce beside its bytes / bandwidth, seconds; "
                                 "default: the device's collective_latency_s (5e-6 when unset)")
     output_len: Length | None = Field(None, description="Tokens to generate: the answer adds the end-to-end latency")
+    measured_time_s: Annotated[float, Field(ge=1e-9, le=1e6)] | None = Field(
+        None, description="A measured time of this step (e.g. the TPOT or TTFT a serving benchmark reported), seconds: "
+                          "the answer adds the achieved MFU and the fraction of the roofline time reached")
     speedups: list[Speedup] = Field(default_factory=list, max_length=32,
                                     description="What-if (Amdahl): speed a class of rows up by a factor")
 
@@ -143,6 +172,31 @@ class WhatIf(BaseModel):
     ceiling: float | None = Field(description="Speed-up if those rows took no time at all (null: they are all of it)")
 
 
+class StepMemoryOut(BaseModel):
+    """Per device. required = weights + kv_cache + activations + workspace; fits when it is at most usable."""
+
+    capacity_bytes: float = Field(description="Device memory as built, bytes")
+    usable_bytes: float = Field(description="What the runtime exposes (or the explicit capacity) x memory_utilization")
+    weights_bytes: float = Field(description="Every parameter (all experts) in its type, split by tensor parallelism")
+    kv_cache_bytes: float = Field(description="The batch's K/V at this step's largest context, in whole blocks")
+    activation_bytes: float = Field(description="Estimated live activations: the residual stream and one layer's "
+                                                "widest buffer for the step's tokens, plus fp32 logits")
+    workspace_bytes: float = Field(description="The request's runtime reserve")
+    required_bytes: float
+    fits: bool
+    headroom_bytes: float = Field(description="usable - required when it fits, else 0")
+    shortfall_bytes: float = Field(description="required - usable when it does not fit, else 0")
+    block_size: int
+    context_len: int = Field(description="Tokens each sequence's cache holds at its largest in this request")
+
+
+class ModelAchieved(BaseModel):
+    measured_time_s: float
+    flops_per_s: float = Field(description="Model FLOPs / measured time, FLOP/s")
+    mfu: float | None = Field(description="Achieved FLOP/s over the nominal peak of the matmuls' dtype")
+    roof_fraction: float = Field(description="Roofline (lower-bound) time / measured time")
+
+
 class ModelAnalysis(BaseModel):
     device_id: str
     model: str
@@ -151,6 +205,10 @@ class ModelAnalysis(BaseModel):
     seq_len: int
     tensor_parallel: int
     params: ParamCounts
+    fits: bool = Field(description="Whether the step fits in each device's usable memory (see `memory`); an "
+                                   "infeasible step is still answered, as a what-if")
+    memory: StepMemoryOut
+    achieved: ModelAchieved | None = Field(None, description="With measured_time_s")
     rows: list[RowOut]
     totals: ModelTotals
     mfu: float | None
@@ -164,24 +222,36 @@ class ModelAnalysis(BaseModel):
     assumptions: list[str]
 
 
-class KvCapacityRequest(ModelChoice):
+class KvContextShare(StrictModel):
+    context_len: Length
+    share: Annotated[float, Field(gt=0, le=1)] = Field(description="Fraction of requests with this context")
+
+
+class KvCapacityRequest(ModelChoice, MemoryOptions):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "context_len": 8192, "tensor_parallel": 4,
          "memory_utilization": 0.9}]})
     device_id: DeviceId
     context_len: Length
     dtypes: ModelDTypes = Field(default_factory=ModelDTypes)
-    workspace_bytes: NonNegativeFinite = Field(0, description="Activations and runtime reserve per device, bytes")
-    memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
-        None, description="Fraction of capacity the server may use (default 1.0)")
-    memory_capacity_bytes: PositiveFinite | None = Field(None, description="Explicit usable bytes per device")
     tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = 1
+    context_mix: list[KvContextShare] | None = Field(
+        None, min_length=1, max_length=64,
+        description="Mixed traffic: context lengths with the share of requests at each (shares sum to 1); the answer "
+                    "adds the concurrency at the mix's mean cache and at its 95th-percentile length")
 
     @model_validator(mode="after")
-    def _one_capacity(self):
-        if self.memory_utilization is not None and self.memory_capacity_bytes is not None:
-            raise ValueError("give memory_utilization or memory_capacity_bytes, not both")
+    def _shares_sum_to_one(self):
+        if self.context_mix is not None and abs(sum(c.share for c in self.context_mix) - 1) > 1e-6:
+            raise ValueError("context_mix: the shares must sum to 1")
         return self
+
+
+class KvMix(BaseModel):
+    mean_kv_bytes_per_request: float = Field(description="Share-weighted KV cache of one request, per device, bytes")
+    max_concurrent_requests: int = Field(description="floor(available / mean per request)")
+    p95_context_len: int = Field(description="The smallest listed length at or above 95 % of requests")
+    max_concurrent_requests_at_p95: int = Field(description="Concurrency if every request were p95_context_len long")
 
 
 class KvCapacity(BaseModel):
@@ -196,7 +266,14 @@ class KvCapacity(BaseModel):
     kv_bytes_per_request: float = Field(description="Per device at context_len (sliding windows capped), bytes")
     available_kv_bytes: float
     max_concurrent_requests: int = Field(description="floor(available / per request), never rounded up")
-    max_context_len: int | None = Field(description="Longest context one request can hold; null if unbounded")
+    max_context_len: int | None = Field(description="Longest context one request can hold: the smaller of what "
+                                                    "memory holds and the model's max_position_embeddings; null if "
+                                                    "neither bounds it")
+    max_context_len_bound_by: Literal["memory", "model"] | None = Field(
+        description="Which limit gives max_context_len")
+    capacity_bytes: float = Field(description="Device memory as built, per device, bytes")
+    block_size: int = Field(description="Tokens per KV-cache block the request counts were rounded to")
+    mix: KvMix | None = Field(None, description="With context_mix: concurrency at the mix")
     fits: bool
     shortfall_bytes: float = Field(description="How much the weights and workspace exceed the usable memory")
     assumptions: list[str]

@@ -34,6 +34,10 @@ class MatmulOp(StrictModel):
     c_dtype: DTypeName | None = Field(None, description="Type of C (output) and of the bias")
     compute_dtype: DTypeName | None = Field(None, description="Peak to use; default: the wider of A and B")
     weight_shared: bool = Field(True, description="B is one weight shared by the batch (read once), not one per item")
+    weight_group_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
+        None, description="Group-quantised B: elements per scale; bytes per element = bits/8 + scale bytes / group. "
+                          "Default for int4 and fp4 B: 128 (as the model analysis assumes); none for other types")
+    weight_scale_bytes: Annotated[float, Field(gt=0, le=8)] = Field(2.0, description="Bytes per scale (fp16: 2)")
     tile: TileShape | None = Field(None, description="Kernel tile for the L2 traffic and shape-efficiency models; "
                                                      "default: the device's")
     apply_efficiency: bool = Field(False, description="Slow the compute roof by the padding and wave efficiency")

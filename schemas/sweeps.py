@@ -65,6 +65,7 @@ class SweepRow(BaseModel):
     ttft_s: float | None = None
     tpot_s: float | None = None
     tokens_per_s: float | None = None
+    fits: bool | None = Field(None, description="Model sweeps: whether the step fits in each device's usable memory")
 
 
 class Crossover(BaseModel):
@@ -87,6 +88,9 @@ class SweepResult(BaseModel):
     rows: list[SweepRow]
     crossover: list[Crossover] = Field(description="Each place where the bound changes between consecutive points")
     critical_m: CriticalM | None = Field(None, description="For a matmul operator")
+    largest_feasible_value: float | None = Field(
+        None, description="Model sweeps: the largest swept value whose step fits in memory (null: none does, or an "
+                          "operator sweep)")
 
 
 class CompareRequest(StrictModel):
@@ -114,7 +118,16 @@ class CompareError(BaseModel):
     detail: str
 
 
+class CompareInfeasible(BaseModel):
+    device_id: str
+    required_bytes: float = Field(description="Weights, KV cache, activations and workspace per device, bytes")
+    usable_bytes: float
+    shortfall_bytes: float = Field(description="required - usable, bytes")
+
+
 class CompareResult(BaseModel):
     endpoint: str
-    ranking: list[CompareEntry]
+    ranking: list[CompareEntry] = Field(description="Devices where the workload fits in memory, fastest first")
     errors: list[CompareError] = Field(description="Devices the workload could not be analysed on, and why")
+    infeasible: list[CompareInfeasible] = Field(
+        default_factory=list, description="Model workloads: devices where it does not fit in memory, with the shortfall")

@@ -43,6 +43,24 @@ def citation(device: dict, path: str) -> str:
     return f"shared/data/devices.json entry {device['id']} (no per-field source listed; see its notes)"
 
 
+MODAL = ("Modal, 'Why does an NVIDIA H100 80GB card offer 85.52 GB?' "
+         "(https://thundergolfer.com/blog/nvidia-gpu-memory-capacity): memory.total reported by NVML via nvidia-smi")
+# The memory the runtime exposes (what vLLM's gpu_memory_utilization multiplies), where a figure is
+# published: CUDA's total where one was measured, else NVML's memory.total, which can exceed CUDA's by a
+# fraction of a GiB. Devices without a cited figure carry none, and analyses then say they used the as-built size.
+USABLE_MEMORY = {
+    "nvidia-a100-80gb-sxm": (85_198_045_184, "team datasheet collection, memory.capacity_usable_reported: deviceQuery "
+                                             "85,198,045,184 bytes (79.35 GiB) total global memory"),
+    "nvidia-a100-40gb-sxm": (40_960 * MIB, f"{MODAL}: A100 40GB, 40,960 MiB"),
+    "nvidia-h100-sxm": (81_559 * MIB, f"{MODAL}: H100 80GB, 81,559 MiB"),
+    "nvidia-h200-sxm": (143_771 * MIB, f"{MODAL}: H200, 143,771 MiB (also nvidia-smi on this project's H200 machine)"),
+    "nvidia-a10": (23_028 * MIB, f"{MODAL}: A10, 23,028 MiB"),
+    "nvidia-l40s": (46_068 * MIB, f"{MODAL}: L40S, 46,068 MiB"),
+    "nvidia-l4": (23_034 * MIB, f"{MODAL}: L4, 23,034 MiB"),
+    "nvidia-t4": (15_360 * MIB, f"{MODAL}: T4, 15,360 MiB"),
+}
+
+
 def convert(device: dict) -> dict:
     memory, compute = device["memory"], device["compute"]
     on_chip = device.get("on_chip_bandwidth") or {}
@@ -91,6 +109,9 @@ def convert(device: dict) -> dict:
         citations["tdp_w"] = citation(device, "tdp_w")
     if link_gbps:
         citations["interconnect_bandwidth_bytes_per_s"] = citation(device, link_path)
+    usable, usable_source = USABLE_MEMORY.get(device["id"], (None, None))
+    if usable:
+        citations["usable_memory_bytes"] = usable_source
     return {
         "id": device["id"],
         "name": device["name"],
@@ -100,6 +121,7 @@ def convert(device: dict) -> dict:
         "memory_capacity_bytes": round(memory["capacity_gb_nominal"] * GIB),
         "memory_capacity_marketing": f"{memory['capacity_gb_nominal']:g} GB",
         "memory_capacity_physical_bytes": memory["capacity_gib_physical"] * GIB if memory.get("capacity_gib_physical") else None,
+        "usable_memory_bytes": usable,
         "compute_peaks": peaks,
         "memory_levels": levels,
         "sm_count": compute.get("units"),

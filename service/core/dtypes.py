@@ -55,6 +55,18 @@ def peak_dtype(dtype: str) -> str:
     return PEAK_DTYPE_ALIASES.get(dtype, dtype)
 
 
+# Sub-byte weights ship group-quantised; without a stated group size, 128 elements per scale is assumed
+# (the common size of GPTQ/AWQ int4 checkpoints).
+DEFAULT_SUB_BYTE_GROUP_SIZE = 128
+
+
+def weight_group_size(dtype: str, stated: int | None) -> int | None:
+    """The group size a weight of this type is charged for: the stated one, or the default for sub-byte types."""
+    if stated is not None:
+        return stated
+    return DEFAULT_SUB_BYTE_GROUP_SIZE if BYTES_PER_ELEMENT[dtype] < 1 else None
+
+
 def quantized_bytes_per_element(bits: float, scale_bytes: float = 0.0, group_size: int | None = None) -> float:
     """Storage of group-quantized values: bits/8 plus one scale of `scale_bytes` per group."""
     overhead = scale_bytes / group_size if group_size else 0.0

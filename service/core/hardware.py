@@ -61,6 +61,7 @@ class DeviceSpec:
     matmul_tile: tuple[int, int, int] = DEFAULT_MATMUL_TILE
     launch_overhead_s: float = DEFAULT_LAUNCH_OVERHEAD_S
     collective_latency_s: float = DEFAULT_COLLECTIVE_LATENCY_S
+    usable_memory_bytes: float | None = None  # what the runtime exposes; None: not published
 
     def peak(self, dtype: str, unit: Unit) -> ComputePeak | None:
         for peak in self.compute_peaks:

@@ -76,6 +76,7 @@ def device_spec(fields: Mapping[str, Any]) -> DeviceSpec:
         launch_overhead_s=fields.get("kernel_launch_overhead_s") or DEFAULT_LAUNCH_OVERHEAD_S,
         collective_latency_s=(DEFAULT_COLLECTIVE_LATENCY_S if fields.get("collective_latency_s") is None
                               else fields["collective_latency_s"]),
+        usable_memory_bytes=fields.get("usable_memory_bytes"),
     )
 
 

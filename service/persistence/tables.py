@@ -67,6 +67,7 @@ class Device(SQLModel, table=True):
     default_matmul_tile: list[int] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     microarchitecture: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     kernel_launch_overhead_s: float | None = None
+    usable_memory_bytes: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     collective_latency_s: float | None = None
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     updated_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

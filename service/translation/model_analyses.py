@@ -7,16 +7,24 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.models import (
-    GenericArchitecture, KvCapacity, KvCapacityRequest, ModelAnalysis, ModelAnalysisRequest, ModelChoice, ModelPublic,
-    ModelTotals, ParamCounts, RowOut, WhatIf,
+    GenericArchitecture, KvCapacity, KvCapacityRequest, KvMix, ModelAchieved, ModelAnalysis, ModelAnalysisRequest,
+    ModelChoice, ModelPublic, ModelTotals, ParamCounts, RowOut, StepMemoryOut, WhatIf,
 )
 from service.persistence.catalog import DeviceCatalog
+from service.core.dtypes import weight_group_size
 from service.core.errors import CostModelError
 from service.core.roofs import RoofMode
 from service.core.transformer import layers
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.architecture import Architecture, ConfigError, from_generic, from_hf_config
-from service.core.transformer.capacity import kv_bytes_per_token_per_layer, kv_capacity
+from service.core.transformer.capacity import (
+    StepMemory,
+    check_positions,
+    kv_bytes_per_token_per_layer,
+    kv_capacity,
+    mix_capacity,
+    step_memory,
+)
 from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
@@ -64,10 +72,8 @@ def resolve_model(choice: ModelChoice, catalog: DeviceCatalog) -> tuple[str, Arc
 
 def core_dtypes(request) -> layers.ModelDTypes:
     d = request.dtypes
-    group = d.weight_group_size
-    if group is None and d.weights in ("int4", "fp4"):
-        group = 128  # sub-byte weights are group-quantised; 128 is the common group size
-    return layers.ModelDTypes(d.weights, d.activations, d.kv_cache, group, d.weight_scale_bytes)
+    return layers.ModelDTypes(d.weights, d.activations, d.kv_cache, weight_group_size(d.weights, d.weight_group_size),
+                              d.weight_scale_bytes, d.lm_head)
 
 
 def evaluator_for(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> Evaluator:
@@ -82,6 +88,10 @@ def run_model_analysis(request: ModelAnalysisRequest, catalog: DeviceCatalog, ev
     """(model name, architecture, step result, prefill result or None) for a validated request; `model`,
     when the caller already resolved the request's model (a sweep's points share one)."""
     name, arch = model or resolve_model(request, catalog)
+    try:
+        check_positions(arch, *peak_context(request))
+    except CostModelError as exc:
+        raise unprocessable(exc, "body") from None
     evaluator = evaluator or evaluator_for(request, catalog)
     options = dict(batch=request.batch_size, seq_len=request.seq_len, dtypes=core_dtypes(request),
                    tensor_parallel=request.tensor_parallel, attention_implementation=request.attention_implementation)
@@ -107,8 +117,55 @@ def serving_metrics(request: ModelAnalysisRequest, result, prefill) -> dict:
             "tokens_per_s": tokens / time_s, "e2e_latency_s": e2e}
 
 
+def usable_memory(device, options) -> tuple[float, str]:
+    """(usable bytes per device, how they were obtained) for a request's MemoryOptions."""
+    if options.memory_capacity_bytes:
+        return options.memory_capacity_bytes, f"usable memory: {options.memory_capacity_bytes:.6g} bytes (explicit)"
+    utilization = options.memory_utilization or 1.0
+    if device.usable_memory_bytes:
+        return (device.usable_memory_bytes * utilization,
+                f"usable memory: {device.id}'s {device.usable_memory_bytes:.6g} bytes the runtime exposes (of "
+                f"{device.memory_capacity_bytes:.6g} as built) x utilisation {utilization:g}")
+    return (device.memory_capacity_bytes * utilization,
+            f"usable memory: {device.memory_capacity_bytes:.6g} bytes as built x utilisation {utilization:g} ({device.id} "
+            "has no published figure for what the runtime exposes, which is usually a little less)")
+
+
+def peak_context(request: ModelAnalysisRequest) -> tuple[int, str]:
+    """The longest cache a sequence of this request holds, and the field that sets it."""
+    if request.output_len:
+        return request.seq_len + request.output_len - 1, "output_len"
+    return request.seq_len + (1 if request.phase == "decode" else 0), "seq_len"
+
+
+def step_memory_for(request: ModelAnalysisRequest, arch: Architecture, device) -> tuple[StepMemory, int, str]:
+    context, _ = peak_context(request)
+    usable, basis = usable_memory(device, request)
+    step_tokens = request.batch_size * (request.seq_len if request.phase == "prefill" else 1)
+    memory = step_memory(arch, core_dtypes(request), batch=request.batch_size, context=context, step_tokens=step_tokens,
+                         capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
+                         workspace_bytes=request.workspace_bytes, tensor_parallel=request.tensor_parallel,
+                         block_size=request.block_size)
+    return memory, context, basis
+
+
 def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> ModelAnalysis:
     name, arch, result, prefill = run_model_analysis(request, catalog)
+    memory, context, basis = step_memory_for(request, arch, catalog.get(request.device_id))
+    memory_notes = [
+        f"memory: weights + batch x KV({context} tokens, in blocks of {request.block_size}) + activations + workspace "
+        f"= {memory.required_bytes:.4g} bytes per device against {memory.usable_bytes:.4g} usable: "
+        + ("fits" if memory.fits else f"DOES NOT FIT, short by {memory.shortfall_bytes:.4g} bytes (answered as a what-if)"),
+        basis,
+        "activations: an estimate (residual stream and one layer's widest buffer for the step's tokens, fp32 logits), "
+        "not a profile",
+    ]
+    achieved = None
+    if request.measured_time_s is not None:
+        flops_per_s = result.totals.flops / request.measured_time_s
+        achieved = ModelAchieved(measured_time_s=request.measured_time_s, flops_per_s=flops_per_s,
+                                 mfu=flops_per_s / result.peak_flops_per_s if result.peak_flops_per_s else None,
+                                 roof_fraction=result.totals.time_s / request.measured_time_s)
     totals = result.totals
     params = model_params(arch)
     what_if = []
@@ -127,10 +184,11 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
         # From dicts by pydantic-core: faster than model_construct per row (the rows' extra fields are ignored).
         rows=ROWS.validate_python([r._asdict() for r in result.rows]),
         totals=ModelTotals(**vars(totals)),
-        mfu=result.mfu,
+        mfu=result.mfu, fits=memory.fits, achieved=achieved,
+        memory=StepMemoryOut(**vars(memory), context_len=context),
         **serving_metrics(request, result, prefill),
         compute_roof_source=result.compute_roof_source, memory_roof_source=result.memory_roof_source,
-        assumptions=list(result.assumptions) + (
+        assumptions=memory_notes + list(result.assumptions) + (
             [f"e2e: prefill of {request.seq_len} tokens (the first output token), then {request.output_len - 1} "
              f"decode steps over contexts {request.seq_len} to {request.seq_len + request.output_len - 2} cached tokens, "
              "summed in closed form"] if request.output_len else []),
@@ -140,19 +198,23 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
 def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> KvCapacity:
     device = catalog.get(request.device_id)
     name, arch = resolve_model(request, catalog)
-    capacity = request.memory_capacity_bytes or device.memory_capacity_bytes
-    utilization = 1.0 if request.memory_capacity_bytes else (request.memory_utilization or 1.0)
+    usable, basis = usable_memory(device, request)
+    dtypes = core_dtypes(request)
     try:
-        result = kv_capacity(arch, core_dtypes(request), context_len=request.context_len, capacity_bytes=capacity,
-                             memory_utilization=utilization, workspace_bytes=request.workspace_bytes,
-                             tensor_parallel=request.tensor_parallel)
+        result = kv_capacity(arch, dtypes, context_len=request.context_len, capacity_bytes=usable,
+                             workspace_bytes=request.workspace_bytes, tensor_parallel=request.tensor_parallel,
+                             block_size=request.block_size)
+        mix = None
+        if request.context_mix:
+            mix = mix_capacity(arch, dtypes, [(c.context_len, c.share) for c in request.context_mix],
+                               result.available_kv_bytes, request.tensor_parallel, request.block_size)
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
     notes = [
         "capacity: weights + requests x kv(context) + workspace <= usable memory, per device; the request count "
         "is the floor, never rounded up",
-        f"usable memory: {capacity:.6g} bytes x utilisation {utilization:g}"
-        + (" (explicit memory_capacity_bytes)" if request.memory_capacity_bytes else f" ({device.id} as built)"),
+        basis,
+        f"kv blocks: each request's cache rounds up to whole blocks of {request.block_size} tokens",
         "weights: every parameter (all experts) in the weights' type, the embedding table in the activations' type",
         "kv per token per layer: " + ("the MLA latent (kv_lora_rank + rope dims), replicated on every device"
                                       if arch.latent else "2 x kv_heads x head_dim x bytes (K and V)"),
@@ -162,8 +224,11 @@ def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> K
                      "(K/V heads replicated when there are fewer heads than devices)")
     if any(g.sliding_window for g in arch.groups):
         notes.append("sliding-window layers hold at most their window of tokens")
+    if arch.max_positions is not None:
+        notes.append(f"model limit: max_position_embeddings {arch.max_positions:,} tokens")
     return KvCapacity(device_id=device.id, model=name, context_len=request.context_len,
-                      tensor_parallel=request.tensor_parallel, **vars(result), assumptions=notes)
+                      tensor_parallel=request.tensor_parallel, capacity_bytes=device.memory_capacity_bytes,
+                      mix=KvMix(**vars(mix)) if mix else None, **vars(result), assumptions=notes)
 
 
 def model_public(row: ModelConfig, arch: Architecture) -> ModelPublic:

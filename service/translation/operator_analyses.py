@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest, ShapeEfficiencyOut
 from service.persistence.catalog import DeviceCatalog
+from service.core.dtypes import bytes_per_element, quantized_bytes_per_element, weight_group_size
 from service.core.efficiency import grouped_rows, matmul_efficiency
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
@@ -66,6 +67,12 @@ def operator_fields(operator, device: DeviceSpec) -> dict:
     if operator.kind == "matmul":
         tile = fields.get("tile")
         fields["tile"] = (tile["m"], tile["n"], tile["k"]) if tile else device.matmul_tile
+        # Group scales are charged on B as the model analysis charges them on weights.
+        b_dtype = operator.b_dtype or operator.dtype
+        group = weight_group_size(b_dtype, fields.pop("weight_group_size", None))
+        scale = fields.pop("weight_scale_bytes")
+        if group:
+            fields["b_bytes_per_element"] = quantized_bytes_per_element(bytes_per_element(b_dtype) * 8, scale, group)
     return fields
 
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.models import ModelAnalysisRequest
 from schemas.sweeps import (
-    MAX_SWEEP_POINTS, CompareEntry, CompareError, CompareRequest, CompareResult, CriticalM, Crossover, SweepRequest,
+    MAX_SWEEP_POINTS, CompareEntry, CompareError, CompareInfeasible, CompareRequest, CompareResult, CriticalM, Crossover, SweepRequest,
     SweepResult, SweepRow,
 )
 from service.translation.operator_analyses import analyze_operator
@@ -19,8 +19,9 @@ from service.core.dtypes import bytes_per_element
 from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
 from service.core.errors import CostModelError
 from service.core.transformer.analysis import Evaluator, Totals, affine_sweep
+from service.core.transformer.capacity import check_positions
 from service.runtime.errors import ServiceError, Unprocessable, client_path, invalid_nested
-from service.translation.model_analyses import core_dtypes, evaluator_for, resolve_model, run_model_analysis, serving_metrics, unprocessable
+from service.translation.model_analyses import core_dtypes, evaluator_for, peak_context, step_memory_for, resolve_model, run_model_analysis, serving_metrics, unprocessable
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
 
@@ -97,7 +98,10 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
         return None
     _, arch = resolve_model(first, catalog)
     evaluator = evaluator_for(first, catalog)
+    last = first.model_copy(update={parameter: int(values[-1])})
+    device = catalog.get(first.device_id)
     try:
+        check_positions(arch, *peak_context(last))
         summaries = affine_sweep(arch, evaluator, parameter=parameter, values=[int(v) for v in values],
                                  phase=first.phase, batch=first.batch_size, seq_len=first.seq_len,
                                  dtypes=core_dtypes(first), tensor_parallel=first.tensor_parallel,
@@ -112,22 +116,24 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
     for value, summary in zip(values, summaries):
         t = summary.totals
         batch = summary.value if parameter == "batch_size" else first.batch_size
+        point = first.model_copy(update={parameter: int(value)})
         row, margin = _model_row(value, t, summary.mfu, ttft_s=t.time_s if prefill else None,
                                  tpot_s=None if prefill else t.time_s,
-                                 tokens_per_s=batch * tokens_per_sequence / t.time_s)
+                                 tokens_per_s=batch * tokens_per_sequence / t.time_s,
+                                 fits=step_memory_for(point, arch, device)[0].fits)
         rows.append(row)
         margins.append(margin)
     return rows, margins
 
 
 def _model_row(value: float, t: Totals, mfu: float | None, *, ttft_s: float | None, tpot_s: float | None,
-               tokens_per_s: float) -> tuple[SweepRow, float]:
+               tokens_per_s: float, fits: bool) -> tuple[SweepRow, float]:
     """One model sweep row, and its margin (compute-bound time minus memory-bound time: its sign is the bound)."""
     shares = {"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
               "interconnect": t.interconnect_time_share}
     row = SweepRow(value=value, time_s=t.time_s, bound=_dominant(shares), flops=t.flops, bytes=t.bytes, mfu=mfu,
                    memory_bound_time_share=t.memory_bound_time_share, ttft_s=ttft_s, tpot_s=tpot_s,
-                   tokens_per_s=tokens_per_s)
+                   tokens_per_s=tokens_per_s, fits=fits)
     return row, (t.compute_bound_time_share - t.memory_bound_time_share) * t.time_s
 
 
@@ -139,7 +145,8 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
     if fast is not None:
         rows, margins = fast
         return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=rows,
-                           crossover=_crossovers(rows, margins), critical_m=None)
+                           crossover=_crossovers(rows, margins), critical_m=None,
+                           largest_feasible_value=_largest_feasible(rows))
     rows: list[SweepRow] = []
     margins: list[float] = []  # compute time minus memory time: its sign is the bound
     evaluators: dict[tuple, Evaluator] = {}
@@ -161,14 +168,21 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
         key = (point.device_id, point.roofs, point.sustained_clock_hz, point.collective_latency_s)
         if key not in evaluators:
             evaluators[key] = evaluator_for(point, catalog)
-        _, _, result, prefill = run_model_analysis(point, catalog, evaluators[key], explain=False, model=model)
+        _, arch, result, prefill = run_model_analysis(point, catalog, evaluators[key], explain=False, model=model)
         metrics = serving_metrics(point, result, prefill)
+        fits = step_memory_for(point, arch, catalog.get(point.device_id))[0].fits
         row, margin = _model_row(value, result.totals, result.mfu, ttft_s=metrics["ttft_s"], tpot_s=metrics["tpot_s"],
-                                 tokens_per_s=metrics["tokens_per_s"])
+                                 tokens_per_s=metrics["tokens_per_s"], fits=fits)
         rows.append(row)
         margins.append(margin)
     return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=rows,
-                       crossover=_crossovers(rows, margins), critical_m=_critical_m(request, catalog))
+                       crossover=_crossovers(rows, margins), critical_m=_critical_m(request, catalog),
+                       largest_feasible_value=_largest_feasible(rows))
+
+
+def _largest_feasible(rows: list[SweepRow]) -> float | None:
+    """The largest swept value whose step fits in memory (model sweeps; None for operators or when none fits)."""
+    return max((row.value for row in rows if row.fits), default=None)
 
 
 # A sweep over a field of an inline config parses the config at every point, at a cost that grows with
@@ -224,7 +238,7 @@ def _critical_m(request: SweepRequest, catalog: DeviceCatalog) -> CriticalM | No
 
 def compare_devices(request: CompareRequest, catalog: DeviceCatalog) -> CompareResult:
     request_model = REQUEST_MODELS[request.endpoint]
-    entries, errors = [], []
+    entries, errors, infeasible = [], [], []
     for device_id in dict.fromkeys(request.device_ids):
         try:
             point = request_model.model_validate({**request.request, "device_id": device_id})
@@ -235,7 +249,13 @@ def compare_devices(request: CompareRequest, catalog: DeviceCatalog) -> CompareR
                 answer = analyze_operator(point, catalog.get(device_id), catalog.measured(device_id))
                 entries.append((device_id, answer.time_s, answer.bound, answer.mfu, None))
             else:
-                _, _, result, prefill = run_model_analysis(point, catalog)
+                _, arch, result, prefill = run_model_analysis(point, catalog)
+                memory = step_memory_for(point, arch, catalog.get(device_id))[0]
+                if not memory.fits:
+                    infeasible.append(CompareInfeasible(device_id=device_id, required_bytes=memory.required_bytes,
+                                                        usable_bytes=memory.usable_bytes,
+                                                        shortfall_bytes=memory.shortfall_bytes))
+                    continue
                 t = result.totals
                 bound = _dominant({"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
                                    "interconnect": t.interconnect_time_share})
@@ -247,4 +267,4 @@ def compare_devices(request: CompareRequest, catalog: DeviceCatalog) -> CompareR
     fastest = entries[0][1] if entries else 1.0
     ranking = [CompareEntry(rank=i + 1, device_id=d, time_s=t, bound=b, mfu=m, tokens_per_s=tps, relative_time=t / fastest)
                for i, (d, t, b, m, tps) in enumerate(entries)]
-    return CompareResult(endpoint=request.endpoint, ranking=ranking, errors=errors)
+    return CompareResult(endpoint=request.endpoint, ranking=ranking, errors=errors, infeasible=infeasible)

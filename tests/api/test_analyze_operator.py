@@ -172,3 +172,15 @@ def test_headline_figures_are_hbm_on_every_device_whatever_levels_it_models(clie
     assert after["arithmetic_intensity"] == before["arithmetic_intensity"]
     assert after["ridge_point"] == before["ridge_point"] and after["memory_roof"]["level"] == "hbm"
     assert {level["level"] for level in after["levels"]} >= {"hbm", "l2"}
+
+
+def test_an_int4_weight_matmul_is_charged_its_group_scales_as_the_model_analysis_does(client):
+    """GEMV 1 x 4096 x 4096 with int4 B and bf16 A/C: B is 16,777,216 weights at 0.5 bytes plus a 2-byte scale
+    per 128 = 0.515625 bytes each = 8,650,752 bytes; A 8,192 and C 8,192 bytes: 8,667,136 in all."""
+    operator = {"kind": "matmul", "m": 1, "n": 4096, "k": 4096, "dtype": "bf16", "b_dtype": "int4"}
+    body = analyze(client, operator).json()
+    assert body["bytes"]["total"] == 4096 * 4096 * 0.515625 + 2 * 4096 * 2
+    grouped = analyze(client, {**operator, "weight_group_size": 64, "weight_scale_bytes": 4}).json()
+    assert grouped["bytes"]["total"] == 4096 * 4096 * (0.5 + 4 / 64) + 2 * 4096 * 2
+    # An 8-bit weight has no default group.
+    assert analyze(client, {**operator, "b_dtype": "int8"}).json()["bytes"]["total"] == 4096 * 4096 + 2 * 4096 * 2

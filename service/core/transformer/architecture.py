@@ -83,6 +83,8 @@ class Architecture:
     moe: MoE | None = None
     groups: tuple[LayerGroup, ...] = ()
     defaults_applied: tuple[str, ...] = field(default=())
+    # The longest sequence the model's positions cover (config max_position_embeddings); None: not stated.
+    max_positions: int | None = None
 
     def layer_kinds(self) -> str:
         return ", ".join(f"{g.count} x {'MoE' if g.moe else 'dense'}"
@@ -253,7 +255,7 @@ def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architec
         tied_embeddings=r.flag("tie_word_embeddings", tied_default),
         qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias, norms_per_layer=norms_per_layer, qk_norm=qk_norm,
         latent=latent, moe=moe, groups=_group_layers(list(zip(windows, moe_layers))),
-        defaults_applied=tuple(r.defaults),
+        defaults_applied=tuple(r.defaults), max_positions=r.optional_int("max_position_embeddings"),
     )
 
 
@@ -270,4 +272,5 @@ def from_generic(spec: Mapping[str, Any]) -> Architecture:
         activation=spec.get("activation", "silu"), tied_embeddings=spec.get("tied_embeddings", False),
         qkv_bias=spec.get("qkv_bias", False), o_bias=spec.get("qkv_bias", False), norm=spec.get("norm", "rmsnorm"),
         moe=moe, groups=(LayerGroup(spec["layers"], window, bool(moe)),),
+        max_positions=spec.get("max_position_embeddings"),
     )

@@ -1,7 +1,9 @@
 """KV-cache capacity: how many requests of a given context fit beside the weights.
 
 Per device: W + B * kv(S) + M_workspace <= C_usable, so B_max = floor((C_usable - W - M) / kv(S)),
-never rounded up. kv(S) = sum over layers of min(S, window) * (bytes per token of that layer).
+never rounded up. kv(S) = sum over layers of blocks(min(S, window)) * (bytes per token of that layer), where
+blocks() rounds up to whole blocks of a paged cache. C_usable is what the runtime exposes (CUDA's total, less
+than the as-built capacity) times the utilisation an engine is given.
 """
 
 from __future__ import annotations
@@ -30,17 +32,30 @@ def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor
     return 2 * kv_heads_per_device(arch, tensor_parallel) * arch.head_dim * s
 
 
-def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, tensor_parallel: int = 1) -> float:
+def cached_tokens(tokens: int, block_size: int) -> int:
+    """A paged cache holds whole blocks: the tokens rounded up to a multiple of the block size."""
+    return -(-tokens // block_size) * block_size
+
+
+def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, tensor_parallel: int = 1,
+                         block_size: int = 1) -> float:
+    """K and V of one request's `context` tokens on one device; each layer holds at most its window, in
+    whole blocks of `block_size` tokens (1: a contiguous cache)."""
     per_layer = kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel)
-    return sum(g.count * min(context, g.sliding_window or context) for g in arch.groups) * per_layer
+    return sum(g.count * cached_tokens(min(context, g.sliding_window or context), block_size)
+               for g in arch.groups) * per_layer
 
 
 def weight_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
-    """All parameters (every expert) in the weights' type, the embedding table in the activations' type."""
+    """All parameters (every expert) in the weights' type; the embedding table in the activations' type (a tied
+    head is that table); an untied LM head in its own type (ModelDTypes.head_dtype), as the analysis reads it."""
     params = model_params(arch)
     s_w = dtypes.weight_bytes_per_element() or bytes_per_element(dtypes.weights)
-    other = params.total - params.embedding
-    return (other * s_w + params.embedding * bytes_per_element(dtypes.activations)) / tensor_parallel
+    head = dtypes.head(arch.tied_embeddings)
+    s_head = head.weight_bytes_per_element() or bytes_per_element(head.weights)
+    other = params.total - params.embedding - params.lm_head
+    return (other * s_w + params.embedding * bytes_per_element(dtypes.activations)
+            + params.lm_head * s_head) / tensor_parallel
 
 
 @dataclass(frozen=True)
@@ -52,38 +67,127 @@ class Capacity:
     kv_bytes_per_request: float
     available_kv_bytes: float
     max_concurrent_requests: int
-    max_context_len: int | None  # None: sliding windows make every length fit
+    max_context_len: int | None  # None: neither memory (sliding windows) nor the model bounds it
+    max_context_len_bound_by: str | None  # "memory", "model", or None
     fits: bool
     shortfall_bytes: float
+    block_size: int = 1
 
 
 def kv_capacity(arch: Architecture, dtypes: ModelDTypes, *, context_len: int, capacity_bytes: float,
-                memory_utilization: float = 1.0, workspace_bytes: float = 0.0, tensor_parallel: int = 1) -> Capacity:
+                memory_utilization: float = 1.0, workspace_bytes: float = 0.0, tensor_parallel: int = 1,
+                block_size: int = 1) -> Capacity:
     if tensor_parallel > 1 and arch.heads % tensor_parallel:
         raise CostModelError("tensor_parallel", f"num_attention_heads ({arch.heads}) is not divisible by {tensor_parallel}")
+    check_positions(arch, context_len, "context_len")
     usable = capacity_bytes * memory_utilization
     weights = weight_bytes(arch, dtypes, tensor_parallel)
-    per_request = kv_bytes_per_request(arch, dtypes, context_len, tensor_parallel)
+    per_request = kv_bytes_per_request(arch, dtypes, context_len, tensor_parallel, block_size)
     available = usable - weights - workspace_bytes
     fits = available > 0
     max_requests = math.floor(available / per_request) if fits else 0
+    longest, bound_by = 0, "memory"
+    if fits:
+        longest = _longest_context(arch, dtypes, available, tensor_parallel, block_size)
+        bound_by = "memory" if longest is not None else None
+        if arch.max_positions is not None and (longest is None or arch.max_positions < longest):
+            longest, bound_by = arch.max_positions, "model"
     return Capacity(
         usable_bytes=usable, weights_bytes=weights, workspace_bytes=workspace_bytes,
         kv_bytes_per_token=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * arch.layers,
         kv_bytes_per_request=per_request, available_kv_bytes=available, max_concurrent_requests=max_requests,
-        max_context_len=_longest_context(arch, dtypes, available, tensor_parallel) if fits else 0,
-        fits=fits, shortfall_bytes=0.0 if fits else -available,
+        max_context_len=longest, max_context_len_bound_by=bound_by,
+        fits=fits, shortfall_bytes=0.0 if fits else -available, block_size=block_size,
     )
 
 
-def _longest_context(arch: Architecture, dtypes: ModelDTypes, available: float, tensor_parallel: int) -> int | None:
-    if kv_bytes_per_request(arch, dtypes, MAX_CONTEXT, tensor_parallel) <= available:
+@dataclass(frozen=True)
+class MixCapacity:
+    mean_kv_bytes_per_request: float
+    max_concurrent_requests: int  # at the mix's mean cache per request
+    p95_context_len: int
+    max_concurrent_requests_at_p95: int  # as if every request were as long as the 95th percentile
+
+
+def mix_capacity(arch: Architecture, dtypes: ModelDTypes, mix: list[tuple[int, float]], available_bytes: float,
+                 tensor_parallel: int = 1, block_size: int = 1) -> MixCapacity:
+    """Concurrency for requests whose context lengths follow `mix` ((length, share) pairs, shares summing to 1):
+    at the mean cache per request (what a long-running server holds on average) and at the 95th percentile
+    length (what planners size for)."""
+    for length, _ in mix:
+        check_positions(arch, length, "context_mix")
+    mean = sum(share * kv_bytes_per_request(arch, dtypes, length, tensor_parallel, block_size) for length, share in mix)
+    cumulative, p95 = 0.0, max(length for length, _ in mix)
+    for length, share in sorted(mix):
+        cumulative += share
+        if cumulative >= 0.95 - 1e-12:
+            p95 = length
+            break
+    at_p95 = kv_bytes_per_request(arch, dtypes, p95, tensor_parallel, block_size)
+    fits = available_bytes > 0
+    return MixCapacity(mean, math.floor(available_bytes / mean) if fits else 0, p95,
+                       math.floor(available_bytes / at_p95) if fits else 0)
+
+
+def activation_bytes(arch: Architecture, dtypes: ModelDTypes, *, tokens: int, batch: int, tensor_parallel: int = 1) -> float:
+    """An estimate of the live activations of an inference step: layers run one at a time, so the residual
+    stream plus the widest buffer of one layer (the fused QKV output, the MLP's gate and up halves of the k
+    experts a token visits) for every token in the step, and the LM head's fp32 logits for the last token of
+    each sequence. A floor for planning, not a profile: frameworks add workspaces of their own."""
+    t = tensor_parallel
+    s = bytes_per_element(dtypes.activations)
+    qkv = (arch.heads + 2 * arch.kv_heads) * arch.head_dim / t
+    widths = [arch.intermediate]
+    if arch.moe is not None:
+        widths.append(arch.moe.top_k * arch.moe.expert_intermediate + arch.moe.shared_intermediate)
+    widest = max(arch.hidden, qkv, 2 * max(widths) / t)
+    return tokens * (arch.hidden + widest) * s + batch * arch.vocab / t * 4
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    capacity_bytes: float  # as built
+    usable_bytes: float  # what the runtime exposes, times the utilisation
+    weights_bytes: float
+    kv_cache_bytes: float
+    activation_bytes: float
+    workspace_bytes: float
+    required_bytes: float
+    fits: bool
+    headroom_bytes: float
+    shortfall_bytes: float
+    block_size: int
+
+
+def step_memory(arch: Architecture, dtypes: ModelDTypes, *, batch: int, context: int, step_tokens: int,
+                capacity_bytes: float, usable_bytes: float, workspace_bytes: float = 0.0, tensor_parallel: int = 1,
+                block_size: int = 1) -> StepMemory:
+    """Per device: weights + batch x kv(context) + activations + workspace against the usable memory."""
+    weights = weight_bytes(arch, dtypes, tensor_parallel)
+    kv = batch * kv_bytes_per_request(arch, dtypes, context, tensor_parallel, block_size)
+    activations = activation_bytes(arch, dtypes, tokens=step_tokens, batch=batch, tensor_parallel=tensor_parallel)
+    required = weights + kv + activations + workspace_bytes
+    spare = usable_bytes - required
+    return StepMemory(capacity_bytes, usable_bytes, weights, kv, activations, workspace_bytes, required, spare >= 0,
+                      max(spare, 0.0), max(-spare, 0.0), block_size)
+
+
+def _longest_context(arch: Architecture, dtypes: ModelDTypes, available: float, tensor_parallel: int,
+                     block_size: int = 1) -> int | None:
+    if kv_bytes_per_request(arch, dtypes, MAX_CONTEXT, tensor_parallel, block_size) <= available:
         return None
     low, high = 0, MAX_CONTEXT  # per-request bytes never decrease with the context: bisect
     while low < high:
         middle = (low + high + 1) // 2
-        if kv_bytes_per_request(arch, dtypes, middle, tensor_parallel) <= available:
+        if kv_bytes_per_request(arch, dtypes, middle, tensor_parallel, block_size) <= available:
             low = middle
         else:
             high = middle - 1
     return low
+
+
+def check_positions(arch: Architecture, tokens: int, field: str) -> None:
+    """A context beyond the model's positions is refused, not sized."""
+    if arch.max_positions is not None and tokens > arch.max_positions:
+        raise CostModelError(field, f"{tokens:,} tokens exceed the model's max_position_embeddings "
+                                    f"({arch.max_positions:,})")

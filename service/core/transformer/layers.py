@@ -8,7 +8,7 @@ activations after the attention block and one after the MLP, on the device's int
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -29,11 +29,30 @@ class ModelDTypes:
     kv_cache: str = "bf16"
     weight_group_size: int | None = None  # group-quantised weights carry one scale per group
     weight_scale_bytes: float = 2.0
+    lm_head: str | None = None  # default: see head_dtype
 
     def weight_bytes_per_element(self) -> float | None:
         if not self.weight_group_size:
             return None
         return bytes_per_element(self.weights) + self.weight_scale_bytes / self.weight_group_size
+
+    def quantised(self) -> bool:
+        return bytes_per_element(self.weights) < min(2, bytes_per_element(self.activations))
+
+    def head_dtype(self, tied: bool) -> str:
+        """The LM head's type. A tied head is the embedding table, kept in the activations' type; an untied one
+        of a quantised checkpoint (W4A16, W8A8, fp8) stays in the activations' type too, as published
+        checkpoints keep lm_head in 16 bits; `lm_head` says otherwise."""
+        if self.lm_head:
+            return self.lm_head
+        return self.activations if tied or self.quantised() else self.weights
+
+    def head(self, tied: bool) -> "ModelDTypes":
+        """These dtypes as the LM head's matmul sees them: its own type, no group scales unless it is the weights'."""
+        dtype = self.head_dtype(tied)
+        if dtype == self.weights and not tied:
+            return self
+        return replace(self, weights=dtype, weight_group_size=None)
 
 
 @dataclass(frozen=True)
@@ -265,5 +284,5 @@ def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tup
                          embed.assumptions, weight_bytes_read=min(step.tokens, arch.vocab) * arch.hidden
                          * bytes_per_element(dtypes.activations))
     head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.tokens, arch.hidden], dtypes)),
-            Row("lm_head", "matmul", 1, _linear(step.batch, vocab, arch.hidden, dtypes))]
+            Row("lm_head", "matmul", 1, _linear(step.batch, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)))]
     return [Row("embedding", "embedding", 1, embed)], head

@@ -64,11 +64,15 @@ def test_longest_context_for_one_request():
     llama = arch("llama-3.1-8b")
     weights = weight_bytes(llama, BF16)
     result = kv_capacity(llama, BF16, context_len=1, capacity_bytes=weights + 1000 * 131_072 + 5)
-    assert result.max_context_len == 1000
-    # Every layer of Mistral is windowed at 4096: any context fits once 4096 tokens do.
+    assert result.max_context_len == 1000 and result.max_context_len_bound_by == "memory"
+    # Every layer of Mistral is windowed at 4096: memory holds any context once 4096 tokens fit, so the
+    # model's own position limit (max_position_embeddings 32,768) is what binds.
     mistral = arch("mistral-7b-v0.1")
     roomy = kv_capacity(mistral, BF16, context_len=1, capacity_bytes=weight_bytes(mistral, BF16) + 2**31)
-    assert roomy.max_context_len is None
+    assert roomy.max_context_len == 32_768 and roomy.max_context_len_bound_by == "model"
+    # Gemma-2-9B with a whole H100 of room: memory would hold 387,784 tokens, the model allows 8,192.
+    gemma = arch("gemma-2-9b")
+    assert kv_capacity(gemma, BF16, context_len=1, capacity_bytes=80 * 2**30).max_context_len == 8192
 
 
 def test_decode_batch1_reads_every_weight_once():
@@ -151,8 +155,28 @@ def test_int4_weights_carry_group_scales():
     # 0.5 bytes + 2 bytes of scale per 128 elements = 0.515625 bytes per weight.
     assert int4.weight_bytes_per_element() == 0.515625
     llama = arch("llama-3.1-8b")
-    params_without_embedding = 8_030_261_248 - 525_336_576
-    assert weight_bytes(llama, int4) == pytest.approx(params_without_embedding * 0.515625 + 525_336_576 * 2)
+    # The embedding table (128,256 x 4,096 = 525,336,576) and the untied LM head (the same size) stay in bf16,
+    # as W4A16 checkpoints ship them; the other 8,030,261,248 - 2 x 525,336,576 parameters are int4 with scales.
+    quantised = 8_030_261_248 - 2 * 525_336_576
+    assert weight_bytes(llama, int4) == pytest.approx(quantised * 0.515625 + 2 * 525_336_576 * 2)
+    # Said otherwise: an int4 LM head (with its group scales) on request.
+    int4_head = ModelDTypes(weights="int4", weight_group_size=128, lm_head="int4")
+    assert weight_bytes(llama, int4_head) == pytest.approx((quantised + 525_336_576) * 0.515625 + 525_336_576 * 2)
+
+
+def test_quantised_checkpoints_read_a_16_bit_lm_head_in_the_analysis_as_in_the_capacity():
+    """Llama-3.1-8B decode at batch 1 with int4 weights: the LM head row reads [4096, 128256] in bf16,
+    1,050,673,152 bytes; Gemma-2-9B ties its head to the embedding table, bf16 in both places."""
+    int4 = ModelDTypes(weights="int4", weight_group_size=128)
+    for model_id in ("llama-3.1-8b", "gemma-2-9b"):
+        model = arch(model_id)
+        result = analyze_model(model, H100, phase="decode", batch=1, seq_len=1024, dtypes=int4)
+        head = rows_by_name(result)[("model", "lm_head")]
+        assert head.weight_bytes == model.vocab * model.hidden * 2, model_id
+    fp8 = ModelDTypes(weights="fp8")
+    head = rows_by_name(analyze_model(arch("llama-3.1-8b"), H100, phase="decode", batch=1, seq_len=1024,
+                                      dtypes=fp8))[("model", "lm_head")]
+    assert head.weight_bytes == 128_256 * 4096 * 2
 
 
 def test_prefill_ttft_on_h100_is_compute_bound():

@@ -1,0 +1,122 @@
+"""Answers a planner can act on: memory on every model answer, KV budgets as serving engines compute them,
+the model's position limit, devices ranked only where the workload fits. Hand derivations beside each.
+
+Shared figures: Llama-3.1-8B has 8,030,261,248 parameters (untied head), so 16,060,522,496 bytes in bf16; its
+K and V take 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 131,072 bytes per token. The H100 SXM's runtime
+exposes 81,559 MiB = 85,520,809,984 bytes (nvidia-smi; the catalog cites it) of its 80 GiB as built.
+"""
+
+import pytest
+
+H100 = "nvidia-h100-sxm"
+WEIGHTS_8B = 8_030_261_248 * 2
+KV_TOKEN_8B = 131_072
+H100_USABLE = 81_559 * 2**20
+
+
+def model(client, **body):
+    return client.post("/v1/analyze/model", json={"device_id": H100, "model_id": "llama-3.1-8b", **body})
+
+
+def kv(client, **body):
+    return client.post("/v1/analyze/kv-capacity", json={"device_id": H100, "model_id": "llama-3.1-8b", **body})
+
+
+def test_a_step_that_cannot_fit_is_answered_but_says_so(client):
+    """Decode at batch 1,024 over 4,096 cached tokens: each cache holds 4,097 tokens after this step, 4,112 in
+    blocks of 16, so 1,024 x 4,112 x 131,072 = 551,903,297,536 bytes of KV on an 85.5 GB device."""
+    response = model(client, phase="decode", batch_size=1024, seq_len=4096)
+    assert response.status_code == 200
+    body = response.json()
+    memory = body["memory"]
+    assert body["fits"] is False and memory["fits"] is False
+    assert memory["kv_cache_bytes"] == 1024 * 4112 * KV_TOKEN_8B
+    assert memory["weights_bytes"] == WEIGHTS_8B
+    assert memory["usable_bytes"] == H100_USABLE and memory["capacity_bytes"] == 80 * 2**30
+    assert memory["shortfall_bytes"] == pytest.approx(memory["required_bytes"] - H100_USABLE)
+    assert memory["headroom_bytes"] == 0
+    assert any("DOES NOT FIT" in line for line in body["assumptions"])
+    assert body["tokens_per_s"] > 0  # still a what-if answer
+    small = model(client, phase="decode", batch_size=32, seq_len=4096).json()
+    assert small["fits"] is True and small["memory"]["headroom_bytes"] > 0
+
+
+def test_a_batch_sweep_marks_each_point_and_the_largest_that_fits(client):
+    """Per sequence at a 4,096-token decode: KV 4,112 x 131,072 = 538,968,064 bytes, activations of one token
+    (4,096 residual + 28,672 gate-up) x 2 = 65,536 bytes, fp32 logits 128,256 x 4 = 513,024: 539,546,624 in all.
+    (85,520,809,984 - 16,060,522,496) / 539,546,624 = 128.7, so batch 128 is the largest that fits."""
+    sweep = client.post("/v1/analyze/sweep", json={
+        "endpoint": "model", "parameter": "batch_size", "range": {"start": 1, "stop": 1024, "step": 1},
+        "request": {"device_id": H100, "model_id": "llama-3.1-8b", "phase": "decode", "seq_len": 4096}}).json()
+    assert sweep["largest_feasible_value"] == 128
+    fits = {row["value"]: row["fits"] for row in sweep["rows"]}
+    assert fits[128] is True and fits[129] is False and fits[1024] is False
+
+
+def test_kv_budgets_use_the_memory_the_runtime_exposes_and_whole_blocks(client):
+    """100-token requests: a 16-token-block engine holds 112 tokens of each, 14,680,064 bytes; the budget is
+    the 85,520,809,984 bytes the runtime exposes, not the 85,899,345,920 as built:
+    floor((85,520,809,984 - 16,060,522,496) / 14,680,064) = 4,731 requests, where 80 GiB and 100 tokens would
+    have claimed 5,328."""
+    paged = kv(client, context_len=100).json()
+    assert paged["kv_bytes_per_request"] == 112 * KV_TOKEN_8B
+    assert paged["usable_bytes"] == H100_USABLE and paged["capacity_bytes"] == 80 * 2**30
+    assert paged["max_concurrent_requests"] == (H100_USABLE - WEIGHTS_8B) // (112 * KV_TOKEN_8B) == 4731
+    contiguous = kv(client, context_len=100, block_size=1).json()
+    assert contiguous["kv_bytes_per_request"] == 100 * KV_TOKEN_8B
+    # memory_utilization multiplies the usable figure, as gpu_memory_utilization multiplies CUDA's total.
+    assert kv(client, context_len=100, memory_utilization=0.9).json()["usable_bytes"] == pytest.approx(0.9 * H100_USABLE)
+
+
+def test_contexts_beyond_the_model_are_refused_and_the_model_limit_is_reported(client):
+    refused = kv(client, context_len=200_000)
+    assert refused.status_code == 422
+    assert refused.json()["fields"][0]["loc"] == "body.context_len"
+    assert "131,072" in refused.json()["fields"][0]["msg"]
+    step = model(client, phase="prefill", seq_len=200_000)
+    assert step.status_code == 422 and step.json()["fields"][0]["loc"] == "body.seq_len"
+    grown = model(client, phase="prefill", seq_len=131_000, output_len=100)
+    assert grown.status_code == 422 and grown.json()["fields"][0]["loc"] == "body.output_len"
+    # Gemma-2-9B: memory would hold far more, the model's positions stop at 8,192.
+    gemma = client.post("/v1/analyze/kv-capacity", json={"device_id": H100, "model_id": "gemma-2-9b", "context_len": 1024})
+    assert gemma.json()["max_context_len"] == 8192 and gemma.json()["max_context_len_bound_by"] == "model"
+
+
+def test_mixed_traffic_is_sized_at_its_mean_and_its_p95(client):
+    """Half the requests at 1,000 tokens (1,008 in blocks), 45 % at 4,000, 5 % at 16,000: the p95 length is
+    4,000 (50 % + 45 % reach 95 %); the mean cache is (0.5 x 1,008 + 0.45 x 4,000 + 0.05 x 16,000) x 131,072
+    = 3,104 x 131,072 bytes."""
+    mix = [{"context_len": 1000, "share": 0.5}, {"context_len": 4000, "share": 0.45},
+           {"context_len": 16000, "share": 0.05}]
+    body = kv(client, context_len=4000, context_mix=mix).json()["mix"]
+    available = H100_USABLE - WEIGHTS_8B
+    assert body["p95_context_len"] == 4000
+    assert body["mean_kv_bytes_per_request"] == pytest.approx(3104 * KV_TOKEN_8B)
+    assert body["max_concurrent_requests"] == int(available // (3104 * KV_TOKEN_8B))
+    assert body["max_concurrent_requests_at_p95"] == available // (4000 * KV_TOKEN_8B)
+    assert kv(client, context_len=4000, context_mix=mix[:2]).status_code == 422  # shares sum to 0.95
+
+
+def test_compare_ranks_only_devices_where_the_workload_fits(client):
+    """Llama-3.1-70B at tensor parallel 4: 70,553,706,496 x 2 / 4 = 35.3 GB of weights per chip, more than a
+    16 GiB TPU v5e holds."""
+    body = client.post("/v1/analyze/compare", json={
+        "endpoint": "model", "device_ids": [H100, "google-tpu-v5e"],
+        "request": {"model_id": "llama-3.1-70b", "phase": "decode", "batch_size": 8, "seq_len": 4096,
+                    "tensor_parallel": 4}}).json()
+    assert [entry["device_id"] for entry in body["ranking"]] == [H100]
+    [tpu] = body["infeasible"]
+    assert tpu["device_id"] == "google-tpu-v5e"
+    assert tpu["shortfall_bytes"] > 70_553_706_496 * 2 / 4 - 16 * 2**30
+
+
+def test_a_measured_step_time_gives_the_achieved_mfu(client):
+    """TinyLlama-1.1B decode at batch 1 on a T4 (65 TFLOP/s fp16 tensor): a 10 ms measured TPOT achieves
+    FLOPs / 0.01 s / 65e12, the FLOPs being about 2 x 1.1e9 per token."""
+    body = client.post("/v1/analyze/model", json={
+        "device_id": "nvidia-t4", "model_id": "tinyllama-1.1b-chat", "phase": "decode", "seq_len": 512,
+        "dtypes": {"weights": "fp16", "activations": "fp16", "kv_cache": "fp16"}, "measured_time_s": 0.01}).json()
+    flops = body["totals"]["flops"]
+    assert flops == pytest.approx(2 * 1.1e9, rel=0.05)
+    assert body["achieved"]["mfu"] == pytest.approx(flops / 0.01 / 65e12)
+    assert body["achieved"]["roof_fraction"] == pytest.approx(body["totals"]["time_s"] / 0.01)
