@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate test test-fast clean bench bench-sweep bench-in-process
+.PHONY: install install-test serve migrate test test-fast clean bench bench-sweep bench-in-process bench-plan
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ bench: install
 # A 4,096-point model sweep through the full request path, in-process.
 bench-sweep: install
 	$(BIN)/python bench/sweep.py
+
+# The serving planner's search beside one model analysis, in-process, interleaved.
+bench-plan: install
+	$(BIN)/python bench/plan.py
 
 # Each endpoint's cost per request through the whole ASGI app, no socket, against the bare ceiling.
 bench-in-process: install

@@ -12,7 +12,7 @@ from starlette.middleware.gzip import GZipMiddleware
 
 from service.api import openapi
 from service.api.responses import INVALID, UNAVAILABLE
-from service.api.routes import analyze, benchmarks, devices, docs, health, models, plots
+from service.api.routes import analyze, benchmarks, devices, docs, health, models, plans, plots
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.config import Settings, get_settings
 from service.persistence.db import make_engine
@@ -41,6 +41,7 @@ TAGS = [
     {"name": "devices", "description": "The device catalog (nominal datasheet specs with citations)"},
     {"name": "measured roofs", "description": "Benchmark submissions that override nominal roofs"},
     {"name": "models", "description": "The transformer model catalog"},
+    {"name": "plans", "description": "Deployment plans: what serves a model best on a budget, within SLOs"},
     {"name": "plots", "description": "Roofline charts (SVG, PNG)"},
     {"name": "conventions", "description": "The counting conventions in force"},
     {"name": "health", "description": "Liveness, readiness, metrics"},
@@ -88,7 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     openapi.install(app)
     # Routes are matched in order: the hot analysis paths first.
-    for module in (analyze, health, devices, benchmarks, models, plots):
+    for module in (analyze, health, plans, devices, benchmarks, models, plots):
         # Every 422 of the API has the service's one error shape, not FastAPI's default one.
         app.include_router(module.router, responses={**INVALID, **UNAVAILABLE})
     app.include_router(health.conventions_router)

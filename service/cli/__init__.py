@@ -21,6 +21,7 @@ from service.cli.render import (
     kv_table,
     model_table,
     operator_table,
+    plan_table,
     sweep_table,
 )
 
@@ -153,6 +154,20 @@ def cmd_plot(args) -> None:
     print(f"wrote {args.output} ({len(image):,} bytes)")
 
 
+def cmd_plan_serving(args) -> None:
+    body = {"model_id": args.model, "device_ids": args.devices, "total_devices": args.total_devices,
+            "input_len": args.input_len, "output_len": args.output_len, "modes": args.modes, "top_n": args.top_n,
+            "dtypes": {"weights": args.weights_dtype, "activations": args.activations_dtype, "kv_cache": args.kv_dtype},
+            "slo": {name: value for name, value in (("ttft_s", args.ttft), ("tpot_s", args.tpot),
+                                                    ("e2e_latency_s", args.e2e)) if value is not None}}
+    for name in ("target_requests_per_s", "memory_utilization"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
+    with backend(args.url) as service:
+        result = service.analyze("plan-serving", body)
+    show(args, result, plan_table)
+
+
 def cmd_serve(args) -> None:
     import uvicorn
 
@@ -270,6 +285,23 @@ def parser() -> argparse.ArgumentParser:
     plot.add_argument("--roofs", default="effective", choices=["effective", "nominal"], help="default effective")
     plot.add_argument("--url", help="ask a running service (default: in-process)")
     plot.set_defaults(run=cmd_plot)
+
+    plan = commands.add_parser("plan", help="deployment plans").add_subparsers(dest="plan_kind", required=True)
+    serving = common(plan.add_parser("serving", help="the best serving deployments on a device budget, within SLOs"))
+    serving.add_argument("--devices", required=True, nargs="+", help="candidate device ids")
+    model_options(serving, device=False)
+    serving.add_argument("--total-devices", type=int, required=True, help="devices the deployment may use")
+    serving.add_argument("--input-len", type=int, required=True, help="prompt tokens per request")
+    serving.add_argument("--output-len", type=int, required=True, help="generated tokens per request")
+    serving.add_argument("--ttft", type=float, help="SLO: time to first token at most, seconds")
+    serving.add_argument("--tpot", type=float, help="SLO: time per output token at most, seconds")
+    serving.add_argument("--e2e", type=float, help="SLO: whole request at most, seconds")
+    serving.add_argument("--target-requests-per-s", type=float, help="traffic to serve (fewest replicas reaching it)")
+    serving.add_argument("--memory-utilization", type=float, help="fraction of usable memory (default 1.0)")
+    serving.add_argument("--modes", nargs="+", default=["aggregated"], choices=["aggregated", "disaggregated"],
+                         help="serving modes to search (default aggregated)")
+    serving.add_argument("--top-n", type=int, default=5, help="configurations to show (default 5)")
+    serving.set_defaults(run=cmd_plan_serving)
 
     serve = commands.add_parser("serve", help="migrate, then serve the API")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -99,3 +99,12 @@ def fusion_summary(r: dict) -> str:
         f"saves {si(saved['bytes'], 'B')} ({saved['fraction']:.0%}), {si(saved['time_s'], 's')} at the roofs, "
         f"{saved['launches']} launches ({si(saved['launch_time_s'], 's')})",
     ])
+
+
+def plan_table(r: dict) -> str:
+    rows = [[c["mode"], c["device_id"], c["tensor_parallel"], c["replicas"], c["concurrency_per_replica"],
+             si(c["ttft_s"], "s"), si(c["tpot_s"], "s"), f"{c['tokens_per_s']:,.0f}", f"{c['tokens_per_s_per_device']:,.0f}",
+             c["binding_slo"] or "-"] for c in r["configs"]]
+    return (table(rows, ["mode", "device", "TP", "replicas", "concurrency", "TTFT", "TPOT", "tokens/s", "per device",
+                         "binds"])
+            + f"\n{r['searched']:,} configurations searched" + "".join(f"\nskipped: {s}" for s in r["skipped"]))

@@ -15,12 +15,14 @@ from pydantic import BaseModel, ValidationError
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.fusion import FusionRequest
 from schemas.models import KvCapacityRequest, ModelAnalysisRequest
+from schemas.plans import ServingPlanRequest
 from schemas.sweeps import CompareRequest, SweepRequest
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import invalid_nested
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.model_analyses import analyze_model_request, kv_capacity_request
 from service.translation.operator_analyses import analyze_operator_request
+from service.translation.serving_plans import plan_serving
 from service.translation.sweeps import compare_devices, run_sweep
 
 
@@ -37,6 +39,7 @@ ANALYSES: dict[str, Analysis] = {
     "fusion": Analysis(FusionRequest, analyze_fusion),
     "sweep": Analysis(SweepRequest, run_sweep),
     "compare": Analysis(CompareRequest, compare_devices),
+    "plan-serving": Analysis(ServingPlanRequest, plan_serving),
 }
 
 

@@ -7,8 +7,11 @@ Time is the sum of per-operator lower bounds (kernels run one after another; eac
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
+
+import numpy as np
 
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
@@ -300,6 +303,43 @@ class StepSummary:
     mfu: float | None
 
 
+def _affine_lines(arch: Architecture, evaluator: Evaluator, *, parameter: str, phase: str, batch: int, seq_len: int,
+                  dtypes: ModelDTypes, tensor_parallel: int, attention_implementation: str) -> tuple[list[tuple], float | None]:
+    """Per row: (instances, is it a collective, then value at 1 and slope of FLOPs, bytes, compute time, memory
+    time, weight bytes, KV read, KV written), from the step at 1 and at 2; and the matmuls' peak."""
+    options = dict(phase=phase, batch=batch, seq_len=seq_len, dtypes=dtypes, tensor_parallel=tensor_parallel,
+                   attention_implementation=attention_implementation, explain=False)
+    keyword = "batch" if parameter == "batch_size" else "seq_len"
+    one, two = (analyze_model(arch, evaluator, **{**options, keyword: v}) for v in (1, 2))
+    lines = []
+    for r1, r2 in zip(one.rows, two.rows, strict=True):
+        lines.append((r1.instances, r1.bound == "interconnect", r1.flops, r2.flops - r1.flops, r1.bytes,
+                      r2.bytes - r1.bytes, r1.compute_time_s, r2.compute_time_s - r1.compute_time_s,
+                      r1.memory_time_s, r2.memory_time_s - r1.memory_time_s, r1.weight_bytes,
+                      r2.weight_bytes - r1.weight_bytes, r1.kv_bytes_read, r2.kv_bytes_read - r1.kv_bytes_read,
+                      r1.kv_bytes_written, r2.kv_bytes_written - r1.kv_bytes_written))
+    return lines, one.peak_flops_per_s
+
+
+def batch_time_curve(arch: Architecture, evaluator: Evaluator, *, values: Sequence[int], phase: str, seq_len: int,
+                     dtypes: ModelDTypes, tensor_parallel: int = 1,
+                     attention_implementation: str = "flash") -> list[float] | None:
+    """The step time at each batch size, exactly (as affine_sweep), but only the time, all values at once:
+    each row's time is max(compute line, memory line) at the batch, summed over rows. None where the rows are
+    not affine in the batch (MoE, an embedding past its vocabulary)."""
+    q_len = seq_len if phase == "prefill" else 1
+    if arch.moe is not None or max(values) * q_len >= arch.vocab:
+        return None
+    lines, _ = _affine_lines(arch, evaluator, parameter="batch_size", phase=phase, batch=1, seq_len=seq_len,
+                             dtypes=dtypes, tensor_parallel=tensor_parallel,
+                             attention_implementation=attention_implementation)
+    x = np.asarray(values, dtype=float) - 1
+    total = np.zeros_like(x)
+    for n, _, _, _, _, _, c0, c1, m0, m1, *_ in lines:
+        total += np.maximum(c0 + c1 * x, m0 + m1 * x) * n
+    return total.tolist()
+
+
 def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, values: list[int], phase: str,
                  batch: int, seq_len: int, dtypes: ModelDTypes, tensor_parallel: int = 1,
                  attention_implementation: str = "flash") -> list[StepSummary] | None:
@@ -318,19 +358,10 @@ def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, va
             return None
     elif parameter != "seq_len" or phase != "decode" or any(g.sliding_window for g in arch.groups):
         return None
-    options = dict(phase=phase, batch=batch, seq_len=seq_len, dtypes=dtypes, tensor_parallel=tensor_parallel,
-                   attention_implementation=attention_implementation, explain=False)
-    keyword = "batch" if parameter == "batch_size" else "seq_len"
-    one, two = (analyze_model(arch, evaluator, **{**options, keyword: v}) for v in (1, 2))
-    lines = []
-    for r1, r2 in zip(one.rows, two.rows, strict=True):
-        lines.append((r1.instances, r1.bound == "interconnect", r1.flops, r2.flops - r1.flops, r1.bytes,
-                      r2.bytes - r1.bytes, r1.compute_time_s, r2.compute_time_s - r1.compute_time_s,
-                      r1.memory_time_s, r2.memory_time_s - r1.memory_time_s, r1.weight_bytes,
-                      r2.weight_bytes - r1.weight_bytes, r1.kv_bytes_read, r2.kv_bytes_read - r1.kv_bytes_read,
-                      r1.kv_bytes_written, r2.kv_bytes_written - r1.kv_bytes_written))
+    lines, peak = _affine_lines(arch, evaluator, parameter=parameter, phase=phase, batch=batch, seq_len=seq_len,
+                                dtypes=dtypes, tensor_parallel=tensor_parallel,
+                                attention_implementation=attention_implementation)
     summaries = []
-    peak = one.peak_flops_per_s
     for value in values:
         x = value - 1
         flops = hbm = link = weights = kv_read = kv_written = 0.0

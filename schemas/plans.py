@@ -1,0 +1,80 @@
+"""Deployment plans: what serves a model best on a device budget, within latency targets."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.analysis import RoofOptions
+from schemas.common import DeviceId, PositiveFinite, StrictModel
+from schemas.models import Length, MemoryOptions, ModelChoice, ModelDTypes, StepMemoryOut
+
+MAX_PLAN_CONCURRENCY = 512
+
+PLAN_EXAMPLE = {"model_id": "llama-3.1-8b", "device_ids": ["nvidia-h100-sxm"], "total_devices": 8,
+                "input_len": 4000, "output_len": 500, "slo": {"ttft_s": 1.0, "tpot_s": 0.02}}
+
+
+class ServingSlo(StrictModel):
+    ttft_s: PositiveFinite | None = Field(None, description="Time to first token at most, seconds")
+    tpot_s: PositiveFinite | None = Field(None, description="Time per output token at most, seconds")
+    e2e_latency_s: PositiveFinite | None = Field(None, description="Whole request at most, seconds")
+
+
+class ServingPlanRequest(ModelChoice, RoofOptions, MemoryOptions):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [PLAN_EXAMPLE]})
+    device_ids: list[DeviceId] = Field(min_length=1, max_length=16, description="Candidate devices, each searched")
+    total_devices: Annotated[int, Field(ge=1, le=1024)] = Field(description="Devices the deployment may use, per "
+                                                                             "candidate device type")
+    input_len: Length = Field(description="Prompt tokens per request")
+    output_len: Length = Field(description="Generated tokens per request")
+    target_requests_per_s: PositiveFinite | None = Field(
+        None, description="Traffic to serve: each configuration uses the fewest replicas that reach it")
+    concurrency: Annotated[int, Field(ge=1, le=MAX_PLAN_CONCURRENCY)] | None = Field(
+        None, description="Fix the concurrent requests per replica instead of searching 1..512")
+    slo: ServingSlo = Field(default_factory=ServingSlo)
+    dtypes: ModelDTypes = Field(default_factory=ModelDTypes)
+    modes: list[Literal["aggregated", "disaggregated"]] = Field(["aggregated"], min_length=1, max_length=2)
+    top_n: Annotated[int, Field(ge=1, le=100)] = 10
+    price_per_device_hour: dict[DeviceId, PositiveFinite] | None = Field(
+        None, max_length=16, description="Price of one device for an hour, per device id (any currency)")
+
+    @model_validator(mode="after")
+    def _priced_devices_are_candidates(self):
+        unknown = set(self.price_per_device_hour or {}) - set(self.device_ids)
+        if unknown:
+            raise ValueError(f"price_per_device_hour names devices that are not candidates: {sorted(unknown)}")
+        return self
+
+
+class ServingConfig(BaseModel):
+    mode: Literal["aggregated", "disaggregated"]
+    device_id: str
+    tensor_parallel: int
+    replicas: int = Field(description="Groups of tensor_parallel devices")
+    prefill_replicas: int | None = Field(description="Disaggregated: replicas that prefill")
+    decode_replicas: int | None = Field(description="Disaggregated: replicas that decode")
+    devices_used: int
+    concurrency_per_replica: int = Field(description="Requests a (decode) replica serves at once")
+    ttft_s: float = Field(description="Time to first token, seconds (a lower bound: no queueing)")
+    tpot_s: float = Field(description="Time per output token as a user sees it, seconds")
+    e2e_latency_s: float = Field(description="ttft_s + (output_len - 1) x tpot_s, seconds")
+    requests_per_s: float
+    tokens_per_s: float = Field(description="Output tokens per second of the whole deployment")
+    tokens_per_s_per_device: float
+    tokens_per_s_per_user: float = Field(description="1 / tpot_s")
+    memory: StepMemoryOut = Field(description="Per device of a (decode) replica at its concurrency")
+    binding_slo: str | None = Field(description="The SLO closest to its limit")
+    cost_per_million_output_tokens: float | None = Field(description="With price_per_device_hour")
+
+
+class ServingPlan(BaseModel):
+    model: str
+    configs: list[ServingConfig] = Field(description="Fitting and meeting every SLO, by tokens/s per device: the best "
+                                                     "concurrency of each (mode, device, tensor_parallel), top_n of them")
+    pareto: list[ServingConfig] = Field(description="Fitting configurations no other beats on both tokens/s per "
+                                                    "device and tokens/s per user")
+    searched: int = Field(description="Configurations evaluated")
+    skipped: list[str] = Field(description="Tensor-parallel sizes or devices left out, and why")
+    assumptions: list[str]

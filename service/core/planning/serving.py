@@ -1,0 +1,188 @@
+"""A deployment search: which tensor-parallel size, replica count and concurrency serve a model best on a
+budget of devices, within latency targets, in memory. Analysis, not simulation: every step time comes from
+the roofline step model, and decode step times over the concurrency come from one affine sweep.
+
+Aggregated serving (continuous batching), per replica of t devices at concurrency c:
+  T_d(c)  decode step of c sequences at the mean context L = input + output / 2
+  T_p     prefill of one request's input_len tokens
+  In steady state c requests finish every `output` decode steps, and their c successors' prefills take the
+  same devices' time:  cycle = output x T_d(c) + c x T_p
+  TTFT = T_p (a lower bound: no queueing)     TPOT = cycle / output = T_d(c) + c x T_p / output
+  e2e = TTFT + (output - 1) x TPOT            requests/s = c / cycle      tokens/s = c x output / cycle
+Disaggregated serving splits the replicas into n_p prefill and n_d decode replicas (same t):
+  prefill rate n_p / T_p, decode rate n_d x c / (output x T_d(c)); the system serves the smaller;
+  TTFT = T_p + the request's KV bytes / interconnect bandwidth (the transfer to a decode replica);
+  TPOT = T_d(c).
+Memory: a configuration fits when weights/t + c x kv(input + output) + activations + workspace fits the
+usable memory of each device (the concurrency's caches at their largest).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+SLO_FIELDS = ("ttft_s", "tpot_s", "e2e_latency_s")
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_latency_s: float | None = None
+
+    def limits(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in SLO_FIELDS if getattr(self, name) is not None}
+
+
+@dataclass(frozen=True)
+class Workload:
+    input_len: int
+    output_len: int
+    target_requests_per_s: float | None = None
+    concurrency: int | None = None  # fixed per replica; None: searched
+
+
+@dataclass(frozen=True)
+class ReplicaModel:
+    """What the search needs of one tensor-parallel size on one device, from the step model."""
+
+    tensor_parallel: int
+    prefill_s: float  # one request's prefill
+    decode_s: Callable[[int], float]  # decode step time at concurrency c, mean context
+    max_concurrency: int  # what the KV budget admits at the largest context (0: the weights do not fit)
+    memory_at: Callable[[int], dict]  # the memory block at concurrency c
+    kv_transfer_s: float | None  # one request's KV over the interconnect; None: no interconnect
+
+
+@dataclass(frozen=True)
+class Config:
+    mode: str
+    device_id: str
+    tensor_parallel: int
+    replicas: int
+    prefill_replicas: int | None
+    decode_replicas: int | None
+    devices_used: int
+    concurrency_per_replica: int
+    ttft_s: float
+    tpot_s: float
+    e2e_latency_s: float
+    requests_per_s: float
+    tokens_per_s: float
+    tokens_per_s_per_device: float
+    tokens_per_s_per_user: float
+    memory: Callable[[], dict]  # the memory block, computed only for the configurations answered
+    binding_slo: str | None
+    cost_per_million_output_tokens: float | None
+
+    def value(self, slo_field: str) -> float:
+        return getattr(self, slo_field)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    configs: list[Config]  # fitting and meeting every SLO, best first
+    fitting: list[Config]  # every configuration that fits (for the frontier and the refusal)
+    searched: int
+
+
+def _binding(config_values: dict[str, float], limits: dict[str, float]) -> str | None:
+    """The SLO closest to its limit (largest value / limit)."""
+    if not limits:
+        return None
+    return max(limits, key=lambda name: config_values[name] / limits[name])
+
+
+def _concurrencies(replica: ReplicaModel, workload: Workload, cap: int) -> list[int]:
+    if workload.concurrency is not None:
+        return [workload.concurrency] if workload.concurrency <= replica.max_concurrency else []
+    return list(range(1, min(replica.max_concurrency, cap) + 1))
+
+
+def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Workload, slo: Slo, total_devices: int,
+           modes: Sequence[str], max_concurrency: int, price_per_device_hour: float | None) -> SearchResult:
+    limits = slo.limits()
+    output = workload.output_len
+    fitting: list[Config] = []
+    searched = 0
+
+    def make(mode, t, groups, prefill_groups, decode_groups, c, ttft, tpot, rate, memory):
+        e2e = ttft + (output - 1) * tpot
+        if workload.target_requests_per_s is not None:
+            # The fewest replicas (of this shape) that reach the target; None when the budget cannot.
+            scale = workload.target_requests_per_s / rate
+            needed = math.ceil(groups * scale - 1e-9)
+            if needed * t > total_devices:
+                return None
+            if prefill_groups is not None:
+                prefill_groups = max(1, math.ceil(prefill_groups * scale - 1e-9))
+                decode_groups = max(1, needed - prefill_groups)
+                needed = prefill_groups + decode_groups
+                if needed * t > total_devices:
+                    return None
+            rate, groups = rate * needed / groups, needed
+        devices = groups * t
+        tokens = rate * output
+        values = {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e}
+        cost = (price_per_device_hour * devices / 3600 / tokens * 1e6) if price_per_device_hour else None
+        return Config(mode, device_id, t, groups, prefill_groups, decode_groups, devices, c, ttft, tpot, e2e, rate,
+                      tokens, tokens / devices, 1 / tpot, memory, _binding(values, limits), cost)
+
+    for replica in replicas:
+        t = replica.tensor_parallel
+        groups = total_devices // t
+        if groups < 1:
+            continue
+        for c in _concurrencies(replica, workload, max_concurrency):
+            decode = replica.decode_s(c)
+            memory = partial(replica.memory_at, c)
+            if "aggregated" in modes:
+                searched += 1
+                cycle = output * decode + c * replica.prefill_s
+                config = make("aggregated", t, groups, None, None, c, replica.prefill_s, cycle / output,
+                              groups * c / cycle, memory)
+                if config is not None:
+                    fitting.append(config)
+            if "disaggregated" in modes and groups >= 2 and replica.kv_transfer_s is not None:
+                prefill_rate, decode_rate = 1 / replica.prefill_s, c / (output * decode)
+                # The split whose two rates are closest: the system serves the slower pool.
+                n_p = min(range(1, groups), key=lambda n: abs(n * prefill_rate - (groups - n) * decode_rate))
+                searched += 1
+                rate = min(n_p * prefill_rate, (groups - n_p) * decode_rate)
+                config = make("disaggregated", t, groups, n_p, groups - n_p, c, replica.prefill_s + replica.kv_transfer_s,
+                              decode, rate, memory)
+                if config is not None:
+                    fitting.append(config)
+    meeting = [c for c in fitting if all(c.value(name) <= limit for name, limit in limits.items())]
+    meeting.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices_used, -c.tokens_per_s_per_user))
+    return SearchResult(meeting, fitting, searched)
+
+
+def pareto(configs: Sequence[Config]) -> list[Config]:
+    """Configurations no other beats on both tokens/s per device and tokens/s per user, by throughput."""
+    ordered = sorted(configs, key=lambda c: (-c.tokens_per_s_per_device, -c.tokens_per_s_per_user))
+    frontier, best_user = [], -math.inf
+    for config in ordered:
+        if config.tokens_per_s_per_user > best_user:
+            frontier.append(config)
+            best_user = config.tokens_per_s_per_user
+    return frontier
+
+
+def unmet(fitting: Sequence[Config], slo: Slo) -> tuple[str, float, Config] | None:
+    """When nothing meets every SLO: the SLO that fails, the best value any fitting configuration reaches for
+    it, and that configuration. The first SLO no configuration meets on its own; else the one that, at the
+    configuration closest to meeting all of them, misses by the largest factor."""
+    limits = slo.limits()
+    if not fitting or not limits:
+        return None
+    for name, limit in limits.items():
+        best = min(fitting, key=lambda c: c.value(name))
+        if best.value(name) > limit:
+            return name, best.value(name), best
+    closest = min(fitting, key=lambda c: max(c.value(n) / limits[n] for n in limits))
+    name = max(limits, key=lambda n: closest.value(n) / limits[n])
+    return name, closest.value(name), closest

@@ -1,0 +1,76 @@
+"""POST /v1/plan/serving: every configuration it returns is consistent with /v1/analyze/model, fits, meets
+the SLOs, and follows the documented continuous-batching formulas."""
+
+import pytest
+
+H100 = "nvidia-h100-sxm"
+PLAN = {"model_id": "llama-3.1-8b", "device_ids": [H100], "total_devices": 8, "input_len": 4000, "output_len": 500,
+        "slo": {"ttft_s": 1.0, "tpot_s": 0.02}}
+
+
+def plan(client, **changes):
+    return client.post("/v1/plan/serving", json={**PLAN, **changes})
+
+
+def step(client, **body):
+    response = client.post("/v1/analyze/model", json={"device_id": H100, "model_id": "llama-3.1-8b", **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_every_configuration_follows_the_model_analysis_and_meets_the_slos(client):
+    response = plan(client, top_n=4)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["configs"] and body["searched"] > 100
+    mean_context = 4000 + 500 // 2
+    for config in body["configs"]:
+        t, c = config["tensor_parallel"], config["concurrency_per_replica"]
+        assert config["ttft_s"] <= 1.0 and config["tpot_s"] <= 0.02 and config["memory"]["fits"]
+        decode = step(client, phase="decode", batch_size=c, seq_len=mean_context, tensor_parallel=t)["tpot_s"]
+        prefill = step(client, phase="prefill", batch_size=1, seq_len=4000, tensor_parallel=t)["ttft_s"]
+        # TPOT is never below the decode step at the same batch, parallelism and context ...
+        assert config["tpot_s"] >= decode
+        # ... and is exactly it plus the prefills of the c requests that join every 500 steps.
+        cycle = 500 * decode + c * prefill
+        assert config["tpot_s"] == pytest.approx(cycle / 500, rel=1e-9)
+        assert config["ttft_s"] == pytest.approx(prefill, rel=1e-9)
+        assert config["replicas"] == 8 // t and config["devices_used"] == 8 // t * t
+        assert config["requests_per_s"] == pytest.approx(config["replicas"] * c / cycle, rel=1e-9)
+        assert config["tokens_per_s"] == pytest.approx(config["requests_per_s"] * 500, rel=1e-9)
+        assert config["e2e_latency_s"] == pytest.approx(config["ttft_s"] + 499 * config["tpot_s"], rel=1e-9)
+    ranked = [config["tokens_per_s_per_device"] for config in body["configs"]]
+    assert ranked == sorted(ranked, reverse=True)
+    # The frontier: no configuration on it is beaten on both axes by another on it.
+    frontier = body["pareto"]
+    for a in frontier:
+        assert not any(b["tokens_per_s_per_device"] > a["tokens_per_s_per_device"]
+                       and b["tokens_per_s_per_user"] > a["tokens_per_s_per_user"] for b in frontier)
+
+
+def test_an_slo_no_configuration_meets_is_a_422_naming_it_and_the_best_reached(client):
+    response = plan(client, slo={"tpot_s": 1e-4})
+    assert response.status_code == 422
+    [field] = response.json()["fields"]
+    assert field["loc"] == "body.slo.tpot_s" and "best any fitting configuration reaches" in field["msg"]
+
+
+def test_a_model_too_large_for_one_device_skips_that_size_and_prices_what_it_returns(client):
+    """Llama-3.1-70B in bf16 (141 GB) fits no single 85.5 GB H100: tensor parallel 1 is skipped. With a price of
+    2.5 per device-hour, a configuration costs 2.5 x devices / 3600 / tokens_per_s per output token."""
+    body = plan(client, model_id="llama-3.1-70b", input_len=2000, output_len=256, slo={"ttft_s": 2, "tpot_s": 0.05},
+                modes=["aggregated", "disaggregated"], price_per_device_hour={H100: 2.5}).json()
+    assert any("tensor_parallel 1" in line for line in body["skipped"])
+    assert all(config["tensor_parallel"] > 1 for config in body["configs"])
+    for config in body["configs"]:
+        expected = 2.5 * config["devices_used"] / 3600 / config["tokens_per_s"] * 1e6
+        assert config["cost_per_million_output_tokens"] == pytest.approx(expected)
+    assert {"aggregated", "disaggregated"} >= {config["mode"] for config in body["configs"]}
+
+
+def test_a_traffic_target_uses_the_fewest_replicas_that_reach_it(client):
+    body = plan(client, target_requests_per_s=5, top_n=3).json()
+    for config in body["configs"]:
+        per_replica = config["requests_per_s"] / config["replicas"]
+        assert config["requests_per_s"] >= 5 - 1e-9
+        assert (config["replicas"] - 1) * per_replica < 5  # one fewer would not do
