@@ -122,3 +122,13 @@ def test_every_option_is_described():
 
     undocumented = [f"{prog} {a.option_strings or a.dest}" for prog, a in walk(cli.parser()) if not a.help]
     assert undocumented == []
+
+
+def test_plan_serving_command(local_database, capsys):
+    out = run(capsys, "plan", "serving", "--devices", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--total-devices",
+              "8", "--input-len", "4000", "--output-len", "500", "--ttft", "1", "--tpot", "0.02").out
+    assert "configurations searched" in out and "tpot_s" in out
+    plan = json.loads(run(capsys, "plan", "serving", "--devices", "nvidia-h100-sxm", "--model", "llama-3.1-8b",
+                          "--total-devices", "8", "--input-len", "4000", "--output-len", "500", "--tpot", "0.02",
+                          "--json").out)
+    assert all(config["tpot_s"] <= 0.02 for config in plan["configs"])

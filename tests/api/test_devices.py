@@ -98,8 +98,8 @@ def write_operations(app):
     """Every non-GET operation of the OpenAPI document, with a concrete path."""
     for path, item in app.openapi()["paths"].items():
         for method in item:
-            # POSTs under /v1/analyze and /v1/plot compute answers and write nothing: they are reads.
-            if method.upper() not in {"GET", "HEAD", "OPTIONS"} and not path.startswith(("/v1/analyze", "/v1/plot")):
+            # POSTs under /v1/analyze, /v1/plan and /v1/plot compute answers and write nothing: they are reads.
+            if method.upper() not in {"GET", "HEAD", "OPTIONS"} and not path.startswith(("/v1/analyze", "/v1/plan", "/v1/plot")):
                 yield method.upper(), path.replace("{device_id}", "nvidia-t4").replace("{benchmark_id}", "1")
 
 
