@@ -15,15 +15,17 @@ install: $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 
 # The FLOP cross-checks compare against torch's own counter, CPU build only: PyPI's Linux torch wheel
-# is the CUDA build with gigabytes of nvidia-* packages. The +cpu pin resolves to a local wheel where pip
-# has one, else to PyTorch's CPU index (about 200 MB); where neither answers, the cross-checks are skipped
+# is the CUDA build with gigabytes of nvidia-* packages. The +cpu pin resolves to a wheel pip's own indexes and
+# find-links hold where they do, else to PyTorch's CPU index (about 200 MB), tried second so that a machine
+# without it never waits on it; where neither answers, the cross-checks are skipped
 # (and CI, with REQUIRE_CROSSCHECK=1, fails).
 TORCH_CPU := torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
-	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet '$(TORCH_CPU)' --extra-index-url $(TORCH_CPU_INDEX) \
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet '$(TORCH_CPU)' 2>/dev/null \
+		|| $(BIN)/pip install --quiet --retries 1 --timeout 20 '$(TORCH_CPU)' --extra-index-url $(TORCH_CPU_INDEX) \
 		|| echo "torch (CPU build) could not be installed: the FLOP cross-checks will be skipped"
 
 migrate: install

@@ -27,6 +27,8 @@ from service.cli.render import (
 
 # Sweeps of more points than one request allows are sent in chunks of this many.
 SWEEP_CHUNK = 256
+# Items of a JSON-lines batch sent per request (the endpoint's limit).
+BATCH_CHUNK = 1000
 ROOF_MODES = ["effective", "nominal", "measured"]
 
 
@@ -168,6 +170,22 @@ def cmd_plan_serving(args) -> None:
     show(args, result, plan_table)
 
 
+def cmd_batch(args) -> None:
+    """JSON lines in (one item per line: {"id", "analysis", "request"}), JSON lines out (one result per item)."""
+    text = sys.stdin.read() if args.items == "-" else Path(args.items).read_text()
+    items = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                items.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"{args.items} line {number}: not JSON ({exc})") from None
+    with backend(args.url) as service:
+        for start in range(0, len(items), BATCH_CHUNK):
+            for result in service.analyze("batch", {"items": items[start:start + BATCH_CHUNK]})["results"]:
+                print(json.dumps(result))
+
+
 def cmd_serve(args) -> None:
     import uvicorn
 
@@ -285,6 +303,11 @@ def parser() -> argparse.ArgumentParser:
     plot.add_argument("--roofs", default="effective", choices=["effective", "nominal"], help="default effective")
     plot.add_argument("--url", help="ask a running service (default: in-process)")
     plot.set_defaults(run=cmd_plot)
+
+    batch = commands.add_parser("batch", help="many analyses: JSON lines of {id, analysis, request} in, results out")
+    batch.add_argument("items", help="a JSON-lines file of items ('-' reads standard input)")
+    batch.add_argument("--url", help="ask a running service (default: in-process)")
+    batch.set_defaults(run=cmd_batch)
 
     plan = commands.add_parser("plan", help="deployment plans").add_subparsers(dest="plan_kind", required=True)
     serving = common(plan.add_parser("serving", help="the best serving deployments on a device budget, within SLOs"))

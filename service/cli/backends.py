@@ -110,7 +110,8 @@ class RemoteBackend:
         return self._call("GET", "/v1/devices").json()
 
     def analyze(self, analysis: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call("POST", f"/v1/analyze/{analysis}", body).json()
+        path = "/v1/plan/serving" if analysis == "plan-serving" else f"/v1/analyze/{analysis}"
+        return self._call("POST", path, body).json()
 
     def plot(self, body: dict[str, Any]) -> bytes:
         return self._call("POST", "/v1/plot/roofline", body).content

@@ -14,13 +14,15 @@ from pydantic import BaseModel, ValidationError
 
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.fusion import FusionRequest
+from schemas.batch import MAX_BATCH_WORK, BatchItem, BatchRequest, BatchResponse, BatchResult
+from schemas.common import ErrorResponse
 from schemas.models import KvCapacityRequest, ModelAnalysisRequest
 from schemas.plans import ServingPlanRequest
-from schemas.sweeps import CompareRequest, SweepRequest
+from schemas.sweeps import MAX_SWEEP_POINTS, CompareRequest, SweepRequest
 from service.persistence.catalog import DeviceCatalog
-from service.runtime.errors import invalid_nested
+from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
 from service.translation.fusion_graphs import analyze_fusion
-from service.translation.model_analyses import analyze_model_request, kv_capacity_request
+from service.translation.model_analyses import analyze_model_request, kv_capacity_request, shared_evaluators
 from service.translation.operator_analyses import analyze_operator_request
 from service.translation.serving_plans import plan_serving
 from service.translation.sweeps import compare_devices, run_sweep
@@ -41,6 +43,7 @@ ANALYSES: dict[str, Analysis] = {
     "compare": Analysis(CompareRequest, compare_devices),
     "plan-serving": Analysis(ServingPlanRequest, plan_serving),
 }
+# Registered below: run_batch runs the others.
 
 
 def run_analysis(name: str, body: dict[str, Any], catalog: DeviceCatalog, loc: list[str] | None = None) -> BaseModel:
@@ -52,3 +55,42 @@ def run_analysis(name: str, body: dict[str, Any], catalog: DeviceCatalog, loc: l
     except ValidationError as exc:
         raise invalid_nested(exc, loc or ["body"]) from None
     return analysis.run(request, catalog)
+
+
+def _work(item: BatchItem) -> int:
+    """An item's cost in units of one operator or model step, from its request alone (before it runs)."""
+    body = item.request
+    if item.analysis == "sweep":
+        values, spacing = body.get("values"), body.get("range") or {}
+        if isinstance(values, list):
+            return max(1, len(values))
+        return MAX_SWEEP_POINTS if not isinstance(spacing.get("num"), int) else max(1, spacing["num"])
+    if item.analysis == "compare":
+        devices = body.get("device_ids")
+        return max(1, len(devices)) if isinstance(devices, list) else 1
+    return 50 if item.analysis == "plan-serving" else 1
+
+
+def run_batch(request: BatchRequest, catalog: DeviceCatalog) -> BatchResponse:
+    """Each item through the same code as its own endpoint, in order; one item's error is that item's
+    result, never the batch's. Items on one device share its roofs and evaluated rows."""
+    work = sum(_work(item) for item in request.items)
+    if work > MAX_BATCH_WORK:
+        reason = (f"the items cost {work:,} units (a sweep counts its points, a comparison its devices, a plan 50), "
+                  f"over the {MAX_BATCH_WORK:,} a batch may; split it")
+        raise Unprocessable(reason, [{"loc": "body.items", "msg": reason}])
+    results = []
+    with shared_evaluators():
+        for index, item in enumerate(request.items):
+            try:
+                answer = run_analysis(item.analysis, item.request, catalog, loc=["body", "items", str(index), "request"])
+            except ServiceError as exc:
+                results.append(BatchResult(id=item.id, status=exc.status_code, error=ErrorResponse(
+                    error=exc.code, detail=exc.detail, fields=exc.fields)))
+                continue
+            # Built without revalidating the answer its own analysis has just validated.
+            results.append(BatchResult.model_construct(id=item.id, status=200, result=answer, error=None))
+    return BatchResponse(results=results)
+
+
+ANALYSES["batch"] = Analysis(BatchRequest, run_batch)

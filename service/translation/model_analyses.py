@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -76,11 +79,32 @@ def core_dtypes(request) -> layers.ModelDTypes:
                               d.weight_scale_bytes, d.lm_head)
 
 
+# Within a batch of analyses, one evaluator per (device, roofs, what-ifs): its looked-up roofs and its
+# evaluated rows serve every item that shares them.
+_batch_evaluators: ContextVar[dict | None] = ContextVar("batch_evaluators", default=None)
+
+
+@contextmanager
+def shared_evaluators() -> Iterator[None]:
+    token = _batch_evaluators.set({})
+    try:
+        yield
+    finally:
+        _batch_evaluators.reset(token)
+
+
 def evaluator_for(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> Evaluator:
     """Places a request's rows on its device's roofs, with the request's what-ifs."""
+    key = (request.device_id, request.roofs, request.sustained_clock_hz, request.collective_latency_s)
+    shared = _batch_evaluators.get()
+    if shared is not None and key in shared:
+        return shared[key]
     device = catalog.get(request.device_id)
-    return Evaluator(device, catalog.measured(device.id), RoofMode(request.roofs), request.sustained_clock_hz,
-                     request.collective_latency_s)
+    evaluator = Evaluator(device, catalog.measured(device.id), RoofMode(request.roofs), request.sustained_clock_hz,
+                          request.collective_latency_s)
+    if shared is not None:
+        shared[key] = evaluator
+    return evaluator
 
 
 def run_model_analysis(request: ModelAnalysisRequest, catalog: DeviceCatalog, evaluator: Evaluator | None = None,

@@ -132,3 +132,16 @@ def test_plan_serving_command(local_database, capsys):
                           "--total-devices", "8", "--input-len", "4000", "--output-len", "500", "--tpot", "0.02",
                           "--json").out)
     assert all(config["tpot_s"] <= 0.02 for config in plan["configs"])
+
+
+def test_batch_reads_json_lines_and_writes_one_result_per_line(local_database, capsys, tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(item) for item in [
+        {"id": "a", "analysis": "operator", "request": {"device_id": "nvidia-h100-sxm",
+                                                       "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}},
+        {"id": "b", "analysis": "operator", "request": {"device_id": "nope", "operator": {"kind": "softmax", "shape": [8]}}},
+    ]) + "\n")
+    lines = run(capsys, "batch", str(items)).out.splitlines()
+    results = [json.loads(line) for line in lines]
+    assert [(r["id"], r["status"]) for r in results] == [("a", 200), ("b", 404)]
+    assert results[0]["result"]["flops"] == 2 * 4096 * 4096

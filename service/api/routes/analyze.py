@@ -16,12 +16,14 @@ from schemas.models import (
     ModelAnalysis,
     ModelAnalysisRequest,
 )
+from schemas.batch import BatchRequest, BatchResponse
 from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepResult
 from service.translation.operator_analyses import analyze_operator_request
 from service.api.deps import CatalogDep
 from service.api.lean_route import LeanAnalysisRoute
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.api.responses import INVALID, NOT_FOUND
+from service.translation.analyses import run_batch
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.model_analyses import analyze_model_request, kv_capacity_request
 from service.runtime.observability import count_analysis
@@ -111,6 +113,21 @@ def analyze_fusion_route(
     catalog: CatalogDep,
 ) -> Response:
     return answered(analyze_fusion(body, catalog), "fusion")
+
+
+@router.post(
+    "/batch", response_model=BatchResponse, summary="Many analyses in one request", operation_id="analyze_batch",
+    responses={**INVALID},
+    description=(
+        "Up to 1,000 items, each `{id, analysis, request}` with `analysis` one of operator, model, kv-capacity, fusion, "
+        "sweep, compare, plan-serving and `request` the body that endpoint takes. Answers one result per item in "
+        "order: `{id, status: 200, result}` or `{id, status, error}` in the service's error shape; one bad item never "
+        "fails the batch. Items on one device share its roofs and evaluated rows. A batch may cost at most 20,000 "
+        "units (an operator or model step 1, a sweep its points, a comparison its devices, a plan 50)."
+    ),
+)
+def batch_route(body: BatchRequest, catalog: CatalogDep) -> Response:
+    return answered(run_batch(body, catalog), "batch")
 
 
 # A sweep can take a few hundred milliseconds: a plain def runs it in the thread pool, off the event loop.

@@ -1,0 +1,36 @@
+"""POST /v1/analyze/batch: each item answered as its own endpoint would, in order, errors per item."""
+
+OPERATOR = {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}
+MODEL = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 32,
+         "seq_len": 4096}
+
+
+def test_each_item_is_answered_as_its_endpoint_would_in_order(client):
+    items = [
+        {"id": "gemv", "analysis": "operator", "request": OPERATOR},
+        {"id": "decode", "analysis": "model", "request": MODEL},
+        {"id": "typo", "analysis": "operator", "request": {**OPERATOR, "operator": {"kind": "matmul", "m": 0, "n": 1, "k": 1}}},
+        {"id": "nowhere", "analysis": "model", "request": {**MODEL, "device_id": "no-such-device"}},
+        {"analysis": "kv-capacity", "request": {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b",
+                                                "context_len": 4096}},
+    ]
+    response = client.post("/v1/analyze/batch", json={"items": items})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["id"] for r in results] == ["gemv", "decode", "typo", "nowhere", None]
+    assert [r["status"] for r in results] == [200, 200, 422, 404, 200]
+    assert results[0]["result"] == client.post("/v1/analyze/operator", json=OPERATOR).json()
+    assert results[1]["result"] == client.post("/v1/analyze/model", json=MODEL).json()
+    assert results[2]["error"]["fields"][0]["loc"] == "body.items.2.request.operator.m"
+    assert results[3]["error"]["error"] == "device_not_found"
+    assert results[4]["result"]["max_concurrent_requests"] > 0
+
+
+def test_a_batch_over_its_work_budget_is_refused_before_any_item_runs(client):
+    sweep = {"endpoint": "operator", "request": OPERATOR, "parameter": "operator.m",
+             "range": {"start": 1, "stop": 4096, "step": 1}}
+    items = [{"analysis": "sweep", "request": sweep}] * 5  # 5 x 4,096 points = 20,480 units, over 20,000
+    refused = client.post("/v1/analyze/batch", json={"items": items})
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.items"
+    assert client.post("/v1/analyze/batch", json={"items": [{"analysis": "operator", "request": OPERATOR}] * 1001}
+                       ).status_code == 422
