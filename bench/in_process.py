@@ -21,11 +21,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.ceiling import app as ceiling  # noqa: E402
-from bench.run import ENDPOINTS  # noqa: E402
+from bench.run import ENDPOINTS, endpoint_bodies  # noqa: E402
 
 REQUESTS_PER_ROUND = int(os.environ.get("BENCH_REQUESTS", "1000"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
-SKIPPED = {"sweep: 256 points"}  # seconds, not microseconds: make bench-sweep measures sweeps
+# Milliseconds to seconds, not microseconds: make bench-sweep, bench-plan and bench measure these.
+SKIPPED = {"sweep: 256 points", "plan: 8 x H100, TP 1-8, c <= 512", "batch: 1,000 operators", "batch: 1,000 model steps"}
 
 
 def asgi_request(method: str, path: str, body: dict | None) -> tuple[dict, bytes]:
@@ -58,11 +59,17 @@ async def call(app, scope: dict, raw: bytes) -> int:
     return status
 
 
-async def per_request_us(app, scope: dict, raw: bytes) -> float:
+async def per_request_us(app, requests: list[tuple[dict, bytes]]) -> float:
+    """Microseconds per request over REQUESTS_PER_ROUND requests walking the distinct bodies."""
     start = time.perf_counter()
-    for _ in range(REQUESTS_PER_ROUND):
-        await call(app, scope, raw)
+    for index in range(REQUESTS_PER_ROUND):
+        await call(app, *requests[index % len(requests)])
     return (time.perf_counter() - start) / REQUESTS_PER_ROUND * 1e6
+
+
+def endpoint_requests(name: str) -> list[tuple[dict, bytes]]:
+    method, path, make, count, _ = ENDPOINTS[name]
+    return [asgi_request(method, path, body) for body in (endpoint_bodies(name, make, count) or [None])]
 
 
 async def measure(names: list[str]) -> None:
@@ -71,18 +78,18 @@ async def measure(names: list[str]) -> None:
     from service.main import create_app
 
     service = create_app()
-    cases = {"ceiling": (ceiling, *asgi_request("GET", "/", None))}
-    cases |= {name: (service, *asgi_request(*ENDPOINTS[name])) for name in names}
+    cases = {"ceiling": (ceiling, [asgi_request("GET", "/", None)])}
+    cases |= {name: (service, endpoint_requests(name)) for name in names}
     async with service.router.lifespan_context(service):
-        for name, (app, scope, raw) in cases.items():
-            status = await call(app, scope, raw)
-            if status != 200:
-                raise SystemExit(f"{name}: status {status}")
-            await per_request_us(app, scope, raw)  # warm-up
+        for name, (app, requests) in cases.items():
+            for scope, raw in requests:
+                status = await call(app, scope, raw)
+                if status != 200:
+                    raise SystemExit(f"{name}: status {status}")
         times = {name: [] for name in cases}
         for _ in range(ROUNDS):
-            for name, (app, scope, raw) in cases.items():
-                times[name].append(await per_request_us(app, scope, raw))
+            for name, (app, requests) in cases.items():
+                times[name].append(await per_request_us(app, requests))
     print(f"{'endpoint':36s} {'us/request':>10s} {'x ceiling':>9s}")
     for name, samples in times.items():
         ratio = statistics.median(s / c for s, c in zip(samples, times["ceiling"]))

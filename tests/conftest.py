@@ -69,17 +69,21 @@ def migrated_template(tmp_path_factory):
     yield path
 
 
-@pytest.fixture
-def database_url(tmp_path, migrated_template):
+def fresh_database(migrated_template, path: Path) -> tuple[str, object]:
+    """(URL, drop) of a new copy of the migrated template: a file on SQLite, a cloned database on PostgreSQL."""
     if POSTGRES_ADMIN_URL:
         name = f"roofline_test_{os.getpid()}_{next(_clones)}"
         _admin(f"CREATE DATABASE {name} TEMPLATE {migrated_template}")
-        yield postgres_url(name)
-        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        return
-    path = tmp_path / "roofline.db"
+        return postgres_url(name), lambda: _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     shutil.copy(migrated_template, path)
-    yield f"sqlite:///{path}"
+    return f"sqlite:///{path}", lambda: None
+
+
+@pytest.fixture
+def database_url(tmp_path, migrated_template):
+    url, drop = fresh_database(migrated_template, tmp_path / "roofline.db")
+    yield url
+    drop()
 
 
 @pytest.fixture
