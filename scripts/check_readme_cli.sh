@@ -16,6 +16,8 @@ if "$work/venv/bin/python" -c "import pytest" 2>/dev/null; then
 fi
 
 export ROOFLINE_DATABASE_URL="sqlite:///$work/cli.db"
+# The lines run in a scratch folder (their outputs land there), with the example files they read beside them.
+mkdir -p "$work/tests/data" && cp "$root/tests/data/batch_example.jsonl" "$work/tests/data/"
 cd "$work"
 port=18765
 grep -E '^\$ \.venv/bin/roofline ' "$root/README.md" | sed -E 's/^\$ \.venv\/bin\/roofline //; s/ +#.*$//' | while read -r line; do
