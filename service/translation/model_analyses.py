@@ -21,12 +21,13 @@ from service.core.transformer import layers
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.architecture import Architecture, ConfigError, from_generic, from_hf_config
 from service.core.transformer.capacity import (
+    MemoryBudget,
     StepMemory,
     check_positions,
     kv_bytes_per_token_per_layer,
     kv_capacity,
+    memory_budget,
     mix_capacity,
-    step_memory,
 )
 from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
@@ -155,22 +156,40 @@ def usable_memory(device, options) -> tuple[float, str]:
             "has no published figure for what the runtime exposes, which is usually a little less)")
 
 
+def cache_len(phase: str, seq_len: int, output_len: int | None) -> int:
+    """Tokens a sequence's cache holds at its largest: the prompt and every token fed back (all but the last
+    of output_len), or the one token a decode step adds."""
+    if output_len:
+        return seq_len + output_len - 1
+    return seq_len + (1 if phase == "decode" else 0)
+
+
 def peak_context(request: ModelAnalysisRequest) -> tuple[int, str]:
     """The longest cache a sequence of this request holds, and the field that sets it."""
-    if request.output_len:
-        return request.seq_len + request.output_len - 1, "output_len"
-    return request.seq_len + (1 if request.phase == "decode" else 0), "seq_len"
+    return (cache_len(request.phase, request.seq_len, request.output_len),
+            "output_len" if request.output_len else "seq_len")
+
+
+def memory_budget_for(request, arch: Architecture, device) -> tuple[MemoryBudget, str]:
+    """The device's budget for a request's model, dtypes, parallelism and MemoryOptions, and its basis."""
+    usable, basis = usable_memory(device, request)
+    return memory_budget(arch, core_dtypes(request), capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
+                         workspace_bytes=request.workspace_bytes, tensor_parallel=request.tensor_parallel,
+                         block_size=request.block_size), basis
+
+
+def step_memory_at(budget: MemoryBudget, request: ModelAnalysisRequest, **changes) -> StepMemory:
+    """The request's step (with `changes`, e.g. another batch_size or seq_len) against the budget."""
+    batch = changes.get("batch_size", request.batch_size)
+    seq_len = changes.get("seq_len", request.seq_len)
+    phase = changes.get("phase", request.phase)
+    return budget.at(batch=batch, context=cache_len(phase, seq_len, request.output_len),
+                     step_tokens=batch * (seq_len if phase == "prefill" else 1))
 
 
 def step_memory_for(request: ModelAnalysisRequest, arch: Architecture, device) -> tuple[StepMemory, int, str]:
-    context, _ = peak_context(request)
-    usable, basis = usable_memory(device, request)
-    step_tokens = request.batch_size * (request.seq_len if request.phase == "prefill" else 1)
-    memory = step_memory(arch, core_dtypes(request), batch=request.batch_size, context=context, step_tokens=step_tokens,
-                         capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
-                         workspace_bytes=request.workspace_bytes, tensor_parallel=request.tensor_parallel,
-                         block_size=request.block_size)
-    return memory, context, basis
+    budget, basis = memory_budget_for(request, arch, device)
+    return step_memory_at(budget, request), peak_context(request)[0], basis
 
 
 def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> ModelAnalysis:

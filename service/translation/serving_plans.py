@@ -7,8 +7,6 @@ concurrencies costs a handful of analyses, not thousands.
 
 from __future__ import annotations
 
-import math
-
 from schemas.models import ModelAnalysisRequest, StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
 from service.core.errors import CostModelError
@@ -18,7 +16,14 @@ from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions, kv_bytes_per_request
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable
-from service.translation.model_analyses import core_dtypes, evaluator_for, resolve_model, step_memory_for, unprocessable
+from service.translation.model_analyses import (
+    core_dtypes,
+    evaluator_for,
+    memory_budget_for,
+    resolve_model,
+    step_memory_at,
+    unprocessable,
+)
 
 
 def tensor_parallel_sizes(arch: Architecture, total_devices: int) -> list[int]:
@@ -44,20 +49,21 @@ def _replica(request: ServingPlanRequest, catalog: DeviceCatalog, arch: Architec
     options = dict(dtypes=dtypes, tensor_parallel=t, attention_implementation="flash", explain=False)
     prefill = analyze_model(arch, evaluator, phase="prefill", batch=1, seq_len=request.input_len, **options)
 
-    # Every memory figure is affine in the concurrency (the caches, the activations) or constant (the weights,
-    # the workspace): two evaluations give them all.
-    one, two = (vars(step_memory_for(peak.model_copy(update={"batch_size": c, "phase": "decode"}), arch, device)[0])
-                for c in (1, 2))
-    per_request = two["required_bytes"] - one["required_bytes"]
-    fixed = one["required_bytes"] - per_request
-    max_concurrency = max(0, min(MAX_PLAN_CONCURRENCY, math.floor((one["usable_bytes"] - fixed) / per_request)))
+    budget, _ = memory_budget_for(peak, arch, device)
+    context = request.input_len + request.output_len - 1
+
+    def memory(c: int):
+        return step_memory_at(budget, peak, batch_size=c, phase="decode")
+
+    # The largest concurrency whose caches fit (memory grows with it): bisect.
+    low, high = 0, MAX_PLAN_CONCURRENCY
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if memory(middle).fits else (low, middle - 1)
+    max_concurrency = low
 
     def memory_at(c: int) -> dict:
-        block = {name: one[name] + (two[name] - one[name]) * (c - 1) for name in
-                 ("weights_bytes", "kv_cache_bytes", "activation_bytes", "workspace_bytes", "required_bytes")}
-        spare = one["usable_bytes"] - block["required_bytes"]
-        return {**one, **block, "fits": spare >= 0, "headroom_bytes": max(spare, 0.0),
-                "shortfall_bytes": max(-spare, 0.0), "context_len": request.input_len + request.output_len - 1}
+        return {**vars(memory(c)), "context_len": context}
 
     decode = {}
     if max_concurrency:

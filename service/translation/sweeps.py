@@ -18,10 +18,22 @@ from service.persistence.catalog import DeviceCatalog
 from service.core.dtypes import bytes_per_element
 from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
 from service.core.errors import CostModelError
-from service.core.transformer.analysis import Evaluator, Totals, affine_sweep
+from service.core.transformer.analysis import Totals, affine_sweep
 from service.core.transformer.capacity import check_positions
 from service.runtime.errors import ServiceError, Unprocessable, client_path, invalid_nested
-from service.translation.model_analyses import core_dtypes, evaluator_for, peak_context, step_memory_for, resolve_model, run_model_analysis, serving_metrics, unprocessable
+from service.translation.model_analyses import (
+    core_dtypes,
+    evaluator_for,
+    memory_budget_for,
+    peak_context,
+    resolve_model,
+    run_model_analysis,
+    serving_metrics,
+    shared_evaluators,
+    step_memory_at,
+    step_memory_for,
+    unprocessable,
+)
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
 
@@ -99,7 +111,7 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
     _, arch = resolve_model(first, catalog)
     evaluator = evaluator_for(first, catalog)
     last = first.model_copy(update={parameter: int(values[-1])})
-    device = catalog.get(first.device_id)
+    budget, _ = memory_budget_for(first, arch, catalog.get(first.device_id))
     try:
         check_positions(arch, *peak_context(last))
         summaries = affine_sweep(arch, evaluator, parameter=parameter, values=[int(v) for v in values],
@@ -116,11 +128,10 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
     for value, summary in zip(values, summaries):
         t = summary.totals
         batch = summary.value if parameter == "batch_size" else first.batch_size
-        point = first.model_copy(update={parameter: int(value)})
         row, margin = _model_row(value, t, summary.mfu, ttft_s=t.time_s if prefill else None,
                                  tpot_s=None if prefill else t.time_s,
                                  tokens_per_s=batch * tokens_per_sequence / t.time_s,
-                                 fits=step_memory_for(point, arch, device)[0].fits)
+                                 fits=step_memory_at(budget, first, **{parameter: int(value)}).fits)
         rows.append(row)
         margins.append(margin)
     return rows, margins
@@ -149,32 +160,29 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
                            largest_feasible_value=_largest_feasible(rows))
     rows: list[SweepRow] = []
     margins: list[float] = []  # compute time minus memory time: its sign is the bound
-    evaluators: dict[tuple, Evaluator] = {}
     model = None  # resolved once, unless the sweep changes the model itself
-    for index, value in enumerate(values):
-        point = _point_request(request_model, request.request, path, value, index)
-        if request.endpoint == "model" and index == 0:
-            model = resolve_model(point, catalog)
-            if path[0] == "model":
-                _check_config_sweep_budget(len(values), model[1])
-                model = None
-        if request.endpoint == "operator":
-            answer = analyze_operator(point, catalog.get(point.device_id), catalog.measured(point.device_id))
-            rows.append(SweepRow(value=value, time_s=answer.time_s, bound=answer.bound, flops=answer.flops,
-                                 bytes=answer.bytes.total, arithmetic_intensity=answer.arithmetic_intensity,
-                                 mfu=answer.mfu))
-            margins.append(answer.compute_time_s - max(level.time_s for level in answer.levels))
-            continue
-        key = (point.device_id, point.roofs, point.sustained_clock_hz, point.collective_latency_s)
-        if key not in evaluators:
-            evaluators[key] = evaluator_for(point, catalog)
-        _, arch, result, prefill = run_model_analysis(point, catalog, evaluators[key], explain=False, model=model)
-        metrics = serving_metrics(point, result, prefill)
-        fits = step_memory_for(point, arch, catalog.get(point.device_id))[0].fits
-        row, margin = _model_row(value, result.totals, result.mfu, ttft_s=metrics["ttft_s"], tpot_s=metrics["tpot_s"],
-                                 tokens_per_s=metrics["tokens_per_s"], fits=fits)
-        rows.append(row)
-        margins.append(margin)
+    with shared_evaluators():  # points on one device share its roofs and evaluated rows
+        for index, value in enumerate(values):
+            point = _point_request(request_model, request.request, path, value, index)
+            if request.endpoint == "model" and index == 0:
+                model = resolve_model(point, catalog)
+                if path[0] == "model":
+                    _check_config_sweep_budget(len(values), model[1])
+                    model = None
+            if request.endpoint == "operator":
+                answer = analyze_operator(point, catalog.get(point.device_id), catalog.measured(point.device_id))
+                rows.append(SweepRow(value=value, time_s=answer.time_s, bound=answer.bound, flops=answer.flops,
+                                     bytes=answer.bytes.total, arithmetic_intensity=answer.arithmetic_intensity,
+                                     mfu=answer.mfu))
+                margins.append(answer.compute_time_s - max(level.time_s for level in answer.levels))
+                continue
+            _, arch, result, prefill = run_model_analysis(point, catalog, explain=False, model=model)
+            metrics = serving_metrics(point, result, prefill)
+            fits = step_memory_for(point, arch, catalog.get(point.device_id))[0].fits
+            row, margin = _model_row(value, result.totals, result.mfu, ttft_s=metrics["ttft_s"],
+                                     tpot_s=metrics["tpot_s"], tokens_per_s=metrics["tokens_per_s"], fits=fits)
+            rows.append(row)
+            margins.append(margin)
     return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=rows,
                        crossover=_crossovers(rows, margins), critical_m=_critical_m(request, catalog),
                        largest_feasible_value=_largest_feasible(rows))

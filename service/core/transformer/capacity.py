@@ -159,17 +159,36 @@ class StepMemory:
     block_size: int
 
 
-def step_memory(arch: Architecture, dtypes: ModelDTypes, *, batch: int, context: int, step_tokens: int,
-                capacity_bytes: float, usable_bytes: float, workspace_bytes: float = 0.0, tensor_parallel: int = 1,
-                block_size: int = 1) -> StepMemory:
-    """Per device: weights + batch x kv(context) + activations + workspace against the usable memory."""
-    weights = weight_bytes(arch, dtypes, tensor_parallel)
-    kv = batch * kv_bytes_per_request(arch, dtypes, context, tensor_parallel, block_size)
-    activations = activation_bytes(arch, dtypes, tokens=step_tokens, batch=batch, tensor_parallel=tensor_parallel)
-    required = weights + kv + activations + workspace_bytes
-    spare = usable_bytes - required
-    return StepMemory(capacity_bytes, usable_bytes, weights, kv, activations, workspace_bytes, required, spare >= 0,
-                      max(spare, 0.0), max(-spare, 0.0), block_size)
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What a device holds for one model, dtypes and parallelism, worked out once (the weights' bytes walk the
+    whole parameter count); `at` then places any batch and context against it (a sweep or a plan asks for
+    thousands)."""
+
+    arch: Architecture
+    dtypes: ModelDTypes
+    capacity_bytes: float
+    usable_bytes: float
+    workspace_bytes: float
+    tensor_parallel: int
+    block_size: int
+    weights_bytes: float
+
+    def at(self, *, batch: int, context: int, step_tokens: int) -> StepMemory:
+        """Per device: weights + batch x kv(context) + activations + workspace against the usable memory."""
+        t = self.tensor_parallel
+        kv = batch * kv_bytes_per_request(self.arch, self.dtypes, context, t, self.block_size)
+        activations = activation_bytes(self.arch, self.dtypes, tokens=step_tokens, batch=batch, tensor_parallel=t)
+        required = self.weights_bytes + kv + activations + self.workspace_bytes
+        spare = self.usable_bytes - required
+        return StepMemory(self.capacity_bytes, self.usable_bytes, self.weights_bytes, kv, activations,
+                          self.workspace_bytes, required, spare >= 0, max(spare, 0.0), max(-spare, 0.0), self.block_size)
+
+
+def memory_budget(arch: Architecture, dtypes: ModelDTypes, *, capacity_bytes: float, usable_bytes: float,
+                  workspace_bytes: float = 0.0, tensor_parallel: int = 1, block_size: int = 1) -> MemoryBudget:
+    return MemoryBudget(arch, dtypes, capacity_bytes, usable_bytes, workspace_bytes, tensor_parallel, block_size,
+                        weight_bytes(arch, dtypes, tensor_parallel))
 
 
 def _longest_context(arch: Architecture, dtypes: ModelDTypes, available: float, tensor_parallel: int,
