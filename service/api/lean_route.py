@@ -14,8 +14,6 @@ import inspect
 import json
 import typing
 from collections.abc import Callable
-from email.message import Message
-from functools import lru_cache
 from typing import Any
 
 from fastapi import HTTPException, Request, Response
@@ -25,16 +23,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from service.api.deps import get_catalog
-
-
-@lru_cache(maxsize=64)  # a handful of distinct header values in practice; parsing one costs ~4 us
-def _is_json(content_type: str | None) -> bool:
-    if not content_type:
-        return False
-    message = Message()
-    message["content-type"] = content_type
-    subtype = message.get_content_subtype()
-    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+from service.runtime.errors import is_json_content_type
 
 
 def _body_and_catalog(endpoint: Callable[..., Any]) -> tuple[str, type[BaseModel], str] | None:
@@ -91,7 +80,7 @@ class LeanAnalysisRoute(APIRoute):
             if not raw:
                 raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required",
                                                "input": None}])
-            if not _is_json(request.headers.get("content-type")):
+            if not is_json_content_type(request.headers.get("content-type")):
                 raise RequestValidationError([{"type": "model_attributes_type", "loc": ("body",),
                                                "msg": "Input should be a valid dictionary or object to extract "
                                                       "fields from (send the body as application/json)",
