@@ -26,7 +26,7 @@ from service.persistence.change_probe import SqliteCommitProbe
 from service.core.dtypes import peak_dtype
 from service.core.hardware import DEFAULT_COLLECTIVE_LATENCY_S, DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
-from service.runtime.errors import DatabaseUnavailable, DeviceNotFound, ModelNotFound
+from service.runtime.errors import DeviceNotFound, ModelNotFound
 from service.persistence.tables import Benchmark, ModelConfig
 
 # After the database failed, analyses are served from the loaded catalog for this long before it is
@@ -137,7 +137,7 @@ class DeviceCatalog:
             return True  # don't make every request wait out a connect timeout on a server known down
         try:
             self.refresh()
-        except (OperationalError, PoolTimeout, DatabaseUnavailable):
+        except (OperationalError, PoolTimeout):
             self._failed_at = time.monotonic()
             if not self.loaded:
                 raise

@@ -97,7 +97,7 @@ class ObservabilityMiddleware:
         request_id = offered if offered and SAFE_REQUEST_ID.match(offered) else uuid.uuid4().hex
         token = request_id_var.set(request_id)
         started = time.perf_counter()
-        status = 500
+        status: int | None = None  # set when the response starts
 
         async def send_with_id(message):
             nonlocal status
@@ -109,31 +109,25 @@ class ObservabilityMiddleware:
                 message["headers"] = headers
             await send(message)
 
-        started_response = False
-
-        async def send_tracked(message):
-            nonlocal started_response
-            started_response = started_response or message["type"] == "http.response.start"
-            await send_with_id(message)
-
         try:
-            await self.app(scope, receive, send_tracked)
+            await self.app(scope, receive, send_with_id)
         except Exception as exc:
             # Logged by type and place only: an exception's text can carry request values (a validation
             # error quotes its input), and tracebacks would carry them to the log.
             frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
             error_log.error("unhandled error", extra={"exception_type": type(exc).__name__,
                                                       "where": f"{frame.filename}:{frame.lineno}" if frame else "?"})
-            if started_response:
+            if status is not None:  # the response had started: too late to replace it
                 raise
-            await send_tracked({"type": "http.response.start", "status": 500,
+            await send_with_id({"type": "http.response.start", "status": 500,
                                 "headers": [(b"content-type", b"application/json"),
                                             (b"content-length", str(len(INTERNAL_ERROR)).encode())]})
-            await send_tracked({"type": "http.response.body", "body": INTERNAL_ERROR})
+            await send_with_id({"type": "http.response.body", "body": INTERNAL_ERROR})
         finally:
             elapsed = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope["method"]
+            status = 500 if status is None else status  # no response at all (the client went away mid-way)
             requests, latency = _children(method, route, status)
             requests.inc()
             latency.observe(elapsed)
