@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 
 from schemas.common import DTypeName, MemoryLevelName, PositiveFinite, RoofSourceName, StrictModel, UnitName
 
@@ -70,18 +70,36 @@ class BandwidthBenchmarkCreate(BenchmarkMetadata):
     bytes_per_s: BytesPerSecond
 
 
-BENCHMARK_KINDS = ("compute", "memory_bandwidth")
-BenchmarkCreate = Annotated[Union[ComputeBenchmarkCreate, BandwidthBenchmarkCreate], Field(discriminator="kind")]
+LinkName = Literal["intra_node", "inter_node"]
+
+
+class LinkBenchmarkCreate(BenchmarkMetadata):
+    """A collective's bus bandwidth between devices, as nccl-tests reports busbw: what each device's link
+    sustains in a ring, per direction."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"kind": "link_bandwidth", "link": "intra_node", "bytes_per_s": 3.6e11, "tool": "nccl-tests all_reduce_perf "
+         "-b 1G -e 1G (busbw)", "host": "cluster-a/node-17"}]})
+    kind: Literal["link_bandwidth"]
+    link: LinkName = Field(description="'intra_node': the scale-up link among the devices of one node (NVLink); "
+                                       "'inter_node': the scale-out link between nodes (InfiniBand, RoCE)")
+    bytes_per_s: BytesPerSecond
+
+
+BENCHMARK_KINDS = ("compute", "memory_bandwidth", "link_bandwidth")
+BenchmarkCreate = Annotated[Union[ComputeBenchmarkCreate, BandwidthBenchmarkCreate, LinkBenchmarkCreate],
+                            Field(discriminator="kind")]
 
 
 class BenchmarkPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: int
     device_id: str
-    kind: Literal["compute", "memory_bandwidth"]
+    kind: Literal["compute", "memory_bandwidth", "link_bandwidth"]
     dtype: str | None
     unit: str | None
-    level: str | None
+    level: str | None = Field(description="The memory level of a memory_bandwidth record")
+    link: str | None = Field(None, description="The link of a link_bandwidth record")
     flops_per_s: float | None
     bytes_per_s: float | None
     tool: str
@@ -94,6 +112,12 @@ class BenchmarkPublic(BaseModel):
     off_nominal_reason: str | None = None
     submitted_by: str = Field(description="Label of the token that submitted it (never the token)")
     created_at: datetime
+
+    @model_validator(mode="after")
+    def _link_is_not_a_level(self):
+        if self.kind == "link_bandwidth":
+            self.level = None
+        return self
 
 
 class ErtImport(StrictModel):

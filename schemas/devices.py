@@ -14,7 +14,7 @@ Bytes = Annotated[int, Field(gt=0, le=2**60)]
 
 # Scalar numbers that, when given, must carry a citation under `citations`.
 CITED_SCALARS = ("memory_capacity_bytes", "usable_memory_bytes", "sm_count", "boost_clock_hz", "tdp_w",
-                 "interconnect_bandwidth_bytes_per_s")
+                 "interconnect_bandwidth_bytes_per_s", "node_size", "inter_node_bandwidth_bytes_per_s")
 
 
 class ComputePeak(StrictModel):
@@ -100,7 +100,15 @@ class DeviceBase(StrictModel):
     boost_clock_hz: PositiveFinite | None = None
     tdp_w: PositiveFinite | None = None
     interconnect_bandwidth_bytes_per_s: PositiveFinite | None = Field(
-        None, description="Scale-up link bandwidth per direction, bytes/s")
+        None, description="Scale-up (intra-node) link bandwidth per device and direction, bytes/s (NVLink, xGMI, ICI, "
+                          "or PCIe where there is no scale-up link): the tier of collectives among devices of one node")
+    node_size: int | None = Field(
+        None, ge=1, le=100_000, description="Devices per node that share the scale-up link (8 in an HGX/DGX server): "
+                                            "a collective whose group stays within a node runs on "
+                                            "interconnect_bandwidth_bytes_per_s, otherwise on the inter-node link")
+    inter_node_bandwidth_bytes_per_s: PositiveFinite | None = Field(
+        None, description="Scale-out (inter-node) bandwidth per device and direction, bytes/s (InfiniBand or RoCE: a "
+                          "400 Gb/s NIC per GPU is 5e10): the tier of collectives that cross nodes")
     interconnect_kind: str | None = Field(None, max_length=100)
     confidence: str | None = Field(None, max_length=500)
     citations: dict[str, Citation] = Field(default_factory=dict, description="Citation per scalar number, keyed by field name")

@@ -60,6 +60,26 @@ USABLE_MEMORY = {
     "nvidia-t4": (15_360 * MIB, f"{MODAL}: T4, 15,360 MiB"),
 }
 
+DGX_BASEPOD = ("NVIDIA DGX BasePOD reference architecture, Core Components "
+               "(https://docs.nvidia.com/dgx-basepod/reference-architecture-infrastructure-foundation-enterprise-ai/"
+               "latest/core-components.html)")
+DGX_A100 = ("NVIDIA DGX A100 User Guide, Introduction to the NVIDIA DGX A100 System "
+            "(https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html)")
+DGX_1 = "NVIDIA DGX-1 with Tesla V100 System Architecture white paper (WP-08437-002)"
+# Nodes as NVIDIA's DGX servers build them: eight SXM GPUs on one NVLink/NVSwitch fabric, and one compute-fabric
+# NIC per GPU (DGX-1: four 100 Gb/s EDR NICs for eight GPUs). Bandwidth per device per direction, bytes/s.
+NODE_TOPOLOGY = {
+    "nvidia-b200": (8, 50e9, f"{DGX_BASEPOD}: DGX B200, eight B200, 8x single-port ConnectX-7 up to 400 Gb/s"),
+    "nvidia-h200-sxm": (8, 50e9, f"{DGX_BASEPOD}: DGX H200, eight Hopper GPUs, eight single-port ConnectX-7 up to "
+                                  "400 Gb/s"),
+    "nvidia-h100-sxm": (8, 50e9, f"{DGX_BASEPOD}: DGX H100, eight Hopper GPUs, eight single-port ConnectX-7 up to "
+                                  "400 Gb/s"),
+    "nvidia-a100-80gb-sxm": (8, 25e9, f"{DGX_A100}: eight A100, 8x single-port ConnectX-6 VPI 200 Gb/s HDR InfiniBand"),
+    "nvidia-a100-40gb-sxm": (8, 25e9, f"{DGX_A100}: eight A100, 8x single-port ConnectX-6 VPI 200 Gb/s HDR InfiniBand"),
+    "nvidia-v100-sxm2-32gb": (8, 6.25e9, f"{DGX_1}: eight V100 in a hybrid cube-mesh, four 100 Gb/s EDR InfiniBand "
+                                         "ports (50 GB/s for eight GPUs)"),
+}
+
 
 def convert(device: dict) -> dict:
     memory, compute = device["memory"], device["compute"]
@@ -112,6 +132,9 @@ def convert(device: dict) -> dict:
     usable, usable_source = USABLE_MEMORY.get(device["id"], (None, None))
     if usable:
         citations["usable_memory_bytes"] = usable_source
+    node_size, inter_node, node_source = NODE_TOPOLOGY.get(device["id"], (None, None, None))
+    if node_size:
+        citations["node_size"] = citations["inter_node_bandwidth_bytes_per_s"] = node_source
     return {
         "id": device["id"],
         "name": device["name"],
@@ -130,6 +153,8 @@ def convert(device: dict) -> dict:
         "tdp_w": device.get("tdp_w"),
         "interconnect_bandwidth_bytes_per_s": round(link_gbps * 1e9) if link_gbps else None,
         "interconnect_kind": link_kind,
+        "node_size": node_size,
+        "inter_node_bandwidth_bytes_per_s": inter_node,
         "confidence": device.get("confidence"),
         "citations": citations,
     }

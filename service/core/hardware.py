@@ -24,6 +24,9 @@ DEFAULT_LAUNCH_OVERHEAD_S = 4e-6
 # first hop. 5 us is an order of magnitude for a small NCCL all-reduce inside an NVLink node, not a
 # measurement; devices and requests override it (collective_latency_s).
 DEFAULT_COLLECTIVE_LATENCY_S = 5e-6
+# The same for a collective whose ring leaves the node (a NIC, a switch hop or two): an order of magnitude
+# again, overridable per request (inter_node_latency_s).
+DEFAULT_INTER_NODE_LATENCY_S = 1e-5
 
 # Output tile (m, n) and K step of a typical tensor-core GEMM kernel, when a device names none.
 DEFAULT_MATMUL_TILE = (128, 128, 64)
@@ -62,6 +65,8 @@ class DeviceSpec:
     launch_overhead_s: float = DEFAULT_LAUNCH_OVERHEAD_S
     collective_latency_s: float = DEFAULT_COLLECTIVE_LATENCY_S
     usable_memory_bytes: float | None = None  # what the runtime exposes; None: not published
+    node_size: int | None = None  # devices that share the scale-up link (interconnect_bandwidth_bytes_per_s)
+    inter_node_bandwidth_bytes_per_s: float | None = None  # per device, per direction, between nodes
 
     def peak(self, dtype: str, unit: Unit) -> ComputePeak | None:
         for peak in self.compute_peaks:

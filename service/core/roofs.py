@@ -44,6 +44,7 @@ class MeasuredRoof:
 class MeasuredRoofs:
     compute: Mapping[tuple[str, str], MeasuredRoof] = field(default_factory=dict)
     memory: Mapping[str, MeasuredRoof] = field(default_factory=dict)
+    links: Mapping[str, MeasuredRoof] = field(default_factory=dict)  # "intra_node", "inter_node"
 
 
 NO_MEASUREMENTS = MeasuredRoofs()
@@ -157,6 +158,8 @@ def nominal_value(device: DeviceSpec, kind: str, key: tuple[str, str] | str) -> 
         dtype, unit = key
         peak = device.peak(peak_dtype(dtype), unit)
         return peak.flops_per_s if peak else None
+    if kind == "link_bandwidth":
+        return device.interconnect_bandwidth_bytes_per_s if key == "intra_node" else device.inter_node_bandwidth_bytes_per_s
     level = device.memory_level(key)
     return level.bandwidth_bytes_per_s if level else None
 
@@ -167,7 +170,7 @@ def nominal_mismatch(device: DeviceSpec, kind: str, key: tuple[str, str] | str, 
     nominal = nominal_value(device, kind, key)
     if nominal is None:
         if kind != "compute":
-            return None  # bandwidths of levels the datasheet leaves out (an H100's L2) are welcome
+            return None  # bandwidths the datasheet leaves out (an H100's L2, a PCIe card's network) are welcome
         dtype, unit = key
         return ("off_nominal_reason", f"device {device.id} has no nominal {dtype} {unit} peak, so a measurement of it "
                 f"is likely a wrong dtype or unit; say why in off_nominal_reason to submit it anyway")

@@ -77,6 +77,8 @@ def device_spec(fields: Mapping[str, Any]) -> DeviceSpec:
         collective_latency_s=(DEFAULT_COLLECTIVE_LATENCY_S if fields.get("collective_latency_s") is None
                               else fields["collective_latency_s"]),
         usable_memory_bytes=fields.get("usable_memory_bytes"),
+        node_size=fields.get("node_size"),
+        inter_node_bandwidth_bytes_per_s=fields.get("inter_node_bandwidth_bytes_per_s"),
     )
 
 
@@ -92,18 +94,23 @@ def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
     """Median (with count, min, max, latest) of the accepted measurements per device and roof."""
     compute: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     memory: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+    links: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if row.kind == "compute":
             # Keyed as peaks are: both fp8 encodings measure the device's one fp8 roof.
             compute[row.device_id][(peak_dtype(row.dtype), row.unit)].append((row.flops_per_s, row.measured_at))
+        elif row.kind == "link_bandwidth":
+            links[row.device_id][row.level].append((row.bytes_per_s, row.measured_at))  # the link's name
         else:
             memory[row.device_id][row.level].append((row.bytes_per_s, row.measured_at))
+
+    def aggregates(by_key: dict) -> dict:
+        return {key: aggregate(samples) for key, samples in by_key.items()}
+
     return {
-        device_id: MeasuredRoofs(
-            compute={key: aggregate(samples) for key, samples in compute[device_id].items()},
-            memory={key: aggregate(samples) for key, samples in memory[device_id].items()},
-        )
-        for device_id in set(compute) | set(memory)
+        device_id: MeasuredRoofs(compute=aggregates(compute[device_id]), memory=aggregates(memory[device_id]),
+                                 links=aggregates(links[device_id]))
+        for device_id in set(compute) | set(memory) | set(links)
     }
 
 

@@ -111,11 +111,19 @@ def ping(session: Session) -> None:
     _require_intact_file(session)
 
 
+def stored_benchmark(record: dict[str, Any]) -> dict[str, Any]:
+    """A link measurement keeps its link's name in the level column (one column names what was measured)."""
+    if "link" not in record:
+        return record
+    stored = {key: value for key, value in record.items() if key != "link"}
+    return {**stored, "level": record["link"]}
+
+
 def add_benchmarks(session: Session, *, device_id: str, records: list[dict[str, Any]], submitted_by: str) -> list[Benchmark]:
     """Stores all records in one transaction: either every one is written or none."""
     now = utcnow()
     rows = [Benchmark(device_id=device_id, submitted_by=submitted_by, created_at=now,
-                      **{**record, "measured_at": record.get("measured_at") or now}) for record in records]
+                      **{**stored_benchmark(record), "measured_at": record.get("measured_at") or now}) for record in records]
     session.add_all(rows)
     _bump_version(session)
     session.commit()

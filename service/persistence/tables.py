@@ -69,6 +69,8 @@ class Device(SQLModel, table=True):
     kernel_launch_overhead_s: float | None = None
     usable_memory_bytes: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     collective_latency_s: float | None = None
+    node_size: int | None = None
+    inter_node_bandwidth_bytes_per_s: float | None = None
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     updated_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
 
@@ -97,6 +99,10 @@ class Benchmark(SQLModel, table=True):
     off_nominal_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     submitted_by: str = Field(max_length=100)
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+    @property
+    def link(self) -> str | None:
+        return self.level if self.kind == "link_bandwidth" else None
 
 
 class ModelConfig(SQLModel, table=True):

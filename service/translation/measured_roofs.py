@@ -11,6 +11,8 @@ from service.runtime.errors import Unprocessable
 
 
 def roof_key(record: dict[str, Any]) -> tuple[str, str] | str:
+    if record["kind"] == "link_bandwidth":
+        return record["link"]
     return (record["dtype"], record["unit"]) if record["kind"] == "compute" else record["level"]
 
 
