@@ -123,7 +123,7 @@ def _elementwise(op: str, shape: tuple[int, ...], dtype: str, arity: int | None 
 
 
 @lru_cache(maxsize=1024)
-def _linear(tokens: int, n: int, k: int, dtypes: ModelDTypes, bias: bool = False, weight_dtype: str | None = None) -> OperatorCost:
+def linear_cost(tokens: int, n: int, k: int, dtypes: ModelDTypes, bias: bool = False, weight_dtype: str | None = None) -> OperatorCost:
     return matmul_cost(m=tokens, n=n, k=k, bias=bias, a_dtype=dtypes.activations, b_dtype=weight_dtype or dtypes.weights,
                        c_dtype=dtypes.activations, b_bytes_per_element=None if weight_dtype else dtypes.weight_bytes_per_element())
 
@@ -148,7 +148,7 @@ def _attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: M
         return _latent_attention_rows(arch, step, dtypes, heads)
     kv_heads = _split(arch.kv_heads, tp, "num_key_value_heads")
     d = arch.head_dim
-    rows = [Row("qkv_proj", "matmul", 1, _linear(tokens, (heads + 2 * kv_heads) * d, h, dtypes, arch.qkv_bias))]
+    rows = [Row("qkv_proj", "matmul", 1, linear_cost(tokens, (heads + 2 * kv_heads) * d, h, dtypes, arch.qkv_bias))]
     if arch.qk_norm:
         rows += [Row("q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act)),
                  Row("k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, d], dtype=act))]
@@ -158,7 +158,7 @@ def _attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: M
         _attention_row(batch=step.batch, heads=heads, kv_heads=kv_heads, head_dim=d, q_len=step.q_len,
                        kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
                        window=group.sliding_window, implementation=step.attention_implementation),
-        Row("o_proj", "matmul", 1, _linear(tokens, h, heads * d, dtypes, arch.o_bias)),
+        Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * d, dtypes, arch.o_bias)),
     ]
     return rows
 
@@ -184,13 +184,13 @@ def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, 
     qk_head = lat.qk_nope_head_dim + lat.qk_rope_head_dim
     rows = []
     if lat.q_lora_rank:
-        rows += [Row("q_a_proj", "matmul", 1, _linear(tokens, lat.q_lora_rank, h, dtypes)),
+        rows += [Row("q_a_proj", "matmul", 1, linear_cost(tokens, lat.q_lora_rank, h, dtypes)),
                  Row("q_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, lat.q_lora_rank], dtype=act)),
-                 Row("q_b_proj", "matmul", 1, _linear(tokens, heads * qk_head, lat.q_lora_rank, dtypes))]
+                 Row("q_b_proj", "matmul", 1, linear_cost(tokens, heads * qk_head, lat.q_lora_rank, dtypes))]
     else:
-        rows.append(Row("q_proj", "matmul", 1, _linear(tokens, heads * qk_head, h, dtypes)))
+        rows.append(Row("q_proj", "matmul", 1, linear_cost(tokens, heads * qk_head, h, dtypes)))
     rows += [
-        Row("kv_a_proj", "matmul", 1, _linear(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, h, dtypes)),
+        Row("kv_a_proj", "matmul", 1, linear_cost(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, h, dtypes)),
         Row("kv_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, lat.kv_lora_rank], dtype=act)),
         Row("rope", "rope", 1, rope_cost(batch=step.batch, seq_len=step.q_len, heads=heads + 1,
                                          head_dim=lat.qk_rope_head_dim, dtype=act)),
@@ -198,7 +198,7 @@ def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, 
     ]
     if step.q_len > 1:
         rows += [
-            Row("kv_b_proj", "matmul", 1, _linear(step.batch * step.kv_len, heads * (lat.qk_nope_head_dim + lat.v_head_dim),
+            Row("kv_b_proj", "matmul", 1, linear_cost(step.batch * step.kv_len, heads * (lat.qk_nope_head_dim + lat.v_head_dim),
                                                   lat.kv_lora_rank, dtypes)),
             _attention_row(batch=step.batch, heads=heads, head_dim=qk_head, v_head_dim=lat.v_head_dim, q_len=step.q_len,
                            kv_len=step.kv_len, dtype=act, kv_dtype=act, causal=True,
@@ -215,18 +215,18 @@ def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, 
                            shared_kv=True, implementation=step.attention_implementation),
             Row("out_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.v_head_dim, k=lat.kv_lora_rank, **per_head)),
         ]
-    rows.append(Row("o_proj", "matmul", 1, _linear(tokens, h, heads * lat.v_head_dim, dtypes)))
+    rows.append(Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * lat.v_head_dim, dtypes)))
     return rows
 
 
 def _mlp_rows(prefix: str, arch: Architecture, tokens: int, width: int, dtypes: ModelDTypes) -> list[Row]:
     act, h = dtypes.activations, arch.hidden
     rows = [Row(f"{prefix}gate_up_proj" if arch.gated_mlp else f"{prefix}up_proj", "matmul", 1,
-                _linear(tokens, (2 if arch.gated_mlp else 1) * width, h, dtypes, arch.mlp_bias)),
+                linear_cost(tokens, (2 if arch.gated_mlp else 1) * width, h, dtypes, arch.mlp_bias)),
             Row(f"{prefix}{arch.activation}", "elementwise", 1, _elementwise(arch.activation, (tokens, width), act))]
     if arch.gated_mlp:
         rows.append(Row(f"{prefix}gate_mul", "elementwise", 1, _elementwise("mul", (tokens, width), act)))
-    rows.append(Row(f"{prefix}down_proj", "matmul", 1, _linear(tokens, h, width, dtypes, arch.mlp_bias)))
+    rows.append(Row(f"{prefix}down_proj", "matmul", 1, linear_cost(tokens, h, width, dtypes, arch.mlp_bias)))
     return rows
 
 
@@ -237,7 +237,7 @@ def _moe_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
     routed = tokens * moe.top_k
     gate_up = (2 if arch.gated_mlp else 1) * width
     rows = [
-        Row("router", "matmul", 1, _linear(tokens, moe.experts, h, dtypes, weight_dtype=act)),
+        Row("router", "matmul", 1, linear_cost(tokens, moe.experts, h, dtypes, weight_dtype=act)),
         Row("router_softmax", "softmax", 1, softmax_cost(shape=[tokens, moe.experts], dtype=act)),
         Row("experts_gate_up_proj", "grouped_matmul", 1,
             grouped_expert_matmul(token_rows=routed, active_experts=active, n=gate_up, k=h, dtypes=dtypes)),
@@ -284,5 +284,5 @@ def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tup
                          embed.assumptions, weight_bytes_read=min(step.tokens, arch.vocab) * arch.hidden
                          * bytes_per_element(dtypes.activations))
     head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.tokens, arch.hidden], dtypes)),
-            Row("lm_head", "matmul", 1, _linear(step.batch, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)))]
+            Row("lm_head", "matmul", 1, linear_cost(step.batch, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)))]
     return [Row("embedding", "embedding", 1, embed)], head

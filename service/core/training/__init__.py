@@ -1,0 +1,1 @@
+"""A training step on the roofline: forward, backward and optimizer rows, memory, collectives, time to train."""

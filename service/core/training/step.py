@@ -1,0 +1,398 @@
+"""One training step on the roofline, per device: its rows, collectives, memory, time, MFU and HFU, and
+what recomputation would trade.
+
+A step runs gradient_accumulation_steps micro-batches through pipeline_parallel stages (1F1B: the first
+stage holds min(m, p) micro-batches' activations; the step takes (m + p - 1) micro-batch slots, so the
+bubble is (p - 1)/(m + p - 1) of the pipeline's time), then the data-parallel gradient sync and the optimizer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from service.core.dtypes import bytes_per_element
+from service.core.errors import CostModelError
+from service.core.transformer.analysis import Evaluator, RowResult, group_label
+from service.core.transformer.architecture import Architecture
+from service.core.transformer.layers import ModelDTypes, Row, Step
+from service.core.transformer.params import layer_params, norm_params
+from service.core.training.collectives import Collective, Link, Topology, ring_all_reduce_bytes, ring_shard_bytes
+from service.core.training.rows import (
+    FORWARD, OPTIMIZER, OPTIMIZER_STATES_PER_PARAMETER, RECOMPUTE, attention_scores_row, backward_rows,
+    forward_layer_rows, forward_model_rows, optimizer_cost, saved_activation_bytes,
+)
+
+FIRST_STAGE, LAST_STAGE = "first stage", "last stage"
+RECOMPUTE_POLICIES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    data: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    zero_stage: int = 0  # 1: optimizer states sharded over data parallelism; 2: and gradients; 3: and parameters
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+
+@dataclass(frozen=True)
+class TrainingDTypes:
+    parameters: str = "bf16"
+    gradients: str = "bf16"
+    optimizer_states: str = "fp32"
+    activations: str = "bf16"
+    master_weights: bool | None = None  # default: kept when the parameters are narrower than the states
+
+    @property
+    def keeps_master(self) -> bool:
+        if self.master_weights is not None:
+            return self.master_weights
+        return bytes_per_element(self.parameters) < bytes_per_element(self.optimizer_states)
+
+    def model_dtypes(self) -> ModelDTypes:
+        return ModelDTypes(weights=self.parameters, activations=self.activations, kv_cache=self.activations)
+
+    def optimizer_bytes_per_parameter(self, optimizer: str) -> float:
+        states = OPTIMIZER_STATES_PER_PARAMETER[optimizer] + (1 if self.keeps_master else 0)
+        return states * bytes_per_element(self.optimizer_states)
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    micro_batch_size: int
+    seq_len: int
+    gradient_accumulation_steps: int = 1
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    dtypes: TrainingDTypes = field(default_factory=TrainingDTypes)
+    optimizer: str = "adamw"
+    recompute: str = "none"
+    attention_implementation: str = "flash"
+    overlap_data_parallel: bool = False
+    usable_bytes: float = math.inf
+    workspace_bytes: float = 0.0
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.micro_batch_size * self.seq_len * self.gradient_accumulation_steps * self.parallelism.data
+
+
+class PlacedRow(NamedTuple):
+    phase: str
+    result: RowResult
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    """Per device, on the step's fullest pipeline stage."""
+
+    parameters_per_device: float
+    parameters_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    activations_per_layer_bytes: float  # one micro-batch, one layer, at the chosen recomputation
+    in_flight_micro_batches: int
+    workspace_bytes: float
+    usable_bytes: float
+
+    @property
+    def required_bytes(self) -> float:
+        return (self.parameters_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.workspace_bytes)
+
+    @property
+    def fits(self) -> bool:
+        return self.required_bytes <= self.usable_bytes
+
+
+@dataclass(frozen=True)
+class RecomputeOption:
+    policy: str
+    activations_bytes: float  # per device at this policy
+    frees_bytes: float  # against no recomputation
+    recompute_flops: float  # per device per step
+    recompute_time_s: float  # F_re / P: the recomputed FLOPs at their compute roofs
+    saved_traffic_bytes: float  # Q_saved: the freed activations' HBM write in the forward and read in the backward
+    reload_time_s: float  # Q_saved / B
+    fits: bool
+
+    @property
+    def pays(self) -> bool:
+        """Recomputing beats storing when reloading would take longer: Q_saved / B > F_re / P."""
+        return self.frees_bytes > 0 and self.reload_time_s > self.recompute_time_s
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    rows: tuple[PlacedRow, ...]
+    communication: tuple[Collective, ...]
+    memory: TrainingMemory
+    recompute_options: tuple[RecomputeOption, ...]
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    tokens_per_step: int
+    micro_batch_time_s: float  # one micro-batch through the slowest stage, its pipeline sends included
+    pipeline_time_s: float
+    bubble_fraction: float
+    optimizer_time_s: float
+    data_parallel_time_s: float
+    data_parallel_exposed_s: float
+    step_time_s: float
+    peak_flops_per_s: float | None
+    compute_roof_source: str  # of the matmuls: "nominal" or "measured"
+    devices: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    def _utilisation(self, flops: float) -> float | None:
+        if not self.peak_flops_per_s:
+            return None
+        return flops / (self.step_time_s * self.devices * self.peak_flops_per_s)
+
+    @property
+    def mfu(self) -> float | None:
+        return self._utilisation(self.model_flops_per_step)
+
+    @property
+    def hfu(self) -> float | None:
+        return self._utilisation(self.hardware_flops_per_step)
+
+
+def _place(evaluator: Evaluator, row: Row, group: str, layers: int, link: Link | None) -> RowResult:
+    if not row.is_comm:
+        return evaluator.evaluate(row, group, layers)
+    time_s = link.latency_s + row.comm_bytes / link.bandwidth_bytes_per_s
+    instances = layers * row.count
+    return RowResult(row.name, row.kind, group, layers, row.count, 0.0, row.comm_bytes, None, "interconnect", None,
+                     time_s, 0.0, 0.0, 0.0, instances, time_s * instances, 0.0, time_s)
+
+
+def _flops(rows: list[Row], layers: int = 1) -> float:
+    return sum(row.cost.flops * row.count * layers for row in rows if not row.is_comm)
+
+
+def _recomputed(policy: str, forward: list[Row], activations: str) -> list[Row]:
+    if policy == "full":
+        return forward
+    if policy == "selective":
+        return [attention_scores_row(row, activations) for row in forward
+                if row.kind == "attention" and row.attention_params.get("implementation") == "naive"]
+    return []
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """The layer groups of one micro-batch on one tensor-parallel shard, each with its forward rows."""
+
+    groups: tuple[tuple[str, int, list[Row]], ...]  # (label, layers in the model, forward rows of one layer)
+    share: float  # the slowest stage's share of the layers: ceil(L / p) / L
+
+    def saved_per_layer(self, activations: str, policy: str, checkpoint_bytes: float) -> tuple[float, float]:
+        """(saved bytes of the stage's layers for one micro-batch, of its largest single layer)."""
+        total = largest = 0.0
+        for _, count, rows in self.groups:
+            layer = sum(saved_activation_bytes(r, activations, keep_scores=policy == "none") * r.count for r in rows)
+            largest = max(largest, layer)
+            total += count * self.share * (checkpoint_bytes if policy == "full" else layer)
+        return total, largest
+
+
+def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topology, setup: TrainingSetup) -> TrainingStep:
+    par, dtypes = setup.parallelism, setup.dtypes
+    if setup.recompute not in RECOMPUTE_POLICIES:
+        raise CostModelError("recompute", f"one of {', '.join(RECOMPUTE_POLICIES)}")
+    if par.pipeline > arch.layers:
+        raise CostModelError("pipeline_parallel", f"{par.pipeline} stages for {arch.layers} layers")
+    model_dtypes = dtypes.model_dtypes()
+    step = Step(setup.micro_batch_size, setup.seq_len, setup.seq_len, par.tensor, setup.attention_implementation)
+    tp_link = topology.link_for(par.tensor, "tensor-parallel") if par.tensor > 1 else None
+    micro_batches, stages = setup.gradient_accumulation_steps, par.pipeline
+    gradient_ratio = bytes_per_element(dtypes.gradients) / bytes_per_element(dtypes.parameters)
+    accumulate = micro_batches > 1
+
+    first, last = forward_model_rows(arch, step, model_dtypes)
+    layers = _Layers(tuple((group_label(g), g.count, forward_layer_rows(arch, g, step, model_dtypes)) for g in arch.groups),
+                     math.ceil(arch.layers / stages) / arch.layers)
+    placed: list[PlacedRow] = []
+
+    def place_all(rows: list[Row], phase: str, group: str, count: int) -> None:
+        placed.extend(PlacedRow(phase, _place(evaluator, r, group, count, tp_link)) for r in rows)
+
+    def place_backward(rows: list[Row], group: str, count: int) -> None:
+        for row in rows:
+            for phased in backward_rows(row, gradient_ratio, accumulate):
+                placed.append(PlacedRow(phased.phase, _place(evaluator, phased.row, group, count, tp_link)))
+
+    place_all(first, FORWARD, FIRST_STAGE, 1)
+    for label, count, rows in layers.groups:
+        place_all(rows, FORWARD, label, count)
+        place_all(_recomputed(setup.recompute, rows, dtypes.activations), RECOMPUTE, label, count)
+    place_all(last, FORWARD, LAST_STAGE, 1)
+    place_backward(last, LAST_STAGE, 1)
+    for label, count, rows in reversed(layers.groups):
+        place_backward(rows, label, count)
+    place_backward(first, FIRST_STAGE, 1)
+
+    def stage_time(rows: list[PlacedRow]) -> float:
+        by_group = {FIRST_STAGE: 0.0, LAST_STAGE: 0.0, "layers": 0.0}
+        for p in rows:
+            by_group[p.result.group if p.result.group in by_group else "layers"] += p.result.total_time_s
+        ends = (by_group[FIRST_STAGE] + by_group[LAST_STAGE] if stages == 1
+                else max(by_group[FIRST_STAGE], by_group[LAST_STAGE]))
+        return by_group["layers"] * layers.share + ends
+
+    hidden_bytes = setup.micro_batch_size * setup.seq_len * arch.hidden * bytes_per_element(dtypes.activations)
+    communication: list[Collective] = []
+    if tp_link is not None:
+        allreduces = [p.result for p in placed if p.result.bound == "interconnect"]
+        per_micro_batch = sum(r.instances * (1 if r.group in (FIRST_STAGE, LAST_STAGE) else layers.share)
+                              for r in allreduces)
+        communication.append(Collective(
+            "tensor-parallel all-reduces (forward, backward" + (", recompute)" if setup.recompute == "full" else ")"),
+            "all_reduce", "tensor", par.tensor, hidden_bytes, ring_all_reduce_bytes(par.tensor, hidden_bytes),
+            round(per_micro_batch * micro_batches), tp_link, True))
+    send_time = 0.0
+    if stages > 1:
+        pp_link = topology.link_for(par.tensor * par.data * stages, "pipeline-parallel")
+        sends = Collective("pipeline sends (activations forward, their gradients backward)", "send_recv", "pipeline",
+                           stages, hidden_bytes, hidden_bytes, 2 * micro_batches, pp_link, True)
+        communication.append(sends)
+        send_time = 2 * sends.time_s
+    micro_batch_time = stage_time(placed) + send_time
+    pipeline_time = (micro_batches + stages - 1) * micro_batch_time
+    backward_time = micro_batches * stage_time([p for p in placed if p.phase not in (FORWARD, RECOMPUTE)])
+
+    memory, params_device = _memory(arch, setup, layers, last, hidden_bytes)
+    shard = params_device / (par.data if par.zero_stage >= 1 else 1)
+    optimizer = Row("optimizer_update", "optimizer", 1, optimizer_cost(
+        shard, setup.optimizer, dtypes.parameters, dtypes.gradients, dtypes.optimizer_states, dtypes.keeps_master))
+    optimizer_result = evaluator.evaluate(optimizer, "optimizer", 1)
+    placed.append(PlacedRow(OPTIMIZER, optimizer_result))
+
+    communication += _data_parallel(topology, setup, params_device)
+    dp_time = sum(c.total_time_s for c in communication if c.group == "data")
+    exposed = max(0.0, dp_time - backward_time) if setup.overlap_data_parallel else dp_time
+    step_time = pipeline_time + optimizer_result.total_time_s + exposed
+
+    # Model FLOPs from the unsplit model: tensor parallelism replicates norms and residuals, which MFU must not count.
+    whole = Step(setup.micro_batch_size, setup.seq_len, setup.seq_len, 1, setup.attention_implementation)
+    whole_first, whole_last = forward_model_rows(arch, whole, model_dtypes)
+    whole_layers = [(g.count, forward_layer_rows(arch, g, whole, model_dtypes)) for g in arch.groups]
+    forward_flops = _flops(whole_first) + _flops(whole_last) + sum(_flops(rows, n) for n, rows in whole_layers)
+    recompute_flops = sum(_flops(_recomputed(setup.recompute, rows, dtypes.activations), n) for n, rows in whole_layers)
+    sequences = micro_batches * par.data
+    _, peak, compute_source = evaluator.compute_roof(next(r.cost for _, _, rows in layers.groups for r in rows if r.kind == "matmul"))
+    options = tuple(_recompute_option(policy, evaluator, setup, layers, last, memory, hidden_bytes)
+                    for policy in RECOMPUTE_POLICIES)
+    return TrainingStep(
+        rows=tuple(placed), communication=tuple(communication), memory=memory, recompute_options=options,
+        model_flops_per_step=3 * forward_flops * sequences,
+        hardware_flops_per_step=(3 * forward_flops + recompute_flops) * sequences,
+        tokens_per_step=setup.tokens_per_step, micro_batch_time_s=micro_batch_time, pipeline_time_s=pipeline_time,
+        bubble_fraction=(stages - 1) / (micro_batches + stages - 1), optimizer_time_s=optimizer_result.total_time_s,
+        data_parallel_time_s=dp_time, data_parallel_exposed_s=exposed, step_time_s=step_time, peak_flops_per_s=peak,
+        compute_roof_source=compute_source, devices=par.devices)
+
+
+def _stage_parameters(arch: Architecture, tensor: int, share: float, stages: int) -> float:
+    """Parameters on one device of the fullest stage: its layers' matrices split by tensor parallelism (norm
+    weights replicated), the vocabulary-parallel embedding on the first stage, the head and final norm on the
+    last (a tied head is a copy of the embedding there when the stages differ)."""
+    per_layer = 0.0
+    for group in arch.groups:
+        p = layer_params(arch, group)
+        per_layer += group.count * share * ((p.attention + p.mlp_total) / tensor + p.norms)
+    embedding = arch.vocab * arch.hidden / tensor
+    head = norm_params(arch) + (embedding if (not arch.tied_embeddings or stages > 1) else 0.0)
+    return per_layer + (embedding + head if stages == 1 else max(embedding, head))
+
+
+def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: list[Row],
+            checkpoint_bytes: float) -> tuple[TrainingMemory, float]:
+    par, dtypes = setup.parallelism, setup.dtypes
+    params_device = _stage_parameters(arch, par.tensor, layers.share, par.pipeline)
+    activations, per_layer = _activations(setup, layers, last, setup.recompute, checkpoint_bytes)
+    memory = TrainingMemory(
+        parameters_per_device=params_device,
+        parameters_bytes=params_device * bytes_per_element(dtypes.parameters) / (par.data if par.zero_stage >= 3 else 1),
+        gradients_bytes=params_device * bytes_per_element(dtypes.gradients) / (par.data if par.zero_stage >= 2 else 1),
+        optimizer_bytes=params_device * dtypes.optimizer_bytes_per_parameter(setup.optimizer)
+        / (par.data if par.zero_stage >= 1 else 1),
+        activations_bytes=activations, activations_per_layer_bytes=per_layer,
+        in_flight_micro_batches=_in_flight(setup), workspace_bytes=setup.workspace_bytes,
+        usable_bytes=setup.usable_bytes)
+    return memory, params_device
+
+
+def _in_flight(setup: TrainingSetup) -> int:
+    return min(setup.gradient_accumulation_steps, setup.parallelism.pipeline)
+
+
+def _activations(setup: TrainingSetup, layers: _Layers, last: list[Row], policy: str,
+                 checkpoint_bytes: float) -> tuple[float, float]:
+    """(activation bytes per device, saved bytes of one layer for one micro-batch) at a recompute policy: the
+    in-flight micro-batches' saved tensors of the stage's layers (with full recomputation, each layer's input
+    only, and one layer's full set while its backward runs), plus the head's (its logits)."""
+    act = setup.dtypes.activations
+    stage_layers, largest = layers.saved_per_layer(act, policy, checkpoint_bytes)
+    head = sum(saved_activation_bytes(r, act, keep_scores=True) * r.count for r in last)
+    transient = largest if policy == "full" else 0.0
+    return _in_flight(setup) * stage_layers + transient + head, (checkpoint_bytes if policy == "full" else largest)
+
+
+def _recompute_option(policy: str, evaluator: Evaluator, setup: TrainingSetup, layers: _Layers, last: list[Row],
+                      memory: TrainingMemory, checkpoint_bytes: float) -> RecomputeOption:
+    act, micro_batches = setup.dtypes.activations, setup.gradient_accumulation_steps
+    at_policy, _ = _activations(setup, layers, last, policy, checkpoint_bytes)
+    without, _ = _activations(setup, layers, last, "none", checkpoint_bytes)
+    # Per micro-batch, the stage's saved tensors this policy does not keep: written once in the forward and
+    # read once in the backward when kept.
+    kept_none, _ = layers.saved_per_layer(act, "none", checkpoint_bytes)
+    kept_policy, _ = layers.saved_per_layer(act, policy, checkpoint_bytes)
+    traffic = 2 * (kept_none - kept_policy) * micro_batches
+    flops = recompute_time = 0.0
+    for _, count, rows in layers.groups:
+        for row in _recomputed(policy, rows, act):
+            if row.is_comm:
+                continue
+            instances = row.count * count * layers.share * micro_batches
+            flops += row.cost.flops * instances
+            recompute_time += evaluator.times(row.cost)[0] * instances
+    fits = memory.required_bytes - memory.activations_bytes + at_policy <= memory.usable_bytes
+    return RecomputeOption(policy, at_policy, max(0.0, without - at_policy), flops, recompute_time, traffic,
+                           traffic / evaluator.hbm.bytes_per_s, fits)
+
+
+def _data_parallel(topology: Topology, setup: TrainingSetup, params_device: float) -> list[Collective]:
+    """Gradient sync over data parallelism: an all-reduce once per step (ZeRO 0; ZeRO 1 reduce-scatters the
+    gradients and all-gathers the updated parameters, the same bytes); ZeRO 2 and 3 keep only a shard of the
+    gradients, so each micro-batch's are reduce-scattered; ZeRO 3 also all-gathers the parameters before each
+    micro-batch's forward and again before its backward."""
+    par, dtypes = setup.parallelism, setup.dtypes
+    if par.data == 1:
+        return []
+    link = topology.link_for(par.tensor * par.data, "data-parallel")
+    grads = params_device * bytes_per_element(dtypes.gradients)
+    params = params_device * bytes_per_element(dtypes.parameters)
+    n, m = par.data, setup.gradient_accumulation_steps
+    if par.zero_stage == 0:
+        return [Collective("gradient all-reduce", "all_reduce", "data", n, grads, ring_all_reduce_bytes(n, grads), 1,
+                           link, not setup.overlap_data_parallel)]
+    scatters = 1 if par.zero_stage == 1 else m
+    collectives = [Collective("gradient reduce-scatter", "reduce_scatter", "data", n, grads,
+                              ring_shard_bytes(n, grads), scatters, link, not setup.overlap_data_parallel)]
+    if par.zero_stage == 3:
+        collectives.append(Collective("parameter all-gathers (before each forward and backward)", "all_gather", "data",
+                                      n, params, ring_shard_bytes(n, params), 2 * m, link,
+                                      not setup.overlap_data_parallel))
+    else:
+        collectives.append(Collective("updated-parameter all-gather", "all_gather", "data", n, params,
+                                      ring_shard_bytes(n, params), 1, link, not setup.overlap_data_parallel))
+    return collectives
