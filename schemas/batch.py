@@ -13,13 +13,14 @@ MAX_BATCH_ITEMS = 1000
 # its devices, a plan 50; a batch over the budget is refused before any item runs.
 MAX_BATCH_WORK = 20_000
 
-BatchAnalysisName = Literal["operator", "model", "kv-capacity", "fusion", "sweep", "compare", "plan-serving"]
+BatchAnalysisName = Literal["operator", "model", "kv-capacity", "fusion", "sweep", "compare", "plan-serving", "training",
+                            "plan-training"]
 
 
 class BatchItem(StrictModel):
     id: str | None = Field(None, max_length=128, description="The client's id for this item, echoed in its result")
     analysis: BatchAnalysisName = Field(description="Which analysis: the endpoint /v1/analyze/<analysis> "
-                                                    "(plan-serving: /v1/plan/serving)")
+                                                    "(plan-serving, plan-training: /v1/plan/serving, /v1/plan/training)")
     request: dict[str, Any] = Field(description="The body that endpoint takes")
 
 

@@ -167,6 +167,14 @@ class MemoryRoofView(BaseModel):
     source: RoofSourceName
 
 
+class LinkRoofView(BaseModel):
+    link: LinkName
+    nominal_bytes_per_s: float | None = Field(description="The device's figure per device and direction, bytes/s")
+    measured: MeasuredStats | None
+    effective_bytes_per_s: float = Field(description="What training collectives use with roofs 'effective', bytes/s")
+    source: RoofSourceName
+
+
 class RidgePoint(BaseModel):
     dtype: str
     unit: UnitName
@@ -179,4 +187,6 @@ class DeviceRoofs(BaseModel):
     device_id: str
     compute: list[ComputeRoofView]
     memory: list[MemoryRoofView]
+    links: list[LinkRoofView] = Field(description="Intra- and inter-node links, where the device or a benchmark "
+                                                  "gives a figure")
     ridge_points: list[RidgePoint]

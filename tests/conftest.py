@@ -8,6 +8,7 @@ dropped afterwards.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import os
 import shutil
@@ -29,13 +30,16 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TEAM_DATASHEETS = Path(__file__).resolve().parent / "data" / "team_datasheets.json"
 
 
-def import_torch():
-    """torch for the FLOP cross-checks: skipped where it is not installed, a failure where CI requires it."""
+def import_crosscheck(module: str):
+    """A library of the FLOP cross-checks (torch, transformers): skipped where it is not installed, a failure
+    where CI requires it."""
     if os.environ.get("REQUIRE_CROSSCHECK"):
-        import torch
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
 
-        return torch
-    return pytest.importorskip("torch")
+
+def import_torch():
+    return import_crosscheck("torch")
 
 
 POSTGRES_ADMIN_URL = os.environ.get("ROOFLINE_TEST_POSTGRES")

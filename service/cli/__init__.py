@@ -23,6 +23,8 @@ from service.cli.render import (
     operator_table,
     plan_table,
     sweep_table,
+    training_plan_table,
+    training_table,
 )
 
 # Sweeps of more points than one request allows are sent in chunks of this many.
@@ -170,6 +172,33 @@ def cmd_plan_serving(args) -> None:
     show(args, result, plan_table)
 
 
+def training_body(args) -> dict[str, Any]:
+    body = {"device_id": args.device, "model_id": args.model, "seq_len": args.seq_len,
+            "micro_batch_size": args.micro_batch_size, "tensor_parallel": args.tensor_parallel,
+            "pipeline_parallel": args.pipeline_parallel, "zero_stage": args.zero_stage, "recompute": args.recompute,
+            "optimizer": args.optimizer, "roofs": args.roofs}
+    for name in ("gradient_accumulation_steps", "global_batch_tokens", "node_size"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
+    return body
+
+
+def cmd_train(args) -> None:
+    with backend(args.url) as service:
+        result = service.analyze("training", {**training_body(args), "data_parallel": args.data_parallel})
+    show(args, result, training_table)
+
+
+def cmd_plan_training(args) -> None:
+    body = {**training_body(args), "num_devices": args.num_devices, "total_tokens": args.total_tokens}
+    for name in ("mfu", "price_per_device_hour", "deadline_days"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
+    with backend(args.url) as service:
+        result = service.analyze("plan-training", body)
+    show(args, result, training_plan_table)
+
+
 def cmd_batch(args) -> None:
     """JSON lines in (one item per line: {"id", "analysis", "request"}), JSON lines out (one result per item)."""
     text = sys.stdin.read() if args.items == "-" else Path(args.items).read_text()
@@ -304,6 +333,29 @@ def parser() -> argparse.ArgumentParser:
     plot.add_argument("--url", help="ask a running service (default: in-process)")
     plot.set_defaults(run=cmd_plot)
 
+    def training_options(p):
+        p.add_argument("--device", required=True, help="device id (see `roofline devices`)")
+        p.add_argument("--model", required=True, help="a catalog model id, e.g. llama-3.1-8b")
+        p.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
+        p.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch (default 1)")
+        p.add_argument("--gradient-accumulation-steps", type=int, help="micro-batches per step (default 1)")
+        p.add_argument("--global-batch-tokens", type=int, help="tokens per step over all replicas (derives the "
+                                                                "accumulation steps)")
+        p.add_argument("--tensor-parallel", type=int, default=1, help="tensor-parallel degree (default 1)")
+        p.add_argument("--pipeline-parallel", type=int, default=1, help="pipeline stages (default 1)")
+        p.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO sharding (default 0)")
+        p.add_argument("--recompute", default="none", choices=["none", "selective", "full"],
+                       help="activation recomputation (default none)")
+        p.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd_momentum", "sgd"],
+                       help="optimizer (default adamw)")
+        p.add_argument("--node-size", type=int, help="devices per node (default: the device's)")
+        roofs(p)
+
+    train = common(commands.add_parser("train", help="one training step: rows, collectives, memory, MFU and HFU"))
+    training_options(train)
+    train.add_argument("--data-parallel", type=int, default=1, help="data-parallel replicas (default 1)")
+    train.set_defaults(run=cmd_train)
+
     batch = commands.add_parser("batch", help="many analyses: JSON lines of {id, analysis, request} in, results out")
     batch.add_argument("items", help="a JSON-lines file of items ('-' reads standard input)")
     batch.add_argument("--url", help="ask a running service (default: in-process)")
@@ -325,6 +377,14 @@ def parser() -> argparse.ArgumentParser:
                          help="serving modes to search (default aggregated)")
     serving.add_argument("--top-n", type=int, default=5, help="configurations to show (default 5)")
     serving.set_defaults(run=cmd_plan_serving)
+    training = common(plan.add_parser("training", help="days, device-hours and cost to train on a number of tokens"))
+    training_options(training)
+    training.add_argument("--num-devices", type=int, required=True, help="devices training together")
+    training.add_argument("--total-tokens", type=float, required=True, help="tokens to train on, e.g. 2e12")
+    training.add_argument("--mfu", type=float, help="an MFU to plan at beside the roofline's (e.g. 0.4)")
+    training.add_argument("--price-per-device-hour", type=float, help="adds the cost")
+    training.add_argument("--deadline-days", type=float, help="adds the devices needed to finish in time")
+    training.set_defaults(run=cmd_plan_training)
 
     serve = commands.add_parser("serve", help="migrate, then serve the API")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

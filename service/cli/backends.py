@@ -110,7 +110,7 @@ class RemoteBackend:
         return self._call("GET", "/v1/devices").json()
 
     def analyze(self, analysis: str, body: dict[str, Any]) -> dict[str, Any]:
-        path = "/v1/plan/serving" if analysis == "plan-serving" else f"/v1/analyze/{analysis}"
+        path = f"/v1/plan/{analysis.removeprefix('plan-')}" if analysis.startswith("plan-") else f"/v1/analyze/{analysis}"
         return self._call("POST", path, body).json()
 
     def plot(self, body: dict[str, Any]) -> bytes:

@@ -108,3 +108,32 @@ def plan_table(r: dict) -> str:
     return (table(rows, ["mode", "device", "TP", "replicas", "concurrency", "TTFT", "TPOT", "tokens/s", "per device",
                          "binds"])
             + f"\n{r['searched']:,} configurations searched" + "".join(f"\nskipped: {s}" for s in r["skipped"]))
+
+
+def training_table(r: dict) -> str:
+    by_phase: dict[str, float] = {}
+    for row in r["rows"]:
+        by_phase[row["phase"]] = by_phase.get(row["phase"], 0.0) + row["total_time_s"]
+    phases = [[phase, si(seconds, "s")] for phase, seconds in by_phase.items()]
+    links = [[c["name"], c["tier"], c["group_size"], si(c["bytes_per_device"], "B"), c["count"], si(c["total_time_s"], "s")]
+             for c in r["communication"]]
+    m, t = r["memory"], r["time"]
+    memory = (f"memory per device: parameters {si(m['parameters_bytes'], 'B')}, gradients {si(m['gradients_bytes'], 'B')}, "
+              f"optimizer {si(m['optimizer_bytes'], 'B')}, activations {si(m['activations_bytes'], 'B')}: "
+              f"{si(m['required_bytes'], 'B')} of {si(m['usable_bytes'], 'B')} ({'fits' if m['fits'] else 'DOES NOT FIT'})")
+    summary = (f"{r['devices']} devices ({r['data_parallel']} DP x {r['tensor_parallel']} TP x {r['pipeline_parallel']} PP, "
+               f"ZeRO {r['zero_stage']}, recompute {r['recompute']}): step {si(r['step_time_s'], 's')} "
+               f"(bubble {t['bubble_fraction']:.1%}, exposed DP sync {si(t['data_parallel_exposed_s'], 's')}), "
+               f"{r['tokens_per_s']:,.0f} tokens/s, MFU {r['mfu'] or 0:.3f}, HFU {r['hfu'] or 0:.3f}")
+    return "\n".join([table(phases, ["phase (one micro-batch, per device)", "time"]),
+                      table(links, ["collective", "tier", "devices", "bytes/device", "count", "time"]) if links else
+                      "no collectives", memory, r["recompute_advice"]["advice"], summary])
+
+
+def training_plan_table(r: dict) -> str:
+    rows = [[e["basis"], f"{e['mfu']:.3f}", f"{e['days']:,.2f}", f"{e['device_hours']:,.0f}",
+             f"{e['cost']:,.0f}" if e["cost"] is not None else "-",
+             e["devices_for_deadline"] if e["devices_for_deadline"] is not None else "-"] for e in r["estimates"]]
+    return (f"{r['total_flops']:.3g} FLOP to train on {r['total_tokens']:,.0f} tokens "
+            f"({si(r['model_flops_per_token'], 'FLOP')} per token) on {r['num_devices']:,} x {r['device_id']}\n"
+            + table(rows, ["MFU basis", "MFU", "days", "device-hours", "cost", "devices for deadline"]))

@@ -19,6 +19,7 @@ from schemas.batch import MAX_BATCH_WORK, BatchItem, BatchRequest, BatchResponse
 from schemas.common import ErrorResponse
 from schemas.models import KvCapacityRequest, ModelAnalysisRequest
 from schemas.plans import ServingPlanRequest
+from schemas.training import TrainingPlanRequest, TrainingRequest
 from schemas.sweeps import MAX_SWEEP_POINTS, CompareRequest, SweepRequest
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
@@ -27,6 +28,7 @@ from service.translation.model_analyses import analyze_model_request, kv_capacit
 from service.translation.operator_analyses import analyze_operator_request
 from service.translation.serving_plans import plan_serving
 from service.translation.sweeps import compare_devices, run_sweep
+from service.translation.training_analyses import analyze_training_request, plan_training
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ ANALYSES: dict[str, Analysis] = {
     "sweep": Analysis(SweepRequest, run_sweep),
     "compare": Analysis(CompareRequest, compare_devices),
     "plan-serving": Analysis(ServingPlanRequest, plan_serving),
+    "training": Analysis(TrainingRequest, analyze_training_request),
+    "plan-training": Analysis(TrainingPlanRequest, plan_training),
 }
 # Registered below: run_batch runs the others.
 
@@ -72,7 +76,9 @@ def _work(item: BatchItem) -> int:
     if item.analysis == "compare":
         devices = body.get("device_ids")
         return max(1, len(devices)) if isinstance(devices, list) else 1
-    return 50 if item.analysis == "plan-serving" else 1
+    # A training step evaluates a model's rows three times over (forward, backward, recompute), and its
+    # plan one such step.
+    return {"plan-serving": 50, "training": 3, "plan-training": 3}.get(item.analysis, 1)
 
 
 def run_batch(request: BatchRequest, catalog: DeviceCatalog) -> BatchResponse:
@@ -80,7 +86,8 @@ def run_batch(request: BatchRequest, catalog: DeviceCatalog) -> BatchResponse:
     result, never the batch's. Items on one device share its roofs and evaluated rows."""
     work = sum(_work(item) for item in request.items)
     if work > MAX_BATCH_WORK:
-        reason = (f"the items cost {work:,} units (a sweep counts its points, a comparison its devices, a plan 50), "
+        reason = (f"the items cost {work:,} units (a sweep counts its points, a comparison its devices, a serving plan "
+                  "50, a training step or plan 3), "
                   f"over the {MAX_BATCH_WORK:,} a batch may; split it")
         raise Unprocessable(reason, [{"loc": "body.items", "msg": reason}])
     results = []

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.benchmarks import ComputeRoofView, DeviceRoofs, MeasuredStats, MemoryRoofView, RidgePoint
+from schemas.benchmarks import ComputeRoofView, DeviceRoofs, LinkRoofView, MeasuredStats, MemoryRoofView, RidgePoint
 from service.core.hardware import DeviceSpec, MemoryLevelName
-from service.core.roofs import MeasuredRoof, MeasuredRoofs, RoofMode, nominal_mismatch, select_compute_roof, select_memory_roof
+from service.core.roofs import (
+    MeasuredRoof, MeasuredRoofs, RoofMode, nominal_mismatch, nominal_value, select_compute_roof, select_memory_roof,
+)
 from service.runtime.errors import Unprocessable
 
 
@@ -70,4 +72,14 @@ def device_roofs(device: DeviceSpec, measured: MeasuredRoofs) -> DeviceRoofs:
                    effective=c.effective_flops_per_s / hbm.effective_bytes_per_s)
         for c in compute
     ]
-    return DeviceRoofs(device_id=device.id, compute=compute, memory=memory, ridge_points=ridge_points)
+    links = []
+    for link in ("intra_node", "inter_node"):
+        nominal_link = nominal_value(device, "link_bandwidth", link)
+        measured_link = measured.links.get(link)
+        if nominal_link is None and measured_link is None:
+            continue
+        links.append(LinkRoofView(
+            link=link, nominal_bytes_per_s=nominal_link, measured=_stats(measured_link),
+            effective_bytes_per_s=measured_link.median if measured_link else nominal_link,
+            source="measured" if measured_link else "nominal"))
+    return DeviceRoofs(device_id=device.id, compute=compute, memory=memory, links=links, ridge_points=ridge_points)

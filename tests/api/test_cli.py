@@ -145,3 +145,17 @@ def test_batch_reads_json_lines_and_writes_one_result_per_line(local_database, c
     results = [json.loads(line) for line in lines]
     assert [(r["id"], r["status"]) for r in results] == [("a", 200), ("b", 404)]
     assert results[0]["result"]["flops"] == 2 * 4096 * 4096
+
+
+def test_train_and_plan_training(local_database, capsys):
+    argv = ["--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--seq-len", "8192", "--tensor-parallel", "4",
+            "--zero-stage", "1", "--gradient-accumulation-steps", "4"]
+    out = run(capsys, "train", *argv, "--data-parallel", "16", "--recompute", "full").out
+    assert "tensor-parallel all-reduces" in out and "inter_node" in out and "HFU" in out
+    step = json.loads(run(capsys, "train", *argv, "--data-parallel", "16", "--json").out)
+    assert step["devices"] == 64 and step["hfu"] == step["mfu"]
+    plan = json.loads(run(capsys, "plan", "training", *argv, "--num-devices", "64", "--total-tokens", "1e12",
+                          "--mfu", "0.4", "--json").out)
+    assert plan["step"]["step_time_s"] == step["step_time_s"]  # 64 devices / TP 4 = the same 16 replicas
+    assert [e["basis"] for e in plan["estimates"]] == ["roofline", "stated"]
+    assert "days" in run(capsys, "plan", "training", *argv, "--num-devices", "64", "--total-tokens", "1e12").out

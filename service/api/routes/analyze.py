@@ -18,6 +18,7 @@ from schemas.models import (
 )
 from schemas.batch import BatchRequest, BatchResponse
 from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepResult
+from schemas.training import TRAINING_EXAMPLE, TrainingAnalysis, TrainingRequest
 from service.translation.operator_analyses import analyze_operator_request
 from service.api.deps import CatalogDep
 from service.api.lean_route import LeanAnalysisRoute
@@ -28,6 +29,7 @@ from service.translation.fusion_graphs import analyze_fusion
 from service.translation.model_analyses import analyze_model_request, kv_capacity_request
 from service.runtime.observability import count_analysis
 from service.translation.sweeps import compare_devices, run_sweep
+from service.translation.training_analyses import analyze_training_request
 
 router = APIRouter(prefix="/v1/analyze", tags=["analysis"], route_class=LeanAnalysisRoute)
 
@@ -119,11 +121,12 @@ def analyze_fusion_route(
     "/batch", response_model=BatchResponse, summary="Many analyses in one request", operation_id="analyze_batch",
     responses={**INVALID},
     description=(
-        "Up to 1,000 items, each `{id, analysis, request}` with `analysis` one of operator, model, kv-capacity, fusion, "
-        "sweep, compare, plan-serving and `request` the body that endpoint takes. Answers one result per item in "
+        "Up to 1,000 items, each `{id, analysis, request}` with `analysis` one of operator, model, kv-capacity, fusion, training, "
+        "sweep, compare, plan-serving, plan-training and `request` the body that endpoint takes. Answers one result per item in "
         "order: `{id, status: 200, result}` or `{id, status, error}` in the service's error shape; one bad item never "
         "fails the batch. Items on one device share its roofs and evaluated rows. A batch may cost at most 20,000 "
-        "units (an operator or model step 1, a sweep its points, a comparison its devices, a plan 50)."
+        "units (an operator or model step 1, a sweep its points, a comparison its devices, a serving plan 50, a training "
+        "step or plan 3)."
     ),
 )
 def batch_route(body: BatchRequest, catalog: CatalogDep) -> Response:
@@ -153,3 +156,24 @@ def sweep_route(body: SweepRequest, catalog: CatalogDep) -> Response:
 )
 def compare_route(body: CompareRequest, catalog: CatalogDep) -> Response:
     return answered(compare_devices(body, catalog), f"compare:{body.endpoint}")
+
+
+# Three passes over a model's rows and the alternatives' memory: about a millisecond, in the thread pool.
+@router.post(
+    "/training", response_model=TrainingAnalysis, summary="Roofline of a training step", operation_id="analyze_training",
+    responses={**NOT_FOUND, **INVALID},
+    description=(
+        "One optimizer step of a catalog model or an inline config under data, tensor and pipeline parallelism "
+        "(ZeRO 0-3) with a recomputation policy, per device: forward, backward (activation and weight gradients), "
+        "recompute and optimizer rows on the roofline; each collective on the link tier it crosses (intra- or "
+        "inter-node); the pipeline bubble; memory (parameters, gradients, optimizer states, activations; `fits`); "
+        "step time, tokens/s, MFU (model FLOPs) and HFU (with the recomputed forward); and what recomputation would "
+        "trade (Q_saved / B against F_re / P). Units: FLOP, bytes, seconds."
+    ),
+)
+def analyze_training_route(
+    body: Annotated[TrainingRequest, Body(openapi_examples={
+        "llama-8b-64-h100": {"summary": "Llama 3.1 8B on 64 H100s (TP 4, DP 16, ZeRO 1)", "value": TRAINING_EXAMPLE}})],
+    catalog: CatalogDep,
+) -> Response:
+    return answered(analyze_training_request(body, catalog), "training")

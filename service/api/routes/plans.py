@@ -7,11 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Response
 
 from schemas.plans import PLAN_EXAMPLE, ServingPlan, ServingPlanRequest
+from schemas.training import TrainingPlan, TrainingPlanRequest
 from service.api.deps import CatalogDep
 from service.api.lean_route import LeanAnalysisRoute
 from service.api.responses import INVALID, NOT_FOUND
 from service.api.routes.analyze import answered
 from service.translation.serving_plans import plan_serving
+from service.translation.training_analyses import plan_training
 
 router = APIRouter(prefix="/v1/plan", tags=["plans"], route_class=LeanAnalysisRoute)
 
@@ -32,3 +34,20 @@ def plan_serving_route(body: Annotated[ServingPlanRequest, Body(openapi_examples
         "llama-8b-on-8-h100": {"summary": "Llama 3.1 8B on 8 H100s", "value": PLAN_EXAMPLE}})],
         catalog: CatalogDep) -> Response:
     return answered(plan_serving(body, catalog), "plan:serving")
+
+
+@router.post(
+    "/training", response_model=TrainingPlan, summary="Time and cost to train", operation_id="plan_training",
+    responses={**NOT_FOUND, **INVALID},
+    description=(
+        "total_tokens on num_devices: total FLOPs (model FLOPs per token at seq_len x tokens), then days, device-hours "
+        "and, with price_per_device_hour, cost, at the MFU of the roofline's own step on those devices (num_devices / "
+        "(tensor_parallel x pipeline_parallel) data-parallel replicas, the step in `step`) and at the `mfu` the client "
+        "states, side by side; with deadline_days, the devices each MFU needs to meet it."
+    ),
+)
+def plan_training_route(body: Annotated[TrainingPlanRequest, Body(openapi_examples={
+        "llama-2-7b-2t-tokens": {"summary": "Llama 2 7B on 2T tokens, 1,000 A100s",
+                                 "value": TrainingPlanRequest.model_config["json_schema_extra"]["examples"][0]}})],
+        catalog: CatalogDep) -> Response:
+    return answered(plan_training(body, catalog), "plan:training")

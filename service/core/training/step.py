@@ -287,6 +287,8 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     whole_layers = [(g.count, forward_layer_rows(arch, g, whole, model_dtypes)) for g in arch.groups]
     forward_flops = _flops(whole_first) + _flops(whole_last) + sum(_flops(rows, n) for n, rows in whole_layers)
     recompute_flops = sum(_flops(_recomputed(setup.recompute, rows, dtypes.activations), n) for n, rows in whole_layers)
+    if not math.isfinite(step_time + memory.required_bytes + forward_flops * micro_batches * par.data):
+        raise CostModelError("seq_len", "the step's counts exceed the floating-point range")
     sequences = micro_batches * par.data
     _, peak, compute_source = evaluator.compute_roof(next(r.cost for _, _, rows in layers.groups for r in rows if r.kind == "matmul"))
     options = tuple(_recompute_option(policy, evaluator, setup, layers, last, memory, hidden_bytes)

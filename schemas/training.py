@@ -1,0 +1,239 @@
+"""Training: one step on the roofline (POST /v1/analyze/training) and the time to train (POST /v1/plan/training)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.analysis import RoofOptions
+from schemas.common import DeviceId, DTypeName, NonNegativeFinite, PositiveFinite, StrictModel
+from schemas.models import Count, Length, ModelChoice, ParamCounts, RowOut
+
+Degree = Annotated[int, Field(ge=1, le=65_536)]
+# Floating-point types a training step can keep parameters, gradients and states in (no integer training).
+TrainingDType = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
+
+class TrainingDTypes(StrictModel):
+    parameters: TrainingDType = Field("bf16", description="Type the model's parameters are kept and computed in")
+    gradients: TrainingDType = Field("bf16", description="Type of the gradients (fp32 for an fp32 main-grad buffer)")
+    optimizer_states: TrainingDType = Field("fp32", description="Type of the optimizer's states and master weights")
+    activations: TrainingDType = Field("bf16", description="Type of the activations kept for the backward")
+    master_weights: bool | None = Field(
+        None, description="Keep an fp32 (optimizer_states-typed) master copy of the parameters; default: when the "
+                          "parameters are narrower than the optimizer states (mixed precision)")
+
+
+class TrainingStepOptions(RoofOptions):
+    """How one step runs: everything but the device, the model and the data-parallel degree."""
+
+    seq_len: Length = Field(description="Tokens per sequence")
+    micro_batch_size: Count = Field(1, description="Sequences per micro-batch per data-parallel replica")
+    gradient_accumulation_steps: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
+        None, description="Micro-batches per step per replica (the pipeline's m); default 1, or what "
+                          "global_batch_tokens implies")
+    global_batch_tokens: Annotated[int, Field(ge=1, le=2**40)] | None = Field(
+        None, description="Tokens per optimizer step over all replicas: must equal micro_batch_size x seq_len x "
+                          "gradient_accumulation_steps x data_parallel; gradient_accumulation_steps is derived from it "
+                          "when not given")
+    tensor_parallel: Degree = Field(1, description="Megatron tensor parallelism: heads, MLP and vocabulary split")
+    pipeline_parallel: Degree = Field(1, description="Pipeline stages (1F1B schedule, layers split evenly)")
+    zero_stage: Annotated[int, Field(ge=0, le=3)] = Field(
+        0, description="ZeRO / FSDP sharding over data parallelism: 1 optimizer states, 2 and gradients, "
+                       "3 and parameters (FSDP full sharding)")
+    recompute: Literal["none", "selective", "full"] = Field(
+        "none", description="Activation recomputation: 'selective' recomputes attention scores and softmax (it frees "
+                            "memory only with naive attention: flash attention never stores them); 'full' keeps each "
+                            "layer's input and runs its forward again in the backward")
+    optimizer: Literal["adamw", "adam", "sgd_momentum", "sgd"] = "adamw"
+    dtypes: TrainingDTypes = Field(default_factory=TrainingDTypes)
+    attention_implementation: Literal["flash", "naive"] = "flash"
+    overlap_data_parallel: bool = Field(
+        False, description="Overlap the data-parallel gradient sync with the backward (only what outlasts the "
+                           "backward is exposed); default: the sync follows the backward")
+    node_size: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        None, description="Devices per node, instead of the device's node_size")
+    intra_node_bandwidth_bytes_per_s: PositiveFinite | None = Field(
+        None, description="Intra-node link per device and direction, bytes/s, instead of the device's (or measured)")
+    inter_node_bandwidth_bytes_per_s: PositiveFinite | None = Field(
+        None, description="Inter-node link per device and direction, bytes/s, instead of the device's (or measured)")
+    collective_latency_s: NonNegativeFinite | None = Field(
+        None, le=1, description="Fixed cost of one intra-node collective or send, seconds; default the device's (5e-6)")
+    inter_node_latency_s: NonNegativeFinite | None = Field(
+        None, le=1, description="Fixed cost of one collective or send that crosses nodes, seconds; default 1e-5")
+    memory_capacity_bytes: PositiveFinite | None = Field(
+        None, description="Usable bytes per device, instead of the device's figure")
+    memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="Fraction of the device's usable memory the step may take (default 1.0)")
+    workspace_bytes: NonNegativeFinite = Field(0, description="Reserve per device beyond the counted tensors "
+                                                              "(allocator fragmentation, communication buffers), bytes")
+
+    @model_validator(mode="after")
+    def _one_capacity(self):
+        if self.memory_utilization is not None and self.memory_capacity_bytes is not None:
+            raise ValueError("give memory_utilization or memory_capacity_bytes, not both")
+        return self
+
+
+TRAINING_EXAMPLE = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "seq_len": 8192, "micro_batch_size": 1,
+                    "gradient_accumulation_steps": 4, "data_parallel": 16, "tensor_parallel": 4, "zero_stage": 1}
+
+
+class TrainingRequest(ModelChoice, TrainingStepOptions):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [TRAINING_EXAMPLE]})
+    device_id: DeviceId
+    data_parallel: Annotated[int, Field(ge=1, le=2**20)] = Field(1, description="Data-parallel replicas")
+
+
+class TrainingRowOut(RowOut):
+    phase: Literal["forward", "backward_activation", "backward_weight", "recompute", "optimizer"] = Field(
+        description="forward; backward_activation (dX, and every non-matmul backward); backward_weight (dW); "
+                    "recompute (the forward again, for the backward); optimizer (the update, once per step)")
+
+
+class CollectiveOut(BaseModel):
+    name: str
+    kind: Literal["all_reduce", "reduce_scatter", "all_gather", "send_recv"]
+    group: Literal["data", "tensor", "pipeline"] = Field(description="The parallelism whose group runs it")
+    group_size: int = Field(description="Devices in the group")
+    tier: Literal["intra_node", "inter_node"] = Field(description="The link it crosses: inside a node or between nodes")
+    bandwidth_bytes_per_s: float = Field(description="Link bandwidth per device and direction, bytes/s")
+    bandwidth_source: Literal["nominal", "measured", "request"]
+    latency_s: float = Field(description="Fixed cost of one, seconds")
+    buffer_bytes: float = Field(description="The tensor it moves, per device, bytes")
+    bytes_per_device: float = Field(description="Bytes each device sends per collective: a ring all-reduce "
+                                                "2(n-1)/n x buffer, a reduce-scatter or all-gather (n-1)/n x buffer")
+    count: int = Field(description="Per step, per device")
+    time_s: float = Field(description="One: latency + bytes_per_device / bandwidth, seconds")
+    total_time_s: float = Field(description="time_s x count, seconds")
+    on_critical_path: bool = Field(description="Whether the step waits on it (tensor and pipeline always; data "
+                                               "parallel unless overlapped)")
+
+
+class TrainingMemoryOut(BaseModel):
+    """Per device, on the fullest pipeline stage."""
+
+    parameters_per_device: float = Field(description="Parameters held (before ZeRO-3 sharding), count")
+    parameters_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float = Field(description="Optimizer states and master weights, bytes")
+    activations_bytes: float = Field(description="Saved for the backward at the chosen recomputation, over the "
+                                                 "micro-batches in flight, plus the head's logits, bytes")
+    activations_per_layer_bytes: float = Field(description="One layer, one micro-batch, bytes")
+    in_flight_micro_batches: int = Field(description="Micro-batches whose activations the first stage holds (1F1B)")
+    workspace_bytes: float
+    required_bytes: float
+    usable_bytes: float
+    fits: bool
+    headroom_bytes: float = Field(description="usable - required when it fits, else 0")
+    shortfall_bytes: float = Field(description="required - usable when it does not fit, else 0")
+
+
+class RecomputeOptionOut(BaseModel):
+    policy: Literal["none", "selective", "full"]
+    activations_bytes: float = Field(description="Activation memory per device at this policy, bytes")
+    frees_bytes: float = Field(description="Against no recomputation, bytes per device")
+    recompute_flops: float = Field(description="FLOPs recomputed per device per step (F_re)")
+    recompute_time_s: float = Field(description="F_re / P: those FLOPs at their compute roofs, seconds")
+    saved_traffic_bytes: float = Field(description="Q_saved: HBM traffic of the activations it does not keep "
+                                                   "(written in the forward, read in the backward), bytes per step")
+    reload_time_s: float = Field(description="Q_saved / B at the HBM roof, seconds")
+    pays: bool = Field(description="Q_saved / B > F_re / P: recomputing is faster than storing and reloading")
+    fits: bool = Field(description="Whether the step fits in memory at this policy")
+
+
+class RecomputeAdvice(BaseModel):
+    options: list[RecomputeOptionOut]
+    fits_without_recompute: bool
+    only_way_to_fit: bool = Field(description="The step fits only with recomputation")
+    cheapest_fitting: Literal["none", "selective", "full"] | None = Field(
+        description="The policy with the least recomputation that fits; null when none fits")
+    advice: str
+
+
+class TrainingTime(BaseModel):
+    micro_batch_s: float = Field(description="One micro-batch's forward, recompute and backward on the slowest "
+                                             "stage, its tensor-parallel collectives and pipeline sends included")
+    pipeline_s: float = Field(description="(m + p - 1) x micro_batch_s, seconds")
+    bubble_fraction: float = Field(description="(p - 1) / (m + p - 1)")
+    bubble_s: float
+    optimizer_s: float
+    data_parallel_s: float = Field(description="All data-parallel collectives of the step, seconds")
+    data_parallel_exposed_s: float = Field(description="The part the step waits on, seconds")
+
+
+class TrainingAnalysis(BaseModel):
+    device_id: str
+    model: str
+    params: ParamCounts
+    devices: int = Field(description="data_parallel x tensor_parallel x pipeline_parallel")
+    data_parallel: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    zero_stage: int
+    recompute: str
+    seq_len: int
+    micro_batch_size: int
+    gradient_accumulation_steps: int
+    tokens_per_step: int = Field(description="micro_batch_size x seq_len x gradient_accumulation_steps x data_parallel")
+    rows: list[TrainingRowOut] = Field(description="One micro-batch on one device (layers: how many the model holds; "
+                                                   "a stage runs its share), and the optimizer's update")
+    communication: list[CollectiveOut]
+    model_flops_per_step: float = Field(description="Forward + backward over every replica (what MFU counts), FLOP")
+    hardware_flops_per_step: float = Field(description="model FLOPs + the recomputed forward (what HFU counts), FLOP")
+    model_flops_per_token: float
+    step_time_s: float
+    time: TrainingTime
+    tokens_per_s: float = Field(description="Over all devices")
+    mfu: float | None = Field(description="model FLOPs / (step time x devices x nominal peak of the matmuls' dtype); "
+                                          "null when the device has no nominal peak for it")
+    hfu: float | None = Field(description="hardware FLOPs / the same; exceeds mfu by the recomputed forward alone")
+    peak_flops_per_s: float | None = Field(description="The nominal peak MFU and HFU divide by, per device, FLOP/s")
+    fits: bool
+    memory: TrainingMemoryOut
+    recompute_advice: RecomputeAdvice
+    compute_roof_source: str
+    memory_roof_source: str
+    assumptions: list[str]
+
+
+class TrainingPlanRequest(ModelChoice, TrainingStepOptions):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"device_id": "nvidia-a100-80gb-sxm", "model_id": "llama-2-7b", "num_devices": 1000, "total_tokens": 2e12,
+         "seq_len": 4096, "mfu": 0.4, "price_per_device_hour": 2.0}]})
+    device_id: DeviceId
+    num_devices: Annotated[int, Field(ge=1, le=2**20)] = Field(description="Devices training together")
+    total_tokens: Annotated[float, Field(ge=1, le=1e16)] = Field(description="Tokens to train on")
+    mfu: Annotated[float, Field(ge=1e-4, le=1)] | None = Field(
+        None, description="An MFU to plan at beside the roofline's own (e.g. 0.4, a well-tuned large run)")
+    price_per_device_hour: Annotated[float, Field(ge=0, le=1e9)] | None = Field(
+        None, description="Price of one device for an hour, in any currency: the answer adds cost")
+    deadline_days: Annotated[float, Field(gt=0, le=36_500)] | None = Field(
+        None, description="A deadline: the answer adds the devices each MFU needs to meet it")
+
+
+class TrainingEstimate(BaseModel):
+    basis: Literal["roofline", "stated"] = Field(description="'roofline': the MFU of the roofline's step on "
+                                                             "num_devices; 'stated': the request's mfu")
+    mfu: float
+    days: float = Field(description="total FLOPs / (num_devices x peak x mfu), in days of 86,400 s")
+    device_hours: float
+    cost: float | None = Field(description="device_hours x price_per_device_hour")
+    devices_for_deadline: int | None = Field(description="With deadline_days: devices needed at this MFU (rounded up)")
+
+
+class TrainingPlan(BaseModel):
+    device_id: str
+    model: str
+    num_devices: int
+    total_tokens: float
+    seq_len: int
+    model_flops_per_token: float = Field(description="Forward + backward FLOPs per token at seq_len (6N plus the "
+                                                     "attention term, and the elementwise work)")
+    total_flops: float
+    peak_flops_per_s: float = Field(description="Nominal peak per device the MFU applies to, FLOP/s")
+    estimates: list[TrainingEstimate]
+    step: TrainingAnalysis = Field(description="The roofline step the 'roofline' estimate comes from: "
+                                               "num_devices / (tensor_parallel x pipeline_parallel) replicas")
+    assumptions: list[str]

@@ -1,0 +1,235 @@
+"""Training requests to the core's training step and time to train, and back to their HTTP answers."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import TypeAdapter, ValidationError
+
+from schemas.models import ParamCounts
+from schemas.training import (
+    CollectiveOut, RecomputeAdvice, RecomputeOptionOut, TrainingAnalysis, TrainingEstimate, TrainingMemoryOut,
+    TrainingPlan, TrainingPlanRequest, TrainingRequest, TrainingRowOut, TrainingStepOptions, TrainingTime,
+)
+from service.core.errors import CostModelError
+from service.core.hardware import DEFAULT_INTER_NODE_LATENCY_S, DeviceSpec
+from service.core.roofs import MeasuredRoofs, RoofMode
+from service.core.training import step as training
+from service.core.training.collectives import Link, Topology
+from service.core.transformer.analysis import Evaluator
+from service.core.transformer.architecture import Architecture
+from service.core.transformer.capacity import check_positions
+from service.core.transformer.params import model_params
+from service.persistence.catalog import DeviceCatalog
+from service.runtime.errors import Unprocessable, invalid_nested
+from service.translation.model_analyses import resolve_model, unprocessable, usable_memory
+
+ROWS = TypeAdapter(list[TrainingRowOut])
+SECONDS_PER_DAY = 86_400
+
+
+def _link(device: DeviceSpec, measured: MeasuredRoofs, tier: str, mode: RoofMode, override: float | None,
+          latency: float) -> Link | None:
+    """The request's figure, else the measured median (roofs 'effective' or 'measured'), else the device's."""
+    if override is not None:
+        return Link(tier, override, latency, "request")
+    nominal = device.interconnect_bandwidth_bytes_per_s if tier == "intra_node" else device.inter_node_bandwidth_bytes_per_s
+    found = measured.links.get(tier)
+    if found is not None and mode != RoofMode.nominal:
+        return Link(tier, found.median, latency, "measured")
+    if mode == RoofMode.measured or nominal is None:
+        return None
+    return Link(tier, nominal, latency, "nominal")
+
+
+def topology_for(device: DeviceSpec, measured: MeasuredRoofs, options: TrainingStepOptions) -> Topology:
+    mode = RoofMode(options.roofs)
+    intra_latency = device.collective_latency_s if options.collective_latency_s is None else options.collective_latency_s
+    inter_latency = DEFAULT_INTER_NODE_LATENCY_S if options.inter_node_latency_s is None else options.inter_node_latency_s
+    # A device without a published node is a node of one: every collective crosses nodes unless the request
+    # says how many share a link.
+    return Topology(options.node_size or device.node_size or 1,
+                    _link(device, measured, "intra_node", mode, options.intra_node_bandwidth_bytes_per_s, intra_latency),
+                    _link(device, measured, "inter_node", mode, options.inter_node_bandwidth_bytes_per_s, inter_latency))
+
+
+def _accumulation_steps(request: TrainingRequest) -> int:
+    if request.global_batch_tokens is None:
+        return request.gradient_accumulation_steps or 1
+    per_pass = request.micro_batch_size * request.seq_len * request.data_parallel
+    steps, remainder = divmod(request.global_batch_tokens, per_pass)
+    reason = None
+    if remainder or not steps:
+        reason = (f"{request.global_batch_tokens:,} is not a whole multiple of micro_batch_size x seq_len x "
+                  f"data_parallel = {per_pass:,} tokens")
+    elif request.gradient_accumulation_steps not in (None, steps):
+        reason = (f"implies {steps} gradient accumulation steps, not the {request.gradient_accumulation_steps} given")
+    if reason:
+        raise Unprocessable(reason, [{"loc": "body.global_batch_tokens", "msg": reason}])
+    return steps
+
+
+def _setup(request: TrainingRequest, device: DeviceSpec) -> tuple[training.TrainingSetup, str]:
+    usable, basis = usable_memory(device, request)
+    d = request.dtypes
+    return training.TrainingSetup(
+        micro_batch_size=request.micro_batch_size, seq_len=request.seq_len,
+        gradient_accumulation_steps=_accumulation_steps(request),
+        parallelism=training.Parallelism(request.data_parallel, request.tensor_parallel, request.pipeline_parallel,
+                                         request.zero_stage),
+        dtypes=training.TrainingDTypes(d.parameters, d.gradients, d.optimizer_states, d.activations, d.master_weights),
+        optimizer=request.optimizer, recompute=request.recompute,
+        attention_implementation=request.attention_implementation,
+        overlap_data_parallel=request.overlap_data_parallel, usable_bytes=usable,
+        workspace_bytes=request.workspace_bytes), basis
+
+
+def run_training(request: TrainingRequest, catalog: DeviceCatalog) -> tuple[str, Architecture, training.TrainingStep,
+                                                                              training.TrainingSetup, Evaluator, str]:
+    name, arch = resolve_model(request, catalog)
+    device = catalog.get(request.device_id)
+    measured = catalog.measured(device.id)
+    setup, basis = _setup(request, device)
+    evaluator = Evaluator(device, measured, RoofMode(request.roofs), request.sustained_clock_hz)
+    try:
+        check_positions(arch, request.seq_len, "seq_len")
+        result = training.analyze_training(arch, evaluator, topology_for(device, measured, request), setup)
+    except CostModelError as exc:
+        raise unprocessable(exc, "body") from None
+    return name, arch, result, setup, evaluator, basis
+
+
+def _advice(result: training.TrainingStep, chosen: str) -> RecomputeAdvice:
+    options = {o.policy: o for o in result.recompute_options}
+    fitting = [o.policy for o in result.recompute_options if o.fits]
+    cheapest = fitting[0] if fitting else None
+    without = options["none"].fits
+    full = options["full"]
+    trade = (f"full recomputation frees {full.frees_bytes / 1e9:.3g} GB per device for {full.recompute_time_s:.3g} s of "
+             f"recomputed forward per step, against {full.reload_time_s:.3g} s of HBM traffic it saves: "
+             + ("it pays (Q_saved / B > F_re / P)" if full.pays else "it does not pay in time (F_re / P >= Q_saved / B)"))
+    if cheapest is None:
+        advice = ("does not fit at any recomputation: shard further (a higher zero_stage, tensor or pipeline "
+                  "parallelism) or use a smaller micro-batch")
+    elif not without:
+        advice = f"fits only with recompute '{cheapest}'; {trade}"
+    else:
+        advice = f"fits without recomputation" + (f" (recompute '{chosen}' was asked for)" if chosen != "none" else "") \
+                 + f"; {trade}"
+    return RecomputeAdvice(
+        options=[RecomputeOptionOut(**vars(o), pays=o.pays) for o in result.recompute_options],
+        fits_without_recompute=without, only_way_to_fit=cheapest is not None and not without,
+        cheapest_fitting=cheapest, advice=advice)
+
+
+def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result: training.TrainingStep,
+                 evaluator: Evaluator, basis: str) -> list[str]:
+    par, memory = setup.parallelism, result.memory
+    return [
+        f"memory per device: parameters + gradients + optimizer states + activations + workspace = "
+        f"{memory.required_bytes:.4g} bytes against {memory.usable_bytes:.4g} usable: "
+        + ("fits" if memory.fits else f"DOES NOT FIT (answered as a what-if)"),
+        basis,
+        "counting: docs/training.md; forward = prefill rows without a KV-cache write, LM head over every token, "
+        "cross-entropy over the logits; a matmul's backward = dgrad + wgrad, each its forward's FLOPs; attention's "
+        "backward = twice its forward; model FLOPs = forward + backward (3 x forward); hardware FLOPs add the "
+        "recomputed forward",
+        f"schedule: 1F1B over {par.pipeline} stage(s) and {setup.gradient_accumulation_steps} micro-batch(es): "
+        f"(m + p - 1) micro-batch slots, bubble {result.bubble_fraction:.3g}; layers split evenly, embedding on the "
+        "first stage, head and loss on the last",
+        f"parallelism: {par.data} data x {par.tensor} tensor x {par.pipeline} pipeline = {par.devices} devices, ranks "
+        f"tensor-fastest; ZeRO stage {par.zero_stage}",
+        f"optimizer: {setup.optimizer}, states in {setup.dtypes.optimizer_states}"
+        + (" with master weights" if setup.dtypes.keeps_master else "") + "; gradient clipping and loss scaling not counted",
+        "collectives: ring algorithms at the link of the tier the group crosses (intra-node when the group's ranks "
+        "fit in one node), each with a fixed latency; hierarchical (tree, NVLS) algorithms not modelled",
+        "data-parallel sync " + ("overlapped with the backward: only what outlasts it is exposed"
+                                 if setup.overlap_data_parallel else "after the backward, not overlapped"),
+        f"memory roof: {evaluator.hbm.source} hbm, {evaluator.hbm.bytes_per_s:.4g} bytes/s; compute roofs per row's "
+        "dtype and unit; mfu and hfu against the nominal peak of the matmuls' dtype",
+    ]
+
+
+def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -> TrainingAnalysis:
+    name, arch, result, setup, evaluator, basis = run_training(request, catalog)
+    memory = result.memory
+    params = model_params(arch)
+    return TrainingAnalysis(
+        device_id=request.device_id, model=name, params=ParamCounts(total=params.total, active=params.active),
+        devices=result.devices, data_parallel=setup.parallelism.data, tensor_parallel=setup.parallelism.tensor,
+        pipeline_parallel=setup.parallelism.pipeline, zero_stage=setup.parallelism.zero_stage,
+        recompute=setup.recompute, seq_len=setup.seq_len, micro_batch_size=setup.micro_batch_size,
+        gradient_accumulation_steps=setup.gradient_accumulation_steps, tokens_per_step=result.tokens_per_step,
+        rows=ROWS.validate_python([{**p.result._asdict(), "phase": p.phase} for p in result.rows]),
+        communication=[CollectiveOut(
+            name=c.name, kind=c.kind, group=c.group, group_size=c.group_size, tier=c.link.tier,
+            bandwidth_bytes_per_s=c.link.bandwidth_bytes_per_s, bandwidth_source=c.link.source,
+            latency_s=c.link.latency_s, buffer_bytes=c.buffer_bytes, bytes_per_device=c.bytes_per_device,
+            count=c.count, time_s=c.time_s, total_time_s=c.total_time_s, on_critical_path=c.on_critical_path)
+            for c in result.communication],
+        model_flops_per_step=result.model_flops_per_step, hardware_flops_per_step=result.hardware_flops_per_step,
+        model_flops_per_token=result.model_flops_per_step / result.tokens_per_step,
+        step_time_s=result.step_time_s,
+        time=TrainingTime(micro_batch_s=result.micro_batch_time_s, pipeline_s=result.pipeline_time_s,
+                          bubble_fraction=result.bubble_fraction,
+                          bubble_s=result.pipeline_time_s * result.bubble_fraction,
+                          optimizer_s=result.optimizer_time_s, data_parallel_s=result.data_parallel_time_s,
+                          data_parallel_exposed_s=result.data_parallel_exposed_s),
+        tokens_per_s=result.tokens_per_s, mfu=result.mfu, hfu=result.hfu, peak_flops_per_s=result.peak_flops_per_s,
+        fits=memory.fits,
+        memory=TrainingMemoryOut(**vars(memory), required_bytes=memory.required_bytes, fits=memory.fits,
+                                 headroom_bytes=max(0.0, memory.usable_bytes - memory.required_bytes),
+                                 shortfall_bytes=max(0.0, memory.required_bytes - memory.usable_bytes)),
+        recompute_advice=_advice(result, setup.recompute),
+        compute_roof_source=result.compute_roof_source,
+        memory_roof_source=evaluator.hbm.source.value,
+        assumptions=_assumptions(request, setup, result, evaluator, basis),
+    )
+
+
+PLAN_ONLY = {"num_devices", "total_tokens", "mfu", "price_per_device_hour", "deadline_days"}
+
+
+def _estimate(basis: str, mfu: float, total_flops: float, peak: float, request: TrainingPlanRequest) -> TrainingEstimate:
+    seconds = total_flops / (request.num_devices * peak * mfu)
+    device_hours = request.num_devices * seconds / 3600
+    price = request.price_per_device_hour
+    deadline = request.deadline_days
+    return TrainingEstimate(
+        basis=basis, mfu=mfu, days=seconds / SECONDS_PER_DAY, device_hours=device_hours,
+        cost=device_hours * price if price is not None else None,
+        devices_for_deadline=math.ceil(total_flops / (peak * mfu * deadline * SECONDS_PER_DAY)) if deadline else None)
+
+
+def plan_training(request: TrainingPlanRequest, catalog: DeviceCatalog) -> TrainingPlan:
+    """Days, device-hours and cost of training on total_tokens, at the roofline step's MFU on num_devices and at
+    the MFU the client states, side by side."""
+    shard = request.tensor_parallel * request.pipeline_parallel
+    if request.num_devices % shard:
+        reason = (f"{request.num_devices} devices do not split into replicas of tensor_parallel x pipeline_parallel "
+                  f"= {shard}")
+        raise Unprocessable(reason, [{"loc": "body.num_devices", "msg": reason}])
+    body = request.model_dump(exclude=PLAN_ONLY, exclude_unset=True)
+    try:
+        step_request = TrainingRequest.model_validate({**body, "data_parallel": request.num_devices // shard})
+    except ValidationError as exc:
+        raise invalid_nested(exc, ["body"]) from None
+    step = analyze_training_request(step_request, catalog)
+    if not step.peak_flops_per_s or step.mfu is None:
+        reason = f"device {request.device_id} has no nominal peak for the matmuls' dtype to plan MFU against"
+        raise Unprocessable(reason, [{"loc": "body.device_id", "msg": reason}])
+    total_flops = step.model_flops_per_token * request.total_tokens
+    estimates = [_estimate("roofline", step.mfu, total_flops, step.peak_flops_per_s, request)]
+    if request.mfu is not None:
+        estimates.append(_estimate("stated", request.mfu, total_flops, step.peak_flops_per_s, request))
+    return TrainingPlan(
+        device_id=request.device_id, model=step.model, num_devices=request.num_devices,
+        total_tokens=request.total_tokens, seq_len=request.seq_len, model_flops_per_token=step.model_flops_per_token,
+        total_flops=total_flops, peak_flops_per_s=step.peak_flops_per_s, estimates=estimates, step=step,
+        assumptions=[
+            "total FLOPs = model FLOPs per token (forward + backward at seq_len, from the roofline step) x total_tokens",
+            "days = total FLOPs / (num_devices x nominal peak x MFU) / 86,400; device_hours = num_devices x hours",
+            "the roofline MFU is a bound: a real run reaches a fraction of it (40-60 % MFU is good practice on "
+            "large runs); the stated MFU is the client's",
+        ] + ([] if step.fits else ["the roofline step does NOT fit in memory as configured: its MFU is a what-if"]),
+    )

@@ -1,0 +1,130 @@
+"""POST /v1/analyze/training and /v1/plan/training over HTTP: the contract's fields, link tiers from the
+catalog and from measured benchmarks, the time-to-train arithmetic, and bad input."""
+
+import math
+
+import pytest
+
+from tests.conftest import AUTH
+
+H100 = "nvidia-h100-sxm"
+EIGHT_B = {"device_id": H100, "model_id": "llama-3.1-8b", "seq_len": 8192, "micro_batch_size": 1,
+           "gradient_accumulation_steps": 4, "data_parallel": 16, "tensor_parallel": 4, "zero_stage": 1}
+
+
+def test_the_answer_has_the_fields_clients_code_against(client):
+    response = client.post("/v1/analyze/training", json=EIGHT_B)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    for name in ("rows", "communication", "model_flops_per_step", "hardware_flops_per_step", "step_time_s",
+                 "tokens_per_s", "mfu", "hfu", "memory"):
+        assert name in answer
+    for name in ("fits", "parameters_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes"):
+        assert name in answer["memory"]
+    assert {r["phase"] for r in answer["rows"]} == {"forward", "backward_activation", "backward_weight", "optimizer"}
+    assert answer["devices"] == 64 and answer["tokens_per_step"] == 1 * 8192 * 4 * 16
+    # tokens/s is the step's tokens over its time; MFU its model FLOPs over devices x time x the bf16 peak.
+    assert answer["tokens_per_s"] == pytest.approx(answer["tokens_per_step"] / answer["step_time_s"])
+    assert answer["mfu"] == pytest.approx(answer["model_flops_per_step"]
+                                          / (answer["step_time_s"] * 64 * answer["peak_flops_per_s"]))
+    assert answer["peak_flops_per_s"] == 9.894e14
+    # Tensor parallelism of 4 inside a node of 8 runs on NVLink; the data-parallel ring over 16 replicas x 4
+    # spans 64 ranks and runs on the NICs (the catalog's 400 Gb/s per GPU).
+    tiers = {c["group"]: (c["tier"], c["bandwidth_bytes_per_s"], c["bandwidth_source"]) for c in answer["communication"]}
+    assert tiers["tensor"] == ("intra_node", 4.5e11, "nominal")
+    assert tiers["data"] == ("inter_node", 5e10, "nominal")
+    assert answer["memory"]["fits"] and answer["fits"]
+
+
+def test_a_measured_link_overrides_the_nominal_one_with_provenance(client):
+    link = {"kind": "link_bandwidth", "link": "intra_node", "bytes_per_s": 3.6e11, "tool": "nccl-tests all_reduce_perf"}
+    created = client.post(f"/v1/devices/{H100}/benchmarks", json=link, headers=AUTH)
+    assert created.status_code == 201, created.text
+    assert (created.json()["link"], created.json()["level"]) == ("intra_node", None)
+    listed = client.get(f"/v1/devices/{H100}/benchmarks", params={"kind": "link_bandwidth"}).json()
+    assert [b["link"] for b in listed] == ["intra_node"]
+    tiers = {c["group"]: c for c in client.post("/v1/analyze/training", json=EIGHT_B).json()["communication"]}
+    assert (tiers["tensor"]["bandwidth_bytes_per_s"], tiers["tensor"]["bandwidth_source"]) == (3.6e11, "measured")
+    assert tiers["data"]["bandwidth_source"] == "nominal"  # the inter-node link was not measured
+    roofs = {view["link"]: view for view in client.get(f"/v1/devices/{H100}/roofs").json()["links"]}
+    assert (roofs["intra_node"]["effective_bytes_per_s"], roofs["intra_node"]["source"]) == (3.6e11, "measured")
+    assert (roofs["inter_node"]["effective_bytes_per_s"], roofs["inter_node"]["source"]) == (5e10, "nominal")
+    nominal = client.post("/v1/analyze/training", json={**EIGHT_B, "roofs": "nominal"}).json()
+    assert {c["group"]: c["bandwidth_source"] for c in nominal["communication"]}["tensor"] == "nominal"
+    # A link typed in GB/s (360 for 3.6e11) is a unit slip, refused without a reason.
+    slip = client.post(f"/v1/devices/{H100}/benchmarks", json={**link, "bytes_per_s": 3.6e5}, headers=AUTH)
+    assert slip.status_code == 422 and slip.json()["fields"][0]["loc"] == "body.bytes_per_s"
+
+
+def test_time_to_train_at_the_roofline_and_at_a_stated_mfu(client):
+    body = {"device_id": "nvidia-a100-80gb-sxm", "model_id": "llama-2-7b", "num_devices": 1000, "total_tokens": 2e12,
+            "seq_len": 4096, "mfu": 0.4, "price_per_device_hour": 2.0, "deadline_days": 7, "zero_stage": 1}
+    response = client.post("/v1/plan/training", json=body)
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    assert plan["total_flops"] == pytest.approx(plan["model_flops_per_token"] * 2e12)
+    assert plan["total_flops"] == pytest.approx(8.4e22, rel=0.03)
+    roofline, stated = plan["estimates"]
+    assert (roofline["basis"], stated["basis"]) == ("roofline", "stated")
+    assert roofline["mfu"] == plan["step"]["mfu"]
+    # days = FLOPs / (1000 x 312e12 x 0.4) / 86,400; device-hours = 1000 x 24 x days; cost = 2 per device-hour.
+    days = plan["total_flops"] / (1000 * 312e12 * 0.4) / 86_400
+    assert stated["days"] == pytest.approx(days)
+    assert stated["device_hours"] == pytest.approx(1000 * 24 * days)
+    assert stated["cost"] == pytest.approx(2 * 1000 * 24 * days)
+    assert stated["devices_for_deadline"] == math.ceil(plan["total_flops"] / (312e12 * 0.4 * 7 * 86_400))
+    # The roofline's step on the same devices: all of them data-parallel replicas here.
+    assert plan["step"]["data_parallel"] == 1000
+    # At the roofline's MFU the plan is the tokens over the step's tokens/s.
+    assert roofline["days"] == pytest.approx(2e12 / plan["step"]["tokens_per_s"] / 86_400)
+
+
+@pytest.mark.parametrize("change, loc", [
+    ({"tensor_parallel": 3}, "body.tensor_parallel"),
+    ({"global_batch_tokens": 1000}, "body.global_batch_tokens"),
+    ({"global_batch_tokens": 8192 * 16 * 2}, "body.global_batch_tokens"),  # implies 2 steps, not the 4 given
+    ({"pipeline_parallel": 64, "data_parallel": 1}, "body.pipeline_parallel"),
+    ({"seq_len": 1_000_000}, "body.seq_len"),
+    ({"device_id": "nvidia-l4"}, "body.inter_node_bandwidth_bytes_per_s"),  # no published node or network
+    ({"dtypes": {"parameters": "int4"}}, "body.dtypes.parameters"),
+    ({"recompute": "sometimes"}, "body.recompute"),
+    ({"zero_stage": 4}, "body.zero_stage"),
+])
+def test_bad_training_requests_name_the_field(client, change, loc):
+    response = client.post("/v1/analyze/training", json={**EIGHT_B, **change})
+    assert response.status_code == 422, response.text
+    assert loc in [f["loc"] for f in response.json()["fields"]]
+
+
+def test_global_batch_tokens_derive_the_accumulation_steps(client):
+    body = {**EIGHT_B, "global_batch_tokens": 8192 * 16 * 8}
+    del body["gradient_accumulation_steps"]
+    answer = client.post("/v1/analyze/training", json=body).json()
+    assert answer["gradient_accumulation_steps"] == 8 and answer["tokens_per_step"] == 8192 * 16 * 8
+
+
+def test_a_plan_whose_devices_do_not_split_into_replicas_is_422(client):
+    response = client.post("/v1/plan/training", json={"device_id": H100, "model_id": "llama-3.1-8b", "num_devices": 10,
+                                                      "total_tokens": 1e9, "seq_len": 2048, "tensor_parallel": 4})
+    assert response.status_code == 422 and response.json()["fields"][0]["loc"] == "body.num_devices"
+
+
+def test_training_runs_in_a_batch(client):
+    items = [{"id": "t", "analysis": "training", "request": EIGHT_B},
+             {"id": "p", "analysis": "plan-training", "request": {"device_id": H100, "model_id": "llama-3.1-8b",
+                                                                  "num_devices": 8, "total_tokens": 1e9, "seq_len": 2048}},
+             {"id": "bad", "analysis": "training", "request": {**EIGHT_B, "tensor_parallel": 3}}]
+    results = client.post("/v1/analyze/batch", json={"items": items}).json()["results"]
+    assert [r["status"] for r in results] == [200, 200, 422]
+    single = client.post("/v1/analyze/training", json=EIGHT_B).json()
+    assert results[0]["result"]["step_time_s"] == single["step_time_s"]
+
+
+def test_node_topology_on_a_device_needs_a_citation(client):
+    device = client.get(f"/v1/devices/{H100}").json()
+    assert (device["node_size"], device["inter_node_bandwidth_bytes_per_s"]) == (8, 5e10)
+    assert "ConnectX-7" in device["citations"]["inter_node_bandwidth_bytes_per_s"]
+    body = {key: device[key] for key in ("name", "vendor", "memory_capacity_bytes", "compute_peaks", "memory_levels")}
+    uncited = client.post("/v1/devices", json={**body, "id": "cluster-h100", "node_size": 4,
+                                               "citations": {"memory_capacity_bytes": "datasheet"}}, headers=AUTH)
+    assert uncited.status_code == 422 and "node_size" in uncited.text
