@@ -6,8 +6,6 @@ Revises: 0008
 Create Date: 2026-12-01
 """
 
-import json
-
 import sqlalchemy as sa
 from alembic import op
 
@@ -23,22 +21,9 @@ def upgrade() -> None:
     with op.batch_alter_table("devices") as batch:
         batch.add_column(sa.Column("node_size", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("inter_node_bandwidth_bytes_per_s", sa.Float(), nullable=True))
-    from service.persistence.catalog import nominal_catalog
+    from service.persistence.catalog import backfill_catalog_fields
 
-    devices = sa.table("devices", sa.column("id", sa.String), sa.column("origin", sa.String),
-                       sa.column("citations", sa.JSON), *(sa.column(name) for name in FIELDS))
-    connection = op.get_bind()
-    for entry in nominal_catalog():
-        if entry.get("node_size") is None:
-            continue
-        found = connection.execute(sa.select(devices.c.citations).where(
-            devices.c.id == entry["id"], devices.c.origin == "catalog")).first()
-        if found is None:
-            continue  # deleted, or replaced by a user: left as they are
-        citations = found[0] if isinstance(found[0], dict) else json.loads(found[0] or "{}")
-        citations.update({name: entry["citations"][name] for name in FIELDS})
-        connection.execute(devices.update().where(devices.c.id == entry["id"]).values(
-            citations=citations, **{name: entry[name] for name in FIELDS}))
+    backfill_catalog_fields(op.get_bind(), FIELDS)
 
 
 def downgrade() -> None:

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy.engine import Engine
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
@@ -50,6 +51,24 @@ def model_catalog() -> tuple[dict[str, Any], ...]:
     """The reference model configs shipped with the service: id, name, source and the config itself."""
     index = json.loads((MODEL_CATALOG_DIR / "index.json").read_text())["models"]
     return tuple({**entry, "config": json.loads((MODEL_CATALOG_DIR / entry["file"]).read_text())} for entry in index)
+
+
+def backfill_catalog_fields(connection: Connection, fields: tuple[str, ...]) -> None:
+    """For a migration that adds columns: the shipped catalog's values of `fields`, with their citations, onto
+    the catalog devices still as they shipped (a device deleted or replaced through the API is left alone)."""
+    devices = sa.table("devices", sa.column("id"), sa.column("origin"), sa.column("citations", sa.JSON),
+                       *(sa.column(name) for name in fields))
+    for entry in nominal_catalog():
+        if all(entry.get(name) is None for name in fields):
+            continue
+        found = connection.execute(sa.select(devices.c.citations).where(
+            devices.c.id == entry["id"], devices.c.origin == "catalog")).first()
+        if found is None:
+            continue
+        citations = found[0] if isinstance(found[0], dict) else json.loads(found[0] or "{}")
+        citations.update({name: entry["citations"][name] for name in fields if name in entry["citations"]})
+        connection.execute(devices.update().where(devices.c.id == entry["id"]).values(
+            citations=citations, **{name: entry[name] for name in fields}))
 
 
 def device_spec(fields: Mapping[str, Any]) -> DeviceSpec:
