@@ -74,7 +74,8 @@ class ServingPlan(BaseModel):
     configs: list[ServingConfig] = Field(description="Fitting and meeting every SLO, by tokens/s per device: the best "
                                                      "concurrency of each (mode, device, tensor_parallel), top_n of them")
     pareto: list[ServingConfig] = Field(description="Fitting configurations no other beats on both tokens/s per "
-                                                    "device and tokens/s per user")
+                                                    "device and tokens/s per user, by throughput: at most 32, evenly "
+                                                    "spaced along the frontier with both ends kept")
     searched: int = Field(description="Configurations evaluated")
     skipped: list[str] = Field(description="Tensor-parallel sizes or devices left out, and why")
     assumptions: list[str]

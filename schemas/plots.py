@@ -7,6 +7,11 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from schemas.common import DeviceId, DTypeName, MemoryLevelName, StrictModel, UnitName
+from schemas.models import Count, ModelAnalysisRequest
+from schemas.plans import ServingPlanRequest
+from schemas.sweeps import SweepRequest
+
+ImageFormat = Literal["svg", "png"]
 
 
 class PlotRoof(StrictModel):
@@ -36,4 +41,36 @@ class PlotRequest(StrictModel):
     levels: list[MemoryLevelName] | None = Field(None, max_length=8,
                                                  description="Memory levels to draw (each once); default: every level the device has")
     points: list[PlotPointRequest] = Field(default_factory=list, max_length=64)
-    format: Literal["svg", "png"] = "svg"
+    ridges: list[DTypeName] | None = Field(
+        None, max_length=16, description="Dtypes whose ridge points (against HBM) to mark; default: the points' "
+                                         "dtypes, or the device's headline dtype (bf16) when there are no points")
+    format: ImageFormat = "svg"
+
+
+class ModelRooflinePlotRequest(ModelAnalysisRequest):
+    """A model step's operators as points on the device's roofline, each sized by its share of the step's time."""
+
+    format: ImageFormat = "svg"
+
+
+class StepBreakdownPlotRequest(ModelAnalysisRequest):
+    """A step's time by operator kind as stacked bars: one bar per batch size."""
+
+    format: ImageFormat = "svg"
+    batch_sizes: list[Count] | None = Field(None, min_length=1, max_length=8,
+                                            description="One bar per batch size (default: the request's batch_size)")
+
+
+class SweepPlotRequest(SweepRequest):
+    """A sweep drawn: the metric against the swept parameter, crossovers and the largest feasible value marked."""
+
+    format: ImageFormat = "svg"
+    metric: Literal["time_s", "tokens_per_s", "mfu"] = Field(
+        "time_s", description="What to draw: the step or operator time, tokens/s (model sweeps) or MFU")
+    log_x: bool | None = Field(None, description="A log x axis; default when the values span more than 20x")
+
+
+class ServingPlanPlotRequest(ServingPlanRequest):
+    """A serving plan drawn: tokens/s per device against tokens/s per user, the Pareto frontier joined."""
+
+    format: ImageFormat = "svg"

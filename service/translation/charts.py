@@ -1,18 +1,28 @@
-"""Which roofs and points a chart shows: defaults from the device, points from real analyses."""
+"""Which roofs and points a chart shows, from real analyses: the device roofline, a model step's operators,
+a step's time by operator kind, a sweep and a serving plan's frontier."""
 
 from __future__ import annotations
+
+import math
 
 from pydantic import ValidationError
 
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.models import ModelAnalysisRequest
-from schemas.plots import PlotRequest
-from service.translation.operator_analyses import analyze_operator
-from service.persistence.catalog import DeviceCatalog
+from schemas.plots import (
+    ModelRooflinePlotRequest, PlotRequest, ServingPlanPlotRequest, StepBreakdownPlotRequest, SweepPlotRequest,
+)
 from service.core.hardware import DeviceSpec
+from service.persistence.catalog import DeviceCatalog
+from service.rendering.planning_charts import (
+    ServingPoint, StepBar, SweepPoint, pareto_figure, sweep_figure, time_by_kind_figure,
+)
+from service.rendering.roofline_chart import PlotPoint, roofline_figure
 from service.runtime.errors import Unprocessable, invalid_nested
 from service.translation.model_analyses import run_model_analysis
-from service.rendering.roofline_chart import PlotPoint, roofline_figure
+from service.translation.operator_analyses import analyze_operator
+from service.translation.serving_plans import plan_serving
+from service.translation.sweeps import run_sweep
 
 MEDIA_TYPES = {"svg": "image/svg+xml", "png": "image/png"}
 
@@ -24,15 +34,15 @@ def default_roofs(device: DeviceSpec) -> list[tuple[str, str]]:
 
 
 def chart(catalog: DeviceCatalog, device_id: str, *, roofs: str, compute: list[tuple[str, str]] | None,
-          levels: list[str] | None, points: list[PlotPoint], image_format: str) -> bytes:
+          levels: list[str] | None, points: list[PlotPoint], image_format: str, ridges: list[str] | None = None,
+          title: str | None = None) -> bytes:
     device = catalog.get(device_id)
     # Each roof once, whatever the request repeated: repeats drew the same line again (1,000 took 16 s).
     compute = list(dict.fromkeys(compute or default_roofs(device)))
     levels = list(dict.fromkeys(levels or [level.level.value for level in device.memory_levels]))
     try:
-        return roofline_figure(device, catalog.measured(device_id), dtypes=compute,
-                               levels=levels, roofs=roofs,
-                               points=points, image_format=image_format)
+        return roofline_figure(device, catalog.measured(device_id), dtypes=compute, levels=levels, roofs=roofs,
+                               points=points, image_format=image_format, ridges=ridges, title=title)
     except ValueError as exc:
         raise Unprocessable(str(exc), [{"loc": "query.dtype", "msg": str(exc)}]) from None
 
@@ -47,12 +57,15 @@ def analysed_points(request: PlotRequest, catalog: DeviceCatalog) -> list[PlotPo
             raise invalid_nested(exc, ["body", "points", str(index), "request"]) from None
         if point.endpoint == "operator":
             answer = analyze_operator(parsed, catalog.get(request.device_id), catalog.measured(request.device_id))
-            points.append(PlotPoint(point.name, answer.arithmetic_intensity, answer.attainable_flops_per_s, answer.bound))
+            levels = tuple((level.level, level.arithmetic_intensity) for level in answer.levels if level.level != "hbm")
+            points.append(PlotPoint(point.name, answer.arithmetic_intensity, answer.attainable_flops_per_s,
+                                    answer.bound, levels, answer.compute_roof.dtype))
         else:
             _, _, result, _ = run_model_analysis(parsed, catalog, explain=False)
             t = result.totals
             bound = "compute" if t.compute_bound_time_share >= t.memory_bound_time_share else "memory"
-            points.append(PlotPoint(point.name, t.flops / t.bytes, t.flops / t.time_s, bound))
+            points.append(PlotPoint(point.name, t.flops / t.bytes, t.flops / t.time_s, bound,
+                                    dtype=parsed.dtypes.activations))
     return points
 
 
@@ -60,4 +73,78 @@ def plot_request(request: PlotRequest, catalog: DeviceCatalog) -> bytes:
     """The chart POST /v1/plot/roofline draws: the device's roofs with the request's analysed points."""
     compute = [(c.dtype, c.unit) for c in request.compute] if request.compute else None
     return chart(catalog, request.device_id, roofs=request.roofs, compute=compute, levels=request.levels,
-                 points=analysed_points(request, catalog), image_format=request.format)
+                 points=analysed_points(request, catalog), image_format=request.format, ridges=request.ridges)
+
+
+def _step_title(request: ModelAnalysisRequest, model: str) -> str:
+    tp = f", TP {request.tensor_parallel}" if request.tensor_parallel > 1 else ""
+    return f"{model} {request.phase}, batch {request.batch_size}, {request.seq_len} tokens{tp} on {request.device_id}"
+
+
+def plot_model_roofline(request: ModelRooflinePlotRequest, catalog: DeviceCatalog) -> bytes:
+    """Each operator row of the step at its intensity and attainable FLOP/s, sized by its share of the time."""
+    model, _, result, _ = run_model_analysis(request, catalog, explain=False)
+    total = result.totals.time_s
+    points = [PlotPoint(f"{r.name} [{r.group}]" if r.group != "model" else r.name, r.flops / r.bytes,
+                        r.flops / r.time_s, r.bound, share=r.total_time_s / total, dtype=request.dtypes.activations)
+              for r in result.rows if r.bound != "interconnect" and r.flops > 0 and r.bytes > 0 and r.time_s > 0]
+    device = catalog.get(request.device_id)
+    compute = [(request.dtypes.activations, "tensor")] + ([("fp32", "vector")] if device.peak("fp32", "vector") else [])
+    compute = [(d, u) for d, u in compute if device.peak(d, u)] or None
+    return chart(catalog, request.device_id, roofs=request.roofs, compute=compute, levels=["hbm"], points=points,
+                 image_format=request.format, title=f"Operators of {_step_title(request, model)}")
+
+
+def plot_step_breakdown(request: StepBreakdownPlotRequest, catalog: DeviceCatalog) -> bytes:
+    bars = []
+    model = request.model_id or "inline model"
+    for batch in request.batch_sizes or [request.batch_size]:
+        model, _, result, _ = run_model_analysis(request.model_copy(update={"batch_size": batch}), catalog, explain=False)
+        by_kind: dict[str, float] = {}
+        for row in result.rows:
+            by_kind[row.kind] = by_kind.get(row.kind, 0.0) + row.total_time_s
+        bars.append(StepBar(f"batch {batch}", tuple(sorted(by_kind.items(), key=lambda item: -item[1]))))
+    title = f"Step time by operator kind: {model} {request.phase}, {request.seq_len} tokens on {request.device_id}"
+    return time_by_kind_figure(bars, title=title, image_format=request.format)
+
+
+METRIC_LABELS = {"time_s": "Time (s, roofline lower bound)", "tokens_per_s": "Tokens/s", "mfu": "MFU"}
+
+
+def plot_sweep(request: SweepPlotRequest, catalog: DeviceCatalog) -> bytes:
+    result = run_sweep(request, catalog)
+    points = [SweepPoint(row.value, getattr(row, request.metric), row.bound, row.fits) for row in result.rows]
+    missing = [p.value for p in points if p.metric is None or not math.isfinite(p.metric)]
+    if missing:
+        reason = f"{request.metric} is not defined for this sweep (first at {request.parameter} = {missing[0]:g})"
+        raise Unprocessable(reason, [{"loc": "body.metric", "msg": reason}])
+    values = [p.value for p in points]
+    log_x = request.log_x if request.log_x is not None else (min(values) > 0 and max(values) / min(values) > 20)
+    if log_x and min(values) <= 0:
+        reason = "a log x axis needs positive values"
+        raise Unprocessable(reason, [{"loc": "body.log_x", "msg": reason}])
+    crossovers = [(c.estimate, f"{c.from_bound} to {c.to_bound}") for c in result.crossover]
+    return sweep_figure(points, parameter=request.parameter, metric_label=METRIC_LABELS[request.metric],
+                        crossovers=crossovers, largest_feasible=result.largest_feasible_value,
+                        title=f"{request.endpoint} sweep of {request.parameter}", image_format=request.format,
+                        log_x=log_x)
+
+
+def plot_serving_plan(request: ServingPlanPlotRequest, catalog: DeviceCatalog) -> bytes:
+    plan = plan_serving(request, catalog)
+
+    def name(c) -> str:
+        return (f"{c.mode} {c.device_id} TP {c.tensor_parallel} x {c.replicas}, concurrency "
+                f"{c.concurrency_per_replica}")
+
+    points: dict[str, ServingPoint] = {}
+    for config in plan.pareto:
+        points[name(config)] = ServingPoint(name(config), config.tokens_per_s_per_device, config.tokens_per_s_per_user,
+                                            True, None)
+    for rank, config in enumerate(plan.configs, start=1):
+        found = points.get(name(config))
+        points[name(config)] = ServingPoint(name(config), config.tokens_per_s_per_device,
+                                            config.tokens_per_s_per_user, found is not None, rank)
+    tpot = request.slo.tpot_s
+    return pareto_figure(list(points.values()), title=f"Serving {plan.model}: throughput per device against per user",
+                         image_format=request.format, min_per_user=1 / tpot if tpot else None)

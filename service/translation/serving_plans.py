@@ -123,8 +123,21 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     best = list({(c.mode, c.device_id, c.tensor_parallel): c for c in reversed(configs)}.values())[::-1]
     best.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices_used, -c.tokens_per_s_per_user))
     return ServingPlan(model=name, configs=[_out(c) for c in best[:request.top_n]],
-                       pareto=[_out(c) for c in serving.pareto(fitting)][:32], searched=searched, skipped=skipped,
+                       pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,
+                       skipped=skipped,
                        assumptions=_assumptions(request))
+
+
+MAX_FRONTIER = 32
+
+
+def _thinned(frontier: list, most: int) -> list:
+    """At most `most` points of a frontier, evenly spaced along it with both ends kept (its first `most` would
+    keep only the high-throughput end and hide the interactive one)."""
+    if len(frontier) <= most:
+        return frontier
+    step = (len(frontier) - 1) / (most - 1)
+    return [frontier[round(i * step)] for i in range(most)]
 
 
 def _out(config: serving.Config) -> ServingConfig:

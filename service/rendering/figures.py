@@ -1,0 +1,94 @@
+"""What every chart shares: matplotlib set up for a server, colours a reader can tell apart, a label layout
+that never lets two labels overlap, and the finished file (SVG with real text, a <title> and a <desc>; or PNG)."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from xml.sax.saxutils import escape
+
+# One colour per memory level (cool hues) and a sequence for compute roofs (warm and dark hues), chosen from
+# the Tableau and ColorBrewer sets so that no two read alike; points are coloured by bound in two more.
+LEVEL_COLOURS = {"hbm": "#1f77b4", "l2": "#2ca02c", "smem": "#17becf"}
+COMPUTE_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#a6761d", "#e7298a",
+                   "#666666", "#b15928", "#fb9a99", "#cab2d6", "#fdbf6f", "#b2df8a", "#1b9e77", "#6a3d9a")
+BOUND_COLOURS = {"memory": "#f0a500", "compute": "#5b2c83", "interconnect": "#444444"}
+KIND_COLOURS = {"matmul": "#1f77b4", "grouped_matmul": "#aec7e8", "attention": "#d62728", "elementwise": "#2ca02c",
+                "rmsnorm": "#98df8a", "layernorm": "#98df8a", "softmax": "#ff7f0e", "rope": "#9467bd",
+                "embedding": "#8c564b", "allreduce": "#7f7f7f", "optimizer": "#bcbd22"}
+LABEL_PAD = 0.15
+LABEL_BOX = dict(boxstyle=f"square,pad={LABEL_PAD}", facecolor="white", edgecolor="none", alpha=0.85)
+
+
+def new_figure(width: float, height: float):
+    """A figure of its own, drawn by Agg: no pyplot state, so charts may be drawn in several threads at once."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    matplotlib.rcParams["svg.fonttype"] = "none"  # labels stay <text>: readable, searchable, selectable
+    matplotlib.rcParams["svg.hashsalt"] = "roofline"  # the same ids from one run to the next
+    # Unhinted glyphs: Agg then measures text as the SVG writer does, so the label layout holds in both.
+    matplotlib.rcParams["text.hinting"] = "none"
+    figure = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")
+
+
+@dataclass
+class Label:
+    """A text to place near `anchor` (data coordinates) at the first offset (points) where it overlaps nothing."""
+
+    artist: object  # a matplotlib Annotation
+    offsets: list[tuple[float, float]]
+    x_range: tuple[float, float] | None = None  # display x the label must stay within (a roof's own extent)
+
+
+def place_labels(fig, ax, labels: list[Label], obstacles=()) -> None:
+    """Greedy layout: each label, in order, takes the first candidate offset whose box stays inside the axes and
+    clear of every box placed before it (and of the obstacles); a label with no such place is hidden, never
+    drawn over another."""
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    placed = list(obstacles)
+    # The white box around a label reaches LABEL_PAD em beyond its text (more, as seen axis-aligned, once rotated).
+    for label in labels:
+        pad = 1.5 * LABEL_PAD * label.artist.get_fontsize() * fig.dpi / 72 + 1
+        for offset in label.offsets:
+            label.artist.xyann = offset
+            # The text's own box: an annotation's extent would include its leader line.
+            label.artist.update_positions(renderer)
+            box = Text.get_window_extent(label.artist, renderer).padded(pad)
+            within = (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0 and box.y1 <= inside.y1)
+            if label.x_range is not None:
+                within = within and label.x_range[0] <= box.x0 and box.x1 <= label.x_range[1]
+            if within and not any(box.overlaps(other) for other in placed):
+                placed.append(box)
+                break
+        else:
+            label.artist.set_visible(False)
+
+
+def around(radius: float, steps: int = 3) -> list[tuple[float, float]]:
+    """Offsets around a point, nearest first: right, above, below, left and the diagonals, at growing radii."""
+    directions = [(1, 0.3), (1, -1), (1, 1), (-1, 0.3), (0, 1.4), (0, -1.6), (-1, -1), (-1, 1)]
+    return [(dx * radius * (k + 1) + (0 if dx >= 0 else -radius), dy * radius * (k + 1))
+            for k in range(steps) for dx, dy in directions]
+
+
+def finished(fig, image_format: str, title: str, description: str) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=image_format, bbox_inches="tight")
+    data = buffer.getvalue()
+    if image_format != "svg":
+        return data
+    text = data.decode()
+    start = text.index(">", text.index("<svg")) + 1
+    meta = f"\n <title>{escape(title)}</title>\n <desc>{escape(description)}</desc>"
+    return (text[:start] + meta + text[start:]).encode()
