@@ -12,7 +12,7 @@ from starlette.middleware.gzip import GZipMiddleware
 
 from service.api import openapi
 from service.api.responses import INVALID, UNAVAILABLE
-from service.api.routes import analyze, benchmarks, devices, docs, health, models, plans, plots
+from service.api.routes import analyze, benchmarks, devices, docs, explorer, health, models, plans, plots
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.config import Settings, get_settings
 from service.persistence.db import make_engine
@@ -31,6 +31,9 @@ catalog of datasheet (nominal) device roofs.
 All JSON fields are SI base units: FLOP, bytes, seconds, FLOP/s, bytes/s. Reads are open; writes need
 `Authorization: Bearer <token>` with a token from `ROOFLINE_API_TOKENS`. Every error has the shape
 `{"error": code, "detail": text, "fields": [{"loc", "msg"}]}`.
+
+[The roofline explorer](/explore): pick a device, a model step or an operator, and see the chart, the
+per-operator table, the memory fit and the serving figures update as the inputs change.
 """
 
 
@@ -94,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router, responses={**INVALID, **UNAVAILABLE})
     app.include_router(health.conventions_router)
     app.include_router(docs.router)
+    app.include_router(explorer.router)
     return app
 
 

@@ -140,3 +140,16 @@ def live_server(settings):
     yield base
     server.should_exit = True
     thread.join(timeout=10)
+
+
+_ARTIFACTS: list[Path] = []
+
+
+def record_artifact(path: Path) -> None:
+    """A file a test leaves for people to look at (a screenshot): named at the end of the run."""
+    _ARTIFACTS.append(path)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for path in _ARTIFACTS:
+        terminalreporter.write_line(f"artifact: {path}")

@@ -1,0 +1,184 @@
+"use strict";
+// The roofline explorer: every figure is asked of this service's own API, nothing is fetched from elsewhere.
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const base = new URL(".", window.location.href).pathname.replace(/\/explore\/?$/, "/");
+  const api = (path) => base.replace(/\/$/, "") + path;
+  let generation = 0;
+
+  function si(value, unit) {
+    if (value === null || value === undefined) return "–";
+    const prefixes = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+    const abs = Math.abs(value);
+    if (unit === "s") {
+      if (abs >= 1) return value.toPrecision(3) + " s";
+      if (abs >= 1e-3) return (value * 1e3).toPrecision(3) + " ms";
+      return (value * 1e6).toPrecision(3) + " µs";
+    }
+    for (const [scale, prefix] of prefixes) if (abs >= scale) return (value / scale).toPrecision(3) + " " + prefix + unit;
+    return value.toPrecision(3) + " " + unit;
+  }
+
+  async function call(method, path, body) {
+    const response = await fetch(api(path), {
+      method, headers: body ? { "Content-Type": "application/json" } : {}, body: body ? JSON.stringify(body) : undefined,
+    });
+    const type = response.headers.get("content-type") || "";
+    const payload = type.includes("json") ? await response.json() : await response.text();
+    if (!response.ok) {
+      const where = payload.fields && payload.fields.length ? " (" + payload.fields.map((f) => f.loc + ": " + f.msg).join("; ") + ")" : "";
+      throw new Error((payload.detail || response.statusText) + where);
+    }
+    return payload;
+  }
+
+  function option(select, value, text) {
+    const element = document.createElement("option");
+    element.value = value;
+    element.textContent = text;
+    select.appendChild(element);
+  }
+
+  function mode() { return document.querySelector("input[name=mode]:checked").value; }
+
+  function integer(id) {
+    const value = Number($(id).value);
+    if (!Number.isInteger(value) || value < 1) throw new Error($(id).labels[0].textContent + ": a whole number of at least 1");
+    return value;
+  }
+
+  function cell(row, text) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    row.appendChild(td);
+  }
+
+  function summary(items) {
+    const box = $("summary");
+    box.replaceChildren();
+    for (const [label, value, className] of items) {
+      const div = document.createElement("div");
+      const strong = document.createElement("b");
+      strong.textContent = value;
+      if (className) strong.className = className;
+      div.append(strong, label);
+      box.appendChild(div);
+    }
+  }
+
+  function table(rows) {
+    const body = $("rows").querySelector("tbody");
+    body.replaceChildren();
+    rows.forEach((r, index) => {
+      const tr = document.createElement("tr");
+      [index + 1, r.name, r.layers, si(r.flops, "FLOP"), si(r.bytes, "B"),
+       r.intensity === null ? "–" : r.intensity.toPrecision(3), r.bound, si(r.time, "s"),
+       (100 * r.share).toFixed(1) + " %"].forEach((v) => cell(tr, String(v)));
+      body.appendChild(tr);
+    });
+  }
+
+  async function showRoofs(device) {
+    const roofs = await call("GET", "/v1/devices/" + encodeURIComponent(device) + "/roofs");
+    const box = $("device-roofs");
+    box.replaceChildren();
+    const entries = roofs.memory.map((m) => [m.level.toUpperCase() + " " + si(m.effective_bytes_per_s, "B/s"), m.source])
+      .concat(roofs.compute.filter((c) => c.unit === "tensor").map((c) => [c.dtype + " " + si(c.effective_flops_per_s, "FLOP/s"), c.source]));
+    for (const [text, source] of entries) {
+      const span = document.createElement("span");
+      span.textContent = text + " (" + source + ")";
+      if (source === "measured") span.className = "measured";
+      box.appendChild(span);
+    }
+  }
+
+  async function update() {
+    const mine = ++generation;
+    $("error").hidden = true;
+    $("status").textContent = "Updating…";
+    try {
+      const device = $("device").value, roofs = $("roofs").value;
+      let svg, rows, items, caption;
+      if (mode() === "model") {
+        const body = { device_id: device, model_id: $("model").value, phase: $("phase").value,
+                       batch_size: integer("batch"), seq_len: integer("context"), tensor_parallel: integer("tp"), roofs };
+        const [analysis, chart] = await Promise.all([call("POST", "/v1/analyze/model", body),
+                                                     call("POST", "/v1/plot/model-roofline", body)]);
+        svg = chart;
+        const total = analysis.totals.time_s;
+        rows = analysis.rows.map((r) => ({ name: r.name + (r.group === "model" ? "" : " [" + r.group + "]"), layers: r.layers * r.count,
+          flops: r.flops, bytes: r.bytes, intensity: r.arithmetic_intensity, bound: r.bound, time: r.total_time_s,
+          share: r.total_time_s / total })).sort((a, b) => b.time - a.time);
+        const m = analysis.memory;
+        items = [
+          ["step time", si(total, "s")],
+          [analysis.phase === "prefill" ? "TTFT" : "TPOT", si(analysis.phase === "prefill" ? analysis.ttft_s : analysis.tpot_s, "s")],
+          ["tokens/s", Math.round(analysis.tokens_per_s).toLocaleString("en")],
+          ["MFU", analysis.mfu === null ? "–" : analysis.mfu.toFixed(3)],
+          ["memory per device", si(m.required_bytes, "B") + " of " + si(m.usable_bytes, "B")],
+          ["memory fit", m.fits ? "fits" : "does not fit", m.fits ? "fits" : "no-fit"],
+        ];
+        caption = analysis.model + " " + analysis.phase + ", batch " + analysis.batch_size + ", " + analysis.seq_len +
+                  " tokens: each operator at its HBM intensity, sized by its share of the step's time.";
+      } else {
+        const operator = { kind: "matmul", m: integer("m"), n: integer("n"), k: integer("k"), dtype: $("dtype").value };
+        const [analysis, chart] = await Promise.all([
+          call("POST", "/v1/analyze/operator", { device_id: device, operator, roofs }),
+          call("POST", "/v1/plot/roofline", { device_id: device, roofs, points: [{ name: "matmul " + operator.m + "x" + operator.n + "x" + operator.k,
+                                                                                   endpoint: "operator", request: { operator } }] }),
+        ]);
+        svg = chart;
+        rows = [{ name: "matmul", layers: 1, flops: analysis.flops, bytes: analysis.bytes.total, intensity: analysis.arithmetic_intensity,
+                  bound: analysis.bound, time: analysis.time_s, share: 1 }];
+        items = [["time", si(analysis.time_s, "s")], ["bound", analysis.bound + (analysis.binding_level ? " (" + analysis.binding_level + ")" : "")],
+                 ["FLOP/byte (HBM)", analysis.arithmetic_intensity.toPrecision(4)], ["ridge", analysis.ridge_point.toPrecision(4)],
+                 ["MFU", analysis.mfu === null ? "–" : analysis.mfu.toFixed(3)]];
+        caption = "The matmul at its HBM intensity, with one marker per other memory level.";
+      }
+      if (mine !== generation) return;  // a newer change has answered, or will
+      $("chart").innerHTML = svg;  // the service's own SVG: its labels are escaped text
+      const title = $("chart").querySelector("svg title");
+      $("chart").setAttribute("aria-label", title ? title.textContent : "Roofline chart");
+      $("chart-caption").textContent = caption;
+      summary(items);
+      table(rows);
+      $("status").textContent = "Updated: " + caption;
+    } catch (error) {
+      if (mine !== generation) return;
+      $("error").textContent = error.message;
+      $("error").hidden = false;
+      $("status").textContent = "Not updated.";
+    }
+  }
+
+  let timer = null;
+  function soon() { clearTimeout(timer); timer = setTimeout(update, 250); }
+
+  async function start() {
+    try {
+      const [devices, models] = await Promise.all([call("GET", "/v1/devices"), call("GET", "/v1/models")]);
+      devices.forEach((d) => option($("device"), d.id, d.name + " (" + d.id + ")"));
+      models.forEach((m) => option($("model"), m.id, m.name + " (" + m.id + ")"));
+      if (devices.some((d) => d.id === "nvidia-h100-sxm")) $("device").value = "nvidia-h100-sxm";
+      if (models.some((m) => m.id === "llama-3.1-8b")) $("model").value = "llama-3.1-8b";
+      await showRoofs($("device").value);
+    } catch (error) {
+      $("error").textContent = "The catalog could not be read: " + error.message;
+      $("error").hidden = false;
+      return;
+    }
+    $("inputs").addEventListener("input", soon);
+    $("inputs").addEventListener("change", (event) => {
+      if (event.target.name === "mode") {
+        $("model-inputs").hidden = mode() !== "model";
+        $("operator-inputs").hidden = mode() !== "operator";
+        $("rows").querySelector("caption").textContent = mode() === "model" ? "Operators of the step, slowest first" : "The operator";
+      }
+      if (event.target.id === "device" || event.target.id === "roofs") showRoofs($("device").value).catch(() => {});
+      soon();
+    });
+    $("inputs").addEventListener("submit", (event) => { event.preventDefault(); update(); });
+    update();
+  }
+  start();
+})();

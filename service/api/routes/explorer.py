@@ -1,0 +1,29 @@
+"""The roofline explorer: one page and its two assets, served by the service itself (no CDN, no build step)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from fastapi import APIRouter, HTTPException, Response
+
+router = APIRouter(include_in_schema=False)
+FILES = Path(__file__).resolve().parents[1] / "explorer"
+ASSETS = {"explore.js": "application/javascript", "explore.css": "text/css"}
+
+
+@lru_cache
+def _read(name: str) -> bytes:
+    return (FILES / name).read_bytes()
+
+
+@router.get("/explore")
+async def explore() -> Response:
+    return Response(_read("explore.html"), media_type="text/html; charset=utf-8")
+
+
+@router.get("/explore/assets/{name}")
+async def explore_asset(name: str) -> Response:
+    if name not in ASSETS:
+        raise HTTPException(status_code=404)
+    return Response(_read(name), media_type=ASSETS[name], headers={"Cache-Control": "public, max-age=3600"})

@@ -1,0 +1,65 @@
+"""The explorer in headless Chromium with the network closed: it loads from the service's own assets, draws
+the chart and the table, and follows a batch typed at the keyboard."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.api.test_browser import CHROMEDRIVER, CHROMIUM, requested_urls  # noqa: F401  (skips without Chromium)
+from tests.api.test_browser import browser  # noqa: F401  (the fixture)
+from tests.conftest import record_artifact
+
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+ARTIFACTS = Path(os.environ.get("ROOFLINE_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
+
+
+def table_text(driver) -> str:
+    return driver.find_element(By.CSS_SELECTOR, "#rows tbody").text
+
+
+def test_explorer_follows_the_inputs_offline(browser, live_server):  # noqa: F811
+    wait = WebDriverWait(browser, 90)
+    browser.get(f"{live_server}/explore")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg") and table_text(d))
+    assert "Roofline explorer" in browser.title
+    first_table, first_chart = table_text(browser), browser.find_element(By.ID, "chart").get_attribute("innerHTML")
+    assert "qkv_proj" in first_table and "fits" in browser.find_element(By.ID, "summary").text
+    assert "nominal" in browser.find_element(By.ID, "device-roofs").text
+
+    # Keyboard only: focus the batch field, replace 32 with 256, leave it with Tab.
+    batch = browser.find_element(By.ID, "batch")
+    batch.send_keys(Keys.CONTROL, "a")
+    batch.send_keys("256", Keys.TAB)
+    wait.until(lambda d: table_text(d) != first_table)
+    assert browser.find_element(By.ID, "chart").get_attribute("innerHTML") != first_chart
+    assert "batch 256" in browser.find_element(By.ID, "status").text
+    # The focus moved on to the next field, as Tab should.
+    assert browser.switch_to.active_element.get_attribute("id") == "context"
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "explorer.png"
+    browser.set_window_size(1200, 1600)
+    browser.save_screenshot(str(shot))
+    record_artifact(shot)
+
+    # A value the service refuses is shown as its error, named, not as a broken page.
+    batch.send_keys(Keys.CONTROL, "a")
+    batch.send_keys("0", Keys.TAB)
+    wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert "Batch" in browser.find_element(By.ID, "error").text
+
+    requested = requested_urls(browser)
+    assert any(url.endswith("/explore/assets/explore.js") for url in requested)
+    assert [url for url in requested if not url.startswith(live_server)] == []
+
+
+def test_explorer_is_linked_from_the_docs(client):
+    assert "(/explore)" in client.get("/openapi.json").json()["info"]["description"]
+    page = client.get("/explore")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert client.get("/explore/assets/explore.js").status_code == 200
+    assert client.get("/explore/assets/secrets.txt").status_code == 404
