@@ -47,7 +47,7 @@ class DerivedPeakOut(BaseModel):
     unit: UnitName
     flops_per_s: float
     formula: str
-    datasheet_flops_per_s: float | None = Field(description="The stored peak of the same dtype and unit, if any")
+    datasheet_flops_per_s: float | None = Field(description="The stored peak of the same dtype and unit, if any, FLOP/s")
 
 
 H100_EXAMPLE = {

@@ -60,7 +60,7 @@ class ModelDTypes(StrictModel):
     kv_cache: DTypeName = "bf16"
     weight_group_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
         None, description="Group-quantised weights: elements per scale (e.g. 128); bytes = bits/8 + scale/group")
-    weight_scale_bytes: Annotated[float, Field(gt=0, le=8)] = Field(2.0, description="Bytes per scale (fp16: 2)")
+    weight_scale_bytes: Annotated[float, Field(gt=0, le=8)] = Field(2.0, description="Bytes per scale, bytes (fp16: 2)")
     lm_head: DTypeName | None = Field(
         None, description="Type of the LM head's weights. Default: the activations' type when the weights are "
                           "quantised to one byte or less (int8, fp8, int4, fp4: W4A16/W8A8 checkpoints keep lm_head in "
@@ -176,16 +176,16 @@ class StepMemoryOut(BaseModel):
     """Per device. required = weights + kv_cache + activations + workspace; fits when it is at most usable."""
 
     capacity_bytes: float = Field(description="Device memory as built, bytes")
-    usable_bytes: float = Field(description="What the runtime exposes (or the explicit capacity) x memory_utilization")
-    weights_bytes: float = Field(description="Every parameter (all experts) in its type, split by tensor parallelism")
-    kv_cache_bytes: float = Field(description="The batch's K/V at this step's largest context, in whole blocks")
-    activation_bytes: float = Field(description="Estimated live activations: the residual stream and one layer's "
+    usable_bytes: float = Field(description="What the runtime exposes (or the explicit capacity) x memory_utilization, bytes per device")
+    weights_bytes: float = Field(description="Every parameter (all experts) in its type, split by tensor parallelism, bytes per device")
+    kv_cache_bytes: float = Field(description="The batch's K/V at this step's largest context, in whole blocks, bytes per device")
+    activation_bytes: float = Field(description="Estimated live activations, bytes per device: the residual stream and one layer's "
                                                 "widest buffer for the step's tokens, plus fp32 logits")
-    workspace_bytes: float = Field(description="The request's runtime reserve")
+    workspace_bytes: float = Field(description="The request's runtime reserve, bytes per device")
     required_bytes: float
     fits: bool
-    headroom_bytes: float = Field(description="usable - required when it fits, else 0")
-    shortfall_bytes: float = Field(description="required - usable when it does not fit, else 0")
+    headroom_bytes: float = Field(description="usable - required when it fits, else 0, bytes")
+    shortfall_bytes: float = Field(description="required - usable when it does not fit, else 0, bytes")
     block_size: int
     context_len: int = Field(description="Tokens each sequence's cache holds at its largest in this request")
 
@@ -275,7 +275,7 @@ class KvCapacity(BaseModel):
     block_size: int = Field(description="Tokens per KV-cache block the request counts were rounded to")
     mix: KvMix | None = Field(None, description="With context_mix: concurrency at the mix")
     fits: bool
-    shortfall_bytes: float = Field(description="How much the weights and workspace exceed the usable memory")
+    shortfall_bytes: float = Field(description="How much the weights and workspace exceed the usable memory, bytes")
     assumptions: list[str]
 
 

@@ -37,7 +37,7 @@ class MatmulOp(StrictModel):
     weight_group_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
         None, description="Group-quantised B: elements per scale; bytes per element = bits/8 + scale bytes / group. "
                           "Default for int4 and fp4 B: 128 (as the model analysis assumes); none for other types")
-    weight_scale_bytes: Annotated[float, Field(gt=0, le=8)] = Field(2.0, description="Bytes per scale (fp16: 2)")
+    weight_scale_bytes: Annotated[float, Field(gt=0, le=8)] = Field(2.0, description="Bytes per scale, bytes (fp16: 2)")
     tile: TileShape | None = Field(None, description="Kernel tile for the L2 traffic and shape-efficiency models; "
                                                      "default: the device's")
     apply_efficiency: bool = Field(False, description="Slow the compute roof by the padding and wave efficiency")
@@ -153,7 +153,7 @@ class AttentionOp(StrictModel):
     implementation: Literal["flash", "naive"] = "flash"
     causal: bool = False
     sram_bytes: Annotated[int, Field(ge=1, le=2**40)] | None = Field(
-        None, description="On-chip memory per thread block, for the FlashAttention I/O model (flash only)")
+        None, description="On-chip memory per thread block, bytes, for the FlashAttention I/O model (flash only)")
     kv_dtype: DTypeName | None = Field(None, description="Type of the K/V cache; default: dtype")
     v_head_dim: Dim | None = Field(None, description="Head dimension of V when it differs from Q and K (MLA)")
     window: Dim | None = Field(None, description="Sliding window: each query sees at most this many keys (causal only)")

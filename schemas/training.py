@@ -126,8 +126,8 @@ class TrainingMemoryOut(BaseModel):
     required_bytes: float
     usable_bytes: float
     fits: bool
-    headroom_bytes: float = Field(description="usable - required when it fits, else 0")
-    shortfall_bytes: float = Field(description="required - usable when it does not fit, else 0")
+    headroom_bytes: float = Field(description="usable - required when it fits, else 0, bytes")
+    shortfall_bytes: float = Field(description="required - usable when it does not fit, else 0, bytes")
 
 
 class RecomputeOptionOut(BaseModel):
@@ -154,7 +154,7 @@ class RecomputeAdvice(BaseModel):
 
 class TrainingTime(BaseModel):
     micro_batch_s: float = Field(description="One micro-batch's forward, recompute and backward on the slowest "
-                                             "stage, its tensor-parallel collectives and pipeline sends included")
+                                             "stage, its tensor-parallel collectives and pipeline sends included, seconds")
     pipeline_s: float = Field(description="(m + p - 1) x micro_batch_s, seconds")
     bubble_fraction: float = Field(description="(p - 1) / (m + p - 1)")
     bubble_s: float

@@ -11,6 +11,7 @@ they belong in benchmark submissions, not in the nominal catalog.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 GIB = 2**30
@@ -33,14 +34,41 @@ PEAK_KEYS = {
 
 
 def citation(device: dict, path: str) -> str:
+    """The number's source as "Title (URL)": the collection's first source with an address for the most specific
+    key that covers the field (its research notes, "seen; ...", are left in the collection)."""
     sources = device.get("sources", {})
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):
         key = ".".join(parts[:cut])
         if key in sources:
             found = sources[key]
-            return " ; ".join(found) if isinstance(found, list) else str(found)
-    return f"shared/data/devices.json entry {device['id']} (no per-field source listed; see its notes)"
+            return first_source(found if isinstance(found, list) else [str(found)])
+    return f"team datasheet collection, entry {device['id']} (no per-field source listed)"
+
+
+NOTES = ("seen", "mirror", "third-party", "canonical", "not retrieved")
+
+
+def first_source(entries: list[str]) -> str:
+    for entry in entries:
+        web = re.match(r"(https?://\S+?)[.,;]?(?:\s+\((.*)\))?$", entry.strip())
+        if web:
+            url, note = web.groups()
+            return f"{_title(note, url)} ({url})"
+        code = re.match(r"github:([\w.-]+)/([\w.-]+)\s+(\S+)(?:\s+@(\w+))?", entry.strip())
+        if code:
+            owner, repo, file, ref = code.groups()
+            return f"{owner}/{repo}, {file} (https://github.com/{owner}/{repo}/blob/{ref or 'HEAD'}/{file})"
+    return "team datasheet collection: " + entries[0].split(";")[0].strip()
+
+
+def _title(note: str | None, url: str) -> str:
+    """The note's first phrase when it names the document (e.g. "H100 datasheet"), else the page's address."""
+    first = (note or "").split(";")[0].strip()
+    if first and not first.lower().startswith(NOTES + ("and ", "or ")) and len(first) <= 80:
+        return first
+    host_and_path = re.sub(r"^https?://(www\.)?", "", url).rstrip("/")
+    return host_and_path if len(host_and_path) <= 80 else host_and_path[:77] + "..."
 
 
 MODAL = ("Modal, 'Why does an NVIDIA H100 80GB card offer 85.52 GB?' "
@@ -65,7 +93,8 @@ DGX_BASEPOD = ("NVIDIA DGX BasePOD reference architecture, Core Components "
                "latest/core-components.html)")
 DGX_A100 = ("NVIDIA DGX A100 User Guide, Introduction to the NVIDIA DGX A100 System "
             "(https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html)")
-DGX_1 = "NVIDIA DGX-1 with Tesla V100 System Architecture white paper (WP-08437-002)"
+DGX_1 = ("NVIDIA DGX-1 with Tesla V100 System Architecture white paper, WP-08437-002 "
+         "(https://images.nvidia.com/content/pdf/dgx1-v100-system-architecture-whitepaper.pdf)")
 # Nodes as NVIDIA's DGX servers build them: eight SXM GPUs on one NVLink/NVSwitch fabric, and one compute-fabric
 # NIC per GPU (DGX-1: four 100 Gb/s EDR NICs for eight GPUs). Bandwidth per device per direction, bytes/s.
 NODE_TOPOLOGY = {

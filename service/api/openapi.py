@@ -18,6 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi import routing as fastapi_routing
 from fastapi.routing import APIRoute
 
+from schemas.field_docs import describe
 from service.api.deps import get_catalog, get_session
 from service.api.responses import BAD_BODY
 
@@ -54,6 +55,7 @@ def _database_operations(app: FastAPI) -> set[tuple[str, str]]:
 def trimmed_document(app: FastAPI) -> dict[str, Any]:
     document = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes,
                            tags=app.openapi_tags)
+    describe(document.get("components", {}).get("schemas", {}))
     database = _database_operations(app)
     for path, item in document["paths"].items():
         for method, operation in item.items():

@@ -56,8 +56,9 @@ def model_catalog() -> tuple[dict[str, Any], ...]:
 def backfill_catalog_fields(connection: Connection, fields: tuple[str, ...]) -> None:
     """For a migration that adds columns: the shipped catalog's values of `fields`, with their citations, onto
     the catalog devices still as they shipped (a device deleted or replaced through the API is left alone)."""
+    structured = {"compute_peaks", "memory_levels", "citations", "default_matmul_tile", "microarchitecture"}
     devices = sa.table("devices", sa.column("id"), sa.column("origin"), sa.column("citations", sa.JSON),
-                       *(sa.column(name) for name in fields))
+                       *(sa.column(name, sa.JSON) if name in structured else sa.column(name) for name in fields))
     for entry in nominal_catalog():
         if all(entry.get(name) is None for name in fields):
             continue

@@ -172,3 +172,17 @@ def test_every_path_parameter_has_an_example(client):
                for method, operation in item.items() for p in operation.get("parameters", [])
                if p["in"] == "path" and not (p.get("examples") or p.get("example") or p["schema"].get("examples"))]
     assert missing == []
+
+
+def test_catalog_citations_are_a_title_and_an_address_not_notes(client):
+    import re
+
+    sources = []
+    for summary in client.get("/v1/devices").json():
+        device = client.get(f"/v1/devices/{summary['id']}").json()
+        sources += [p["citation"] for p in device["compute_peaks"]] + [m["citation"] for m in device["memory_levels"]]
+        sources += list(device["citations"].values())
+    assert sources
+    for source in sources:
+        assert "seen;" not in source and " ; " not in source, source
+        assert re.search(r"\(https?://\S+\)", source) or source.startswith("team datasheet collection"), source

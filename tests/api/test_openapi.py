@@ -51,3 +51,20 @@ def test_conventions_endpoint(client):
     assert body["bytes_per_element"]["bf16"] == 2 and body["bytes_per_element"]["int4"] == 0.5
     assert body["flops_per_element"]["silu"] == 4 and body["flops_per_element"]["embedding"] == 0
     assert body["compute_unit_by_kind"]["matmul"] == "tensor" and body["compute_unit_by_kind"]["softmax"] == "vector"
+
+
+UNIT_WORDS = {r"_bytes$": "bytes", r"(?<!per)_s$": "second", r"_bytes_per_s$": "bytes/s",
+              r"(^|_)flops_per_s$": "FLOP/s", r"_hz$": "Hz", r"_w$": " W"}
+
+
+def test_every_schema_property_says_what_it_is_with_its_unit(client):
+    import re
+
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    undescribed = [f"{name}.{prop}" for name, schema in schemas.items()
+                   for prop, body in (schema.get("properties") or {}).items() if not body.get("description")]
+    assert undescribed == []
+    # A field whose name carries a unit names it in its description too.
+    unitless = [f"{name}.{prop}" for name, schema in schemas.items() for prop, body in (schema.get("properties") or {}).items()
+                for pattern, word in UNIT_WORDS.items() if re.search(pattern, prop) and word not in body["description"]]
+    assert unitless == []
