@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate test test-fast clean bench bench-sweep bench-in-process bench-plan
+.PHONY: install install-test serve migrate test test-fast clean bench bench-sweep bench-in-process bench-plan bench-access-log
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,7 @@ test: install-test
 	$(BIN)/python -m pytest
 	@if $(BIN)/python -c "import psycopg, sys; psycopg.connect('$(POSTGRES_TEST_URL)'.replace('+psycopg', ''), connect_timeout=3).close()" 2>/dev/null; then \
 		echo "== the suite again on PostgreSQL"; \
-		ROOFLINE_TEST_POSTGRES=$(POSTGRES_TEST_URL) $(BIN)/python -m pytest -m "not crosscheck" -p no:cacheprovider; \
+		ROOFLINE_TEST_POSTGRES=$(POSTGRES_TEST_URL) $(BIN)/python -m pytest -m "not crosscheck and not dialect_free" -p no:cacheprovider; \
 	else \
 		echo "PostgreSQL is not reachable at $(POSTGRES_TEST_URL): its run is skipped"; test -z "$(REQUIRE_POSTGRES)"; \
 	fi
@@ -69,3 +69,7 @@ bench-plan: install
 # Each endpoint's cost per request through the whole ASGI app, no socket, against the bare ceiling.
 bench-in-process: install
 	$(BIN)/python bench/in_process.py
+
+# The access log's cost per request: every request logged, one success in a hundred, none; interleaved.
+bench-access-log: install
+	$(BIN)/python bench/access_log.py 2>/dev/null

@@ -218,8 +218,10 @@ def main() -> None:
         get_script = lua_script(scratch, "ceiling", "GET", None)
         for workers in (1, 2):
             database = scratch / f"bench-{workers}.db"
+            # The access log on, sampled as the README advises for a scheduler's hot path (errors always
+            # logged, one success in a hundred); its cost per line is what `make bench-access-log` measures.
             env = {"ROOFLINE_DATABASE_URL": f"sqlite:///{database}", "ROOFLINE_API_TOKENS": f"bench={TOKEN}",
-                   "ROOFLINE_LOG_LEVEL": "WARNING"}
+                   "ROOFLINE_LOG_LEVEL": "INFO", "ROOFLINE_ACCESS_LOG_SAMPLE": "0.01"}
             subprocess.run([sys.executable, "-m", "service.persistence.migrate"], cwd=ROOT, env={**os.environ, **env}, check=True,
                            stdout=subprocess.DEVNULL)
             # Both servers stay up (an idle one costs nothing); every round drives the ceiling and then each

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
-from starlette.middleware.gzip import GZipMiddleware
 
 from service.api import openapi
 from service.api.responses import INVALID, UNAVAILABLE
@@ -17,7 +17,7 @@ from service.persistence.catalog import DeviceCatalog
 from service.runtime.config import Settings, get_settings
 from service.persistence.db import make_engine
 from service.runtime.errors import install_error_handlers
-from service.runtime.limits import AdmissionMiddleware, BodySizeLimitMiddleware
+from service.runtime.limits import AdmissionMiddleware, BodySizeLimitMiddleware, GZipWhenAccepted
 from service.persistence.migrate import pending_migration, upgrade
 from service.runtime.observability import ObservabilityMiddleware, configure_logging
 
@@ -38,6 +38,13 @@ per-operator table, the memory fit and the serving figures update as the inputs 
 
 
 GZIP_MINIMUM_BYTES = 16 * 1024
+
+
+def telemetry_options(enabled: bool) -> dict:
+    """FastAPI's native OpenTelemetry switches, where this FastAPI has them (0.16x on)."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": {"tracing": enabled, "metrics": enabled, "logs": enabled}}
 
 TAGS = [
     {"name": "analysis", "description": "Roofline analyses: operators, models, KV capacity, fusion, sweeps, comparisons"},
@@ -79,16 +86,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # Swagger UI and ReDoc assets are served by the service itself: the docs work on a closed network.
     app = FastAPIOffline(title="Roofline service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
-                         openapi_tags=TAGS, redoc_url=None, swagger_ui_parameters={"validatorUrl": None})
+                         openapi_tags=TAGS, redoc_url=None, swagger_ui_parameters={"validatorUrl": None},
+                         **telemetry_options(settings.opentelemetry))
     app.state.settings = settings
     app.state.writer_tokens = settings.writer_tokens()
     configure_logging(settings.log_level)
     # Large answers (a 4,096-point sweep is about a megabyte) travel compressed to clients that accept it;
     # small ones are not worth the CPU.
-    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_BYTES)
+    app.add_middleware(GZipWhenAccepted, minimum_size=GZIP_MINIMUM_BYTES)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AdmissionMiddleware, max_in_flight=settings.max_in_flight)
-    app.add_middleware(ObservabilityMiddleware)
+    app.add_middleware(ObservabilityMiddleware, access_log_sample=settings.access_log_sample)
     install_error_handlers(app)
     openapi.install(app)
     # Routes are matched in order: the hot analysis paths first.

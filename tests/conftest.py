@@ -153,3 +153,10 @@ def record_artifact(path: Path) -> None:
 def pytest_terminal_summary(terminalreporter):
     for path in _ARTIFACTS:
         terminalreporter.write_line(f"artifact: {path}")
+
+
+def pytest_collection_modifyitems(items):
+    """The pure core's tests touch no database: the PostgreSQL run skips them with the other dialect-free ones."""
+    for item in items:
+        if "tests/core/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.dialect_free)

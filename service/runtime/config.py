@@ -63,6 +63,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = 1_048_576
     # Requests one worker serves at once (probes and metrics aside); more get 503 `overloaded`.
     max_in_flight: int = Field(64, ge=1, le=100_000)
+    # The share of successful (1xx-3xx) requests that get an access-log line; errors always do. 1 logs every
+    # request; a scheduler's hot path can set 0.01 (one line in a hundred) and read /metrics for the rest.
+    access_log_sample: float = Field(1.0, ge=0.0, le=1.0)
+    # FastAPI's own OpenTelemetry instrumentation (traces, metrics and logs to a configured provider). Off: the
+    # service exports Prometheus metrics and JSON logs of its own, and unconfigured the instrumentation still
+    # looks its providers up on every request.
+    opentelemetry: bool = False
 
     @field_validator("api_tokens")
     @classmethod

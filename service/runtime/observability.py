@@ -86,8 +86,11 @@ def _children(method: str, route: str, status: int):
 
 
 class ObservabilityMiddleware:
-    def __init__(self, app):
+    def __init__(self, app, access_log_sample: float = 1.0):
         self.app = app
+        # Every n-th successful request is logged (a counter, not a coin: the rate is exact and costs nothing).
+        self._log_every = 0 if access_log_sample <= 0 else max(1, round(1 / access_log_sample))
+        self._successes = 0
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -131,7 +134,15 @@ class ObservabilityMiddleware:
             requests, latency = _children(method, route, status)
             requests.inc()
             latency.observe(elapsed)
-            if access_log.isEnabledFor(logging.INFO):
+            if self._sampled(status) and access_log.isEnabledFor(logging.INFO):
                 access_log.info("request", extra={"method": method, "route": route, "status": status,
                                                   "duration_ms": round(elapsed * 1000, 3), "request_id": request_id})
             request_id_var.reset(token)
+
+    def _sampled(self, status: int) -> bool:
+        if status >= 400:
+            return True
+        if not self._log_every:
+            return False
+        self._successes += 1
+        return self._successes % self._log_every == 0 or self._log_every == 1

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+pytestmark = pytest.mark.dialect_free  # the page reads the API, not the dialect: the SQLite run covers it
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if not (CHROMIUM and CHROMEDRIVER):
     if os.environ.get("REQUIRE_BROWSER"):

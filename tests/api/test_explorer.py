@@ -14,6 +14,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
+pytestmark = pytest.mark.dialect_free  # the page reads the API, not the dialect: the SQLite run covers it
 ARTIFACTS = Path(os.environ.get("ROOFLINE_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
 
 

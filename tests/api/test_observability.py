@@ -59,3 +59,30 @@ def test_logs_are_json_with_the_request_id_and_no_token_or_body(client, caplog):
     assert all(json.loads(line)["request_id"] for line in lines)
     everything = "\n".join(lines)
     assert TOKEN not in everything and "wrong-secret" not in everything and "secret-tool-name" not in everything
+
+
+def test_a_sampled_access_log_keeps_every_error_and_one_success_in_n(settings, caplog):
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+
+    caplog.set_level(logging.INFO, logger="roofline")
+    with TestClient(create_app(settings.model_copy(update={"access_log_sample": 0.25}))) as sampled:
+        try:
+            before = metric(sampled.get("/metrics").text, "roofline_http_requests_total", route="/v1/analyze/operator",
+                            status="200")
+        except AssertionError:
+            before = 0.0  # no such request yet in this process (the registry is the process's)
+        logging.getLogger("roofline").addHandler(caplog.handler)
+        try:
+            for _ in range(8):
+                assert sampled.post("/v1/analyze/operator", json=GEMV).status_code == 200
+            for _ in range(3):
+                assert sampled.get("/v1/devices/does-not-exist").status_code == 404
+        finally:
+            logging.getLogger("roofline").removeHandler(caplog.handler)
+        metrics = sampled.get("/metrics").text
+    access = [r for r in caplog.records if r.name == "roofline.access"]
+    # 0.25: every 4th success (2 of 8), and each of the 3 errors; the metrics still count all 8.
+    assert [r.status for r in access].count(200) == 2 and [r.status for r in access].count(404) == 3
+    assert metric(metrics, "roofline_http_requests_total", route="/v1/analyze/operator", status="200") == before + 8

@@ -11,6 +11,8 @@ from service.persistence.catalog import nominal_catalog
 from tests.conftest import AUTH
 
 SVG = "{http://www.w3.org/2000/svg}"
+# Charts and pages do not depend on the database dialect: drawn once, in the SQLite run.
+pytestmark = pytest.mark.dialect_free
 XLINK = "{http://www.w3.org/1999/xlink}"
 
 
