@@ -13,14 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.analysis import OperatorAnalysisRequest
-from schemas.fusion import FusionRequest
-from schemas.batch import MAX_BATCH_WORK, BatchItem, BatchRequest, BatchResponse, BatchResult
+from schemas.batch import BATCH_REQUEST_MODELS, MAX_BATCH_WORK, BatchRequest, BatchResponse, BatchResult, TypedBatchRequest
 from schemas.common import ErrorResponse
-from schemas.models import KvCapacityRequest, ModelAnalysisRequest
-from schemas.plans import ServingPlanRequest
-from schemas.training import TrainingPlanRequest, TrainingRequest
-from schemas.sweeps import MAX_SWEEP_POINTS, CompareRequest, SweepRequest
+from schemas.sweeps import MAX_SWEEP_POINTS
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
 from service.translation.fusion_graphs import analyze_fusion
@@ -37,17 +32,19 @@ class Analysis:
     run: Callable[[Any, DeviceCatalog], BaseModel]
 
 
-ANALYSES: dict[str, Analysis] = {
-    "operator": Analysis(OperatorAnalysisRequest, analyze_operator_request),
-    "model": Analysis(ModelAnalysisRequest, analyze_model_request),
-    "kv-capacity": Analysis(KvCapacityRequest, kv_capacity_request),
-    "fusion": Analysis(FusionRequest, analyze_fusion),
-    "sweep": Analysis(SweepRequest, run_sweep),
-    "compare": Analysis(CompareRequest, compare_devices),
-    "plan-serving": Analysis(ServingPlanRequest, plan_serving),
-    "training": Analysis(TrainingRequest, analyze_training_request),
-    "plan-training": Analysis(TrainingPlanRequest, plan_training),
+RUNS: dict[str, Callable[[Any, DeviceCatalog], BaseModel]] = {
+    "operator": analyze_operator_request,
+    "model": analyze_model_request,
+    "kv-capacity": kv_capacity_request,
+    "fusion": analyze_fusion,
+    "sweep": run_sweep,
+    "compare": compare_devices,
+    "plan-serving": plan_serving,
+    "training": analyze_training_request,
+    "plan-training": plan_training,
 }
+# The request models are the contract's (schemas.batch names them for the batch endpoint's one-pass parse).
+ANALYSES: dict[str, Analysis] = {name: Analysis(BATCH_REQUEST_MODELS[name], run) for name, run in RUNS.items()}
 # Registered below: run_batch runs the others.
 
 
@@ -65,15 +62,20 @@ def run_analysis(name: str, body: dict[str, Any], catalog: DeviceCatalog, loc: l
 BATCH_SLOTS = threading.BoundedSemaphore(2)
 
 
-def _work(item: BatchItem) -> int:
+def _work(item) -> int:
     """An item's cost in units of one operator or model step, from its request alone (before it runs)."""
     body = item.request
-    if item.analysis == "sweep":
+    if isinstance(body, BaseModel):  # validated: its fields are known good
+        if item.analysis == "sweep":
+            return max(1, len(body.values)) if body.values is not None else max(1, body.range.num or MAX_SWEEP_POINTS)
+        if item.analysis == "compare":
+            return len(body.device_ids)
+    elif item.analysis == "sweep":
         values, spacing = body.get("values"), body.get("range") or {}
         if isinstance(values, list):
             return max(1, len(values))
         return MAX_SWEEP_POINTS if not isinstance(spacing.get("num"), int) else max(1, spacing["num"])
-    if item.analysis == "compare":
+    elif item.analysis == "compare":
         devices = body.get("device_ids")
         return max(1, len(devices)) if isinstance(devices, list) else 1
     # A training step evaluates a model's rows three times over (forward, backward, recompute), and its
@@ -81,7 +83,7 @@ def _work(item: BatchItem) -> int:
     return {"plan-serving": 50, "training": 3, "plan-training": 3}.get(item.analysis, 1)
 
 
-def run_batch(request: BatchRequest, catalog: DeviceCatalog) -> BatchResponse:
+def run_batch(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> BatchResponse:
     """Each item through the same code as its own endpoint, in order; one item's error is that item's
     result, never the batch's. Items on one device share its roofs and evaluated rows."""
     work = sum(_work(item) for item in request.items)
@@ -96,7 +98,10 @@ def run_batch(request: BatchRequest, catalog: DeviceCatalog) -> BatchResponse:
     with BATCH_SLOTS, shared_evaluators():
         for index, item in enumerate(request.items):
             try:
-                answer = run_analysis(item.analysis, item.request, catalog, loc=["body", "items", str(index), "request"])
+                if isinstance(item.request, BaseModel):
+                    answer = ANALYSES[item.analysis].run(item.request, catalog)
+                else:
+                    answer = run_analysis(item.analysis, item.request, catalog, loc=["body", "items", str(index), "request"])
             except ServiceError as exc:
                 results.append(BatchResult(id=item.id, status=exc.status_code, error=ErrorResponse(
                     error=exc.code, detail=exc.detail, fields=exc.fields)))
