@@ -24,7 +24,7 @@ from service.api.deps import CatalogDep
 from service.api.lean_route import LeanAnalysisRoute
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.api.responses import INVALID, NOT_FOUND
-from service.translation.analyses import run_batch
+from service.translation.analyses import run_batch_json
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.model_analyses import analyze_model_request, kv_capacity_request
 from service.runtime.observability import count_analysis
@@ -130,7 +130,8 @@ def analyze_fusion_route(
     ),
 )
 def batch_route(body: BatchRequest, catalog: CatalogDep) -> Response:
-    return answered(run_batch(body, catalog), "batch")
+    count_analysis("batch")
+    return Response(run_batch_json(body, catalog), media_type="application/json")
 
 
 # A sweep can take a few hundred milliseconds: a plain def runs it in the thread pool, off the event loop.
