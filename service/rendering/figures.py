@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
 
 # One colour per memory level (cool hues) and a sequence for compute roofs (warm and dark hues), chosen from
 # the Tableau and ColorBrewer sets so that no two read alike; points are coloured by bound in two more.
@@ -88,7 +87,37 @@ def finished(fig, image_format: str, title: str, description: str) -> bytes:
     data = buffer.getvalue()
     if image_format != "svg":
         return data
-    text = data.decode()
-    start = text.index(">", text.index("<svg")) + 1
-    meta = f"\n <title>{escape(title)}</title>\n <desc>{escape(description)}</desc>"
-    return (text[:start] + meta + text[start:]).encode()
+    return _with_ids(data, title, description)
+
+
+SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
+
+
+def _with_ids(svg: bytes, title: str, description: str) -> bytes:
+    """The SVG with a <title> and a <desc> first, and an id on every drawn element: matplotlib names its groups,
+    and each element inside one without a name of its own is called after its group and its place in it."""
+    import xml.etree.ElementTree as ET
+
+    ET.register_namespace("", SVG_NS)
+    ET.register_namespace("xlink", XLINK_NS)
+    root = ET.fromstring(svg)
+    for tag, text in (("desc", description), ("title", title)):
+        element = ET.Element(f"{{{SVG_NS}}}{tag}")
+        element.text = text
+        root.insert(0, element)
+
+    def name(element, owner: str, path: str) -> None:
+        """`owner`: the nearest named ancestor; generated ids start with "el-", apart from the chart's own names."""
+        for index, child in enumerate(element):
+            tag = child.tag.rsplit("}", 1)[-1]
+            if tag in ("title", "desc", "style", "defs"):
+                continue
+            place = f"{path}{tag}{index}"
+            if child.get("id") is None:
+                child.set("id", f"el-{owner}-{place}")
+                name(child, owner, place + "-")
+            else:
+                name(child, child.get("id"), "")
+
+    name(root, "chart", "")
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)

@@ -73,6 +73,19 @@ def test_default_chart_of_every_device_reads_without_a_legend(client, device_id)
     left, top, right, bottom = axes_box(root)
     assert all(left <= b[0] and b[2] <= right and top <= b[1] and b[3] <= bottom for b in labels.values())
     assert root.find(f"{SVG}title").text and "Axes:" in root.find(f"{SVG}desc").text
+    # An id on every drawn element (definitions, styles and metadata aside), none repeated.
+    drawn = [e for e in drawn_elements(root)]
+    assert drawn and all(e.get("id") for e in drawn)
+    assert len({e.get("id") for e in drawn}) == len(drawn)
+
+
+def drawn_elements(element):
+    for child in element:
+        tag = child.tag.rsplit("}", 1)[-1]
+        if tag in ("defs", "style", "title", "desc", "metadata"):
+            continue
+        yield child
+        yield from drawn_elements(child)
 
 
 def test_equal_roofs_are_drawn_once_and_ridges_only_where_asked(client):
