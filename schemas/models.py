@@ -85,26 +85,32 @@ class Speedup(StrictModel):
     factor: Annotated[float, Field(gt=0, le=1e6)] = Field(description="How many times faster those rows become")
 
 
-class MemoryOptions(StrictModel):
-    """How much of a device's memory an engine may use, and how it pages the KV cache."""
+class UsableMemory(StrictModel):
+    """How much of a device's memory a serving engine or a training step may use."""
 
     memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
-        None, description="Fraction of the usable memory the engine may take, as vLLM's gpu_memory_utilization "
-                          "(default 1.0); applies to the device's usable_memory_bytes (what the runtime exposes), or to "
-                          "the as-built capacity where the device has no such figure")
+        None, description="Fraction of the usable memory the engine (or training step) may take, as vLLM's "
+                          "gpu_memory_utilization (default 1.0); applies to the device's usable_memory_bytes (what the "
+                          "runtime exposes), or to the as-built capacity where the device has no such figure")
     memory_capacity_bytes: PositiveFinite | None = Field(None, description="Explicit usable bytes per device, "
                                                                            "instead of the device's figure")
-    workspace_bytes: NonNegativeFinite = Field(0, description="Runtime reserve per device beyond the estimated "
-                                                              "activations (CUDA graphs, allocator slack), bytes")
-    block_size: Annotated[int, Field(ge=1, le=1024)] = Field(
-        16, description="Tokens per KV-cache block: each request's cache rounds up to whole blocks (vLLM's default "
-                        "16; 1 = a contiguous cache)")
+    workspace_bytes: NonNegativeFinite = Field(0, description="Reserve per device beyond the tensors the analysis "
+                                                              "counts (CUDA graphs, allocator slack, communication "
+                                                              "buffers), bytes")
 
     @model_validator(mode="after")
     def _one_capacity(self):
         if self.memory_utilization is not None and self.memory_capacity_bytes is not None:
             raise ValueError("give memory_utilization or memory_capacity_bytes, not both")
         return self
+
+
+class MemoryOptions(UsableMemory):
+    """How much of a device's memory an engine may use, and how it pages the KV cache."""
+
+    block_size: Annotated[int, Field(ge=1, le=1024)] = Field(
+        16, description="Tokens per KV-cache block: each request's cache rounds up to whole blocks (vLLM's default "
+                        "16; 1 = a contiguous cache)")
 
 
 class ModelAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):

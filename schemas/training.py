@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.analysis import RoofOptions
-from schemas.common import DeviceId, DTypeName, NonNegativeFinite, PositiveFinite, StrictModel
-from schemas.models import Count, Length, ModelChoice, ParamCounts, RowOut
+from schemas.common import DeviceId, NonNegativeFinite, PositiveFinite, StrictModel
+from schemas.models import Count, Length, ModelChoice, ParamCounts, RowOut, UsableMemory
 
 Degree = Annotated[int, Field(ge=1, le=65_536)]
 # Floating-point types a training step can keep parameters, gradients and states in (no integer training).
@@ -25,7 +25,7 @@ class TrainingDTypes(StrictModel):
                           "parameters are narrower than the optimizer states (mixed precision)")
 
 
-class TrainingStepOptions(RoofOptions):
+class TrainingStepOptions(RoofOptions, UsableMemory):
     """How one step runs: everything but the device, the model and the data-parallel degree."""
 
     seq_len: Length = Field(description="Tokens per sequence")
@@ -62,18 +62,6 @@ class TrainingStepOptions(RoofOptions):
         None, le=1, description="Fixed cost of one intra-node collective or send, seconds; default the device's (5e-6)")
     inter_node_latency_s: NonNegativeFinite | None = Field(
         None, le=1, description="Fixed cost of one collective or send that crosses nodes, seconds; default 1e-5")
-    memory_capacity_bytes: PositiveFinite | None = Field(
-        None, description="Usable bytes per device, instead of the device's figure")
-    memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
-        None, description="Fraction of the device's usable memory the step may take (default 1.0)")
-    workspace_bytes: NonNegativeFinite = Field(0, description="Reserve per device beyond the counted tensors "
-                                                              "(allocator fragmentation, communication buffers), bytes")
-
-    @model_validator(mode="after")
-    def _one_capacity(self):
-        if self.memory_utilization is not None and self.memory_capacity_bytes is not None:
-            raise ValueError("give memory_utilization or memory_capacity_bytes, not both")
-        return self
 
 
 TRAINING_EXAMPLE = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "seq_len": 8192, "micro_batch_size": 1,
