@@ -114,7 +114,7 @@ def _advice(result: training.TrainingStep, chosen: str) -> RecomputeAdvice:
     elif not without:
         advice = f"fits only with recompute '{cheapest}'; {trade}"
     else:
-        advice = f"fits without recomputation" + (f" (recompute '{chosen}' was asked for)" if chosen != "none" else "") \
+        advice = "fits without recomputation" + (f" (recompute '{chosen}' was asked for)" if chosen != "none" else "") \
                  + f"; {trade}"
     return RecomputeAdvice(
         options=[RecomputeOptionOut(**vars(o), pays=o.pays) for o in result.recompute_options],
@@ -128,7 +128,7 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
     return [
         f"memory per device: parameters + gradients + optimizer states + activations + workspace = "
         f"{memory.required_bytes:.4g} bytes against {memory.usable_bytes:.4g} usable: "
-        + ("fits" if memory.fits else f"DOES NOT FIT (answered as a what-if)"),
+        + ("fits" if memory.fits else "DOES NOT FIT (answered as a what-if)"),
         basis,
         "counting: docs/training.md; forward = prefill rows without a KV-cache write, LM head over every token, "
         "cross-entropy over the logits; a matmul's backward = dgrad + wgrad, each its forward's FLOPs; attention's "
@@ -178,8 +178,7 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
         tokens_per_s=result.tokens_per_s, mfu=result.mfu, hfu=result.hfu, peak_flops_per_s=result.peak_flops_per_s,
         fits=memory.fits,
         memory=TrainingMemoryOut(**vars(memory), required_bytes=memory.required_bytes, fits=memory.fits,
-                                 headroom_bytes=max(0.0, memory.usable_bytes - memory.required_bytes),
-                                 shortfall_bytes=max(0.0, memory.required_bytes - memory.usable_bytes)),
+                                 headroom_bytes=memory.headroom_bytes, shortfall_bytes=memory.shortfall_bytes),
         recompute_advice=_advice(result, setup.recompute),
         compute_roof_source=result.compute_roof_source,
         memory_roof_source=evaluator.hbm.source.value,

@@ -39,6 +39,11 @@ class Parallelism:
     def devices(self) -> int:
         return self.data * self.tensor * self.pipeline
 
+    def shards(self, stage: int) -> int:
+        """Into how many pieces ZeRO cuts what it starts sharding at `stage` (1 optimizer states, 2 gradients,
+        3 parameters): the data-parallel degree from that stage on, else 1."""
+        return self.data if self.zero_stage >= stage else 1
+
 
 @dataclass(frozen=True)
 class TrainingDTypes:
@@ -109,6 +114,14 @@ class TrainingMemory:
     def fits(self) -> bool:
         return self.required_bytes <= self.usable_bytes
 
+    @property
+    def headroom_bytes(self) -> float:
+        return max(0.0, self.usable_bytes - self.required_bytes)
+
+    @property
+    def shortfall_bytes(self) -> float:
+        return max(0.0, self.required_bytes - self.usable_bytes)
+
 
 @dataclass(frozen=True)
 class RecomputeOption:
@@ -166,12 +179,10 @@ class TrainingStep:
 
 
 def _place(evaluator: Evaluator, row: Row, group: str, layers: int, link: Link | None) -> RowResult:
+    """A row at its roofs; a collective at the tensor-parallel group's link tier (not the device's one link)."""
     if not row.is_comm:
         return evaluator.evaluate(row, group, layers)
-    time_s = link.latency_s + row.comm_bytes / link.bandwidth_bytes_per_s
-    instances = layers * row.count
-    return RowResult(row.name, row.kind, group, layers, row.count, 0.0, row.comm_bytes, None, "interconnect", None,
-                     time_s, 0.0, 0.0, 0.0, instances, time_s * instances, 0.0, time_s)
+    return evaluator.collective(row, group, layers, link.bandwidth_bytes_per_s, link.latency_s)
 
 
 def _flops(rows: list[Row], layers: int = 1) -> float:
@@ -270,7 +281,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     backward_time = micro_batches * stage_time([p for p in placed if p.phase not in (FORWARD, RECOMPUTE)])
 
     memory, params_device = _memory(arch, setup, layers, last, hidden_bytes)
-    shard = params_device / (par.data if par.zero_stage >= 1 else 1)
+    shard = params_device / par.shards(1)
     optimizer = Row("optimizer_update", "optimizer", 1, optimizer_cost(
         shard, setup.optimizer, dtypes.parameters, dtypes.gradients, dtypes.optimizer_states, dtypes.keeps_master))
     optimizer_result = evaluator.evaluate(optimizer, "optimizer", 1)
@@ -291,8 +302,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         raise CostModelError("seq_len", "the step's counts exceed the floating-point range")
     sequences = micro_batches * par.data
     _, peak, compute_source = evaluator.compute_roof(next(r.cost for _, _, rows in layers.groups for r in rows if r.kind == "matmul"))
-    options = tuple(_recompute_option(policy, evaluator, setup, layers, last, memory, hidden_bytes)
-                    for policy in RECOMPUTE_POLICIES)
+    options = _recompute_options(evaluator, setup, layers, last, memory, hidden_bytes)
     return TrainingStep(
         rows=tuple(placed), communication=tuple(communication), memory=memory, recompute_options=options,
         model_flops_per_step=3 * forward_flops * sequences,
@@ -323,10 +333,9 @@ def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: lis
     activations, per_layer = _activations(setup, layers, last, setup.recompute, checkpoint_bytes)
     memory = TrainingMemory(
         parameters_per_device=params_device,
-        parameters_bytes=params_device * bytes_per_element(dtypes.parameters) / (par.data if par.zero_stage >= 3 else 1),
-        gradients_bytes=params_device * bytes_per_element(dtypes.gradients) / (par.data if par.zero_stage >= 2 else 1),
-        optimizer_bytes=params_device * dtypes.optimizer_bytes_per_parameter(setup.optimizer)
-        / (par.data if par.zero_stage >= 1 else 1),
+        parameters_bytes=params_device * bytes_per_element(dtypes.parameters) / par.shards(3),
+        gradients_bytes=params_device * bytes_per_element(dtypes.gradients) / par.shards(2),
+        optimizer_bytes=params_device * dtypes.optimizer_bytes_per_parameter(setup.optimizer) / par.shards(1),
         activations_bytes=activations, activations_per_layer_bytes=per_layer,
         in_flight_micro_batches=_in_flight(setup), workspace_bytes=setup.workspace_bytes,
         usable_bytes=setup.usable_bytes)
@@ -349,27 +358,32 @@ def _activations(setup: TrainingSetup, layers: _Layers, last: list[Row], policy:
     return _in_flight(setup) * stage_layers + transient + head, (checkpoint_bytes if policy == "full" else largest)
 
 
-def _recompute_option(policy: str, evaluator: Evaluator, setup: TrainingSetup, layers: _Layers, last: list[Row],
-                      memory: TrainingMemory, checkpoint_bytes: float) -> RecomputeOption:
+def _recompute_options(evaluator: Evaluator, setup: TrainingSetup, layers: _Layers, last: list[Row],
+                       memory: TrainingMemory, checkpoint_bytes: float) -> tuple[RecomputeOption, ...]:
+    """Each policy against keeping everything: the activation memory it leaves, what it frees, the FLOPs it
+    recomputes (F_re) at their compute roofs, and the HBM traffic of what it does not keep (Q_saved)."""
     act, micro_batches = setup.dtypes.activations, setup.gradient_accumulation_steps
-    at_policy, _ = _activations(setup, layers, last, policy, checkpoint_bytes)
     without, _ = _activations(setup, layers, last, "none", checkpoint_bytes)
-    # Per micro-batch, the stage's saved tensors this policy does not keep: written once in the forward and
-    # read once in the backward when kept.
-    kept_none, _ = layers.saved_per_layer(act, "none", checkpoint_bytes)
-    kept_policy, _ = layers.saved_per_layer(act, policy, checkpoint_bytes)
-    traffic = 2 * (kept_none - kept_policy) * micro_batches
-    flops = recompute_time = 0.0
-    for _, count, rows in layers.groups:
-        for row in _recomputed(policy, rows, act):
-            if row.is_comm:
-                continue
-            instances = row.count * count * layers.share * micro_batches
-            flops += row.cost.flops * instances
-            recompute_time += evaluator.times(row.cost)[0] * instances
-    fits = memory.required_bytes - memory.activations_bytes + at_policy <= memory.usable_bytes
-    return RecomputeOption(policy, at_policy, max(0.0, without - at_policy), flops, recompute_time, traffic,
-                           traffic / evaluator.hbm.bytes_per_s, fits)
+    kept_without, _ = layers.saved_per_layer(act, "none", checkpoint_bytes)
+    options = []
+    for policy in RECOMPUTE_POLICIES:
+        at_policy, _ = _activations(setup, layers, last, policy, checkpoint_bytes)
+        # Per micro-batch, the stage's saved tensors this policy does not keep: written once in the forward and
+        # read once in the backward when kept.
+        kept, _ = layers.saved_per_layer(act, policy, checkpoint_bytes)
+        traffic = 2 * (kept_without - kept) * micro_batches
+        flops = recompute_time = 0.0
+        for _, count, rows in layers.groups:
+            for row in _recomputed(policy, rows, act):
+                if row.is_comm:
+                    continue
+                instances = row.count * count * layers.share * micro_batches
+                flops += row.cost.flops * instances
+                recompute_time += evaluator.times(row.cost)[0] * instances
+        fits = memory.required_bytes - memory.activations_bytes + at_policy <= memory.usable_bytes
+        options.append(RecomputeOption(policy, at_policy, max(0.0, without - at_policy), flops, recompute_time,
+                                       traffic, traffic / evaluator.hbm.bytes_per_s, fits))
+    return tuple(options)
 
 
 def _data_parallel(topology: Topology, setup: TrainingSetup, params_device: float) -> list[Collective]:
@@ -383,18 +397,14 @@ def _data_parallel(topology: Topology, setup: TrainingSetup, params_device: floa
     link = topology.link_for(par.tensor * par.data, "data-parallel")
     grads = params_device * bytes_per_element(dtypes.gradients)
     params = params_device * bytes_per_element(dtypes.parameters)
-    n, m = par.data, setup.gradient_accumulation_steps
+    n, m, waited_on = par.data, setup.gradient_accumulation_steps, not setup.overlap_data_parallel
     if par.zero_stage == 0:
         return [Collective("gradient all-reduce", "all_reduce", "data", n, grads, ring_all_reduce_bytes(n, grads), 1,
-                           link, not setup.overlap_data_parallel)]
+                           link, waited_on)]
     scatters = 1 if par.zero_stage == 1 else m
-    collectives = [Collective("gradient reduce-scatter", "reduce_scatter", "data", n, grads,
-                              ring_shard_bytes(n, grads), scatters, link, not setup.overlap_data_parallel)]
-    if par.zero_stage == 3:
-        collectives.append(Collective("parameter all-gathers (before each forward and backward)", "all_gather", "data",
-                                      n, params, ring_shard_bytes(n, params), 2 * m, link,
-                                      not setup.overlap_data_parallel))
-    else:
-        collectives.append(Collective("updated-parameter all-gather", "all_gather", "data", n, params,
-                                      ring_shard_bytes(n, params), 1, link, not setup.overlap_data_parallel))
-    return collectives
+    gathered = (("parameter all-gathers (before each forward and backward)", 2 * m) if par.zero_stage == 3
+                else ("updated-parameter all-gather", 1))
+    return [Collective("gradient reduce-scatter", "reduce_scatter", "data", n, grads, ring_shard_bytes(n, grads),
+                       scatters, link, waited_on),
+            Collective(gathered[0], "all_gather", "data", n, params, ring_shard_bytes(n, params), gathered[1], link,
+                       waited_on)]

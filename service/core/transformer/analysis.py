@@ -125,14 +125,19 @@ class Evaluator:
             self._hbm = require_memory_roof(self.device, self.measured, MemoryLevelName.hbm, self.mode)
         return self._hbm
 
+    @staticmethod
+    def collective(row: Row, group: str, layers: int, bandwidth_bytes_per_s: float, latency_s: float) -> RowResult:
+        """A collective row at a link: its fixed latency plus its bytes per device over the link's bandwidth."""
+        return _row(row.name, row.kind, group, layers, row.count, 0.0, row.comm_bytes, None, "interconnect",
+                    None, 0.0, latency_s + row.comm_bytes / bandwidth_bytes_per_s, 0.0, 0.0, 0.0)
+
     def _evaluate(self, row: Row, group: str, layers: int) -> RowResult:
         if row.is_comm:
             link = self.device.interconnect_bandwidth_bytes_per_s
             if not link:
                 raise CostModelError("tensor_parallel", f"device {self.device.id} has no interconnect bandwidth")
             latency = self.collective_latency_s if self.collective_latency_s is not None else self.device.collective_latency_s
-            return _row(row.name, row.kind, group, layers, row.count, 0.0, row.comm_bytes, None, "interconnect",
-                        None, 0.0, latency + row.comm_bytes / link, 0.0, 0.0, 0.0)
+            return self.collective(row, group, layers, link, latency)
         cost = row.cost
         flops_per_s = self.compute_roof(cost)[0]
         bandwidth = self.hbm.bytes_per_s
