@@ -99,7 +99,8 @@ class LeanAnalysisRoute(APIRoute):
                 except ValidationError:
                     pass  # the documented model decides, and words the errors
             try:
-                body = body or validate(raw)
+                if body is None:
+                    body = validate(raw)
             except ValidationError as exc:
                 if not any(error["type"] == "json_invalid" for error in exc.errors()):
                     raise _located(exc) from None

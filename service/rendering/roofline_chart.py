@@ -159,7 +159,7 @@ def roofline_figure(device: DeviceSpec, measured: MeasuredRoofs, *, dtypes: list
                    f"Roofs of {device.id}: " + "; ".join(
         f"{', '.join(c.names)} {c.value:.4g} FLOP/s ({c.source})" for c in computes) + "; " + "; ".join(
         f"{m.names[0]} {m.value:.4g} bytes/s ({m.source})" for m in memories)
-        + (f". Points: " + "; ".join(f"{p.name} at {p.arithmetic_intensity:.4g} FLOP/byte, {p.flops_per_s:.4g} FLOP/s, "
+        + (". Points: " + "; ".join(f"{p.name} at {p.arithmetic_intensity:.4g} FLOP/byte, {p.flops_per_s:.4g} FLOP/s, "
                                        f"{p.bound}-bound" for p in drawn) if drawn else ""))
     return finished(fig, image_format, title or f"Roofline of {device.name}", description)
 

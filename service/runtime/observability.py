@@ -145,4 +145,4 @@ class ObservabilityMiddleware:
         if not self._log_every:
             return False
         self._successes += 1
-        return self._successes % self._log_every == 0 or self._log_every == 1
+        return self._successes % self._log_every == 0

@@ -10,7 +10,6 @@ from service.api.deps import DevicePath, SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
 from service.translation.device_views import device_public, device_summary, profile_spec, with_derived_peaks
 from service.persistence.catalog import nominal_catalog
-from service.persistence.tables import Device
 from service.runtime.errors import DeviceNotFound
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
