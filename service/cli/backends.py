@@ -7,6 +7,7 @@ service's status, code, detail and fields, so the commands never care which one 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -65,10 +66,10 @@ class LocalBackend:
             return [device_summary(d).model_dump(mode="json") for d in repository.list_devices(session)]
 
     def analyze(self, analysis: str, body: dict[str, Any]) -> dict[str, Any]:
-        from service.translation.analyses import run_analysis
+        from service.translation.analyses import run_analysis_json
 
         with self._errors():
-            return run_analysis(analysis, body, self._catalog).model_dump(mode="json")
+            return json.loads(run_analysis_json(analysis, body, self._catalog))
 
     def plot(self, body: dict[str, Any]) -> bytes:
         from pydantic import ValidationError

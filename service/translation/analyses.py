@@ -12,15 +12,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_json
 
-from schemas.batch import BATCH_REQUEST_MODELS, MAX_BATCH_WORK, BatchRequest, BatchResponse, BatchResult, TypedBatchRequest
+from schemas.batch import BATCH_REQUEST_MODELS, MAX_BATCH_WORK, BatchRequest, BatchResult, TypedBatchRequest
 from schemas.common import ErrorResponse
 from schemas.sweeps import MAX_SWEEP_POINTS
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
 from service.translation.fusion_graphs import analyze_fusion
-from service.translation.model_analyses import analyze_model_request, kv_capacity_request, shared_evaluators
-from service.translation.operator_analyses import analyze_operator_request
+from service.translation.model_analyses import (
+    analyze_model_request, kv_capacity_request, model_answer_json, shared_evaluators,
+)
+from service.translation.operator_analyses import analyze_operator_request, operator_answer_json
 from service.translation.serving_plans import plan_serving
 from service.translation.sweeps import compare_devices, run_sweep
 from service.translation.training_analyses import analyze_training_request, plan_training
@@ -29,7 +32,14 @@ from service.translation.training_analyses import analyze_training_request, plan
 @dataclass(frozen=True)
 class Analysis:
     request_model: type[BaseModel]
-    run: Callable[[Any, DeviceCatalog], BaseModel]
+    run: Callable[[Any, DeviceCatalog], BaseModel] | None  # the answer as its response model
+    # The answer's JSON written straight from its fields (the hot analyses), the same bytes as the model's.
+    write_json: Callable[[Any, DeviceCatalog], bytes] | None = None
+
+    def answer_json(self, request: BaseModel, catalog: DeviceCatalog) -> bytes:
+        if self.write_json is not None:
+            return self.write_json(request, catalog)
+        return self.run(request, catalog).model_dump_json().encode()
 
 
 RUNS: dict[str, Callable[[Any, DeviceCatalog], BaseModel]] = {
@@ -43,20 +53,25 @@ RUNS: dict[str, Callable[[Any, DeviceCatalog], BaseModel]] = {
     "training": analyze_training_request,
     "plan-training": plan_training,
 }
+WRITES_JSON: dict[str, Callable[[Any, DeviceCatalog], bytes]] = {
+    "operator": operator_answer_json,
+    "model": model_answer_json,
+}
 # The request models are the contract's (schemas.batch names them for the batch endpoint's one-pass parse).
-ANALYSES: dict[str, Analysis] = {name: Analysis(BATCH_REQUEST_MODELS[name], run) for name, run in RUNS.items()}
-# Registered below: run_batch runs the others.
+ANALYSES: dict[str, Analysis] = {name: Analysis(BATCH_REQUEST_MODELS[name], run, WRITES_JSON.get(name))
+                                 for name, run in RUNS.items()}
+# Registered below: the batch runs the others.
 
 
-def run_analysis(name: str, body: dict[str, Any], catalog: DeviceCatalog, loc: list[str] | None = None) -> BaseModel:
-    """Validates a body as the named analysis's request and answers it; a ServiceError on bad input,
+def run_analysis_json(name: str, body: dict[str, Any], catalog: DeviceCatalog, loc: list[str] | None = None) -> bytes:
+    """Validates a body as the named analysis's request and answers it as JSON; a ServiceError on bad input,
     located as the body sits in the caller's request (`loc`, default `body`)."""
     analysis = ANALYSES[name]
     try:
         request = analysis.request_model.model_validate(body)
     except ValidationError as exc:
         raise invalid_nested(exc, loc or ["body"]) from None
-    return analysis.run(request, catalog)
+    return analysis.answer_json(request, catalog)
 
 
 BATCH_SLOTS = threading.BoundedSemaphore(2)
@@ -83,9 +98,9 @@ def _work(item) -> int:
     return {"plan-serving": 50, "training": 3, "plan-training": 3}.get(item.analysis, 1)
 
 
-def _batch_results(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> Iterator[BatchResult]:
-    """Each item through the same code as its own endpoint, in order; one item's error is that item's
-    result, never the batch's. Items on one device share its roofs and evaluated rows."""
+def _batch_results(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> Iterator[bytes]:
+    """Each item's BatchResult JSON, through the same code as its own endpoint, in order; one item's error is
+    that item's result, never the batch's. Items on one device share its roofs and evaluated rows."""
     work = sum(_work(item) for item in request.items)
     if work > MAX_BATCH_WORK:
         reason = (f"the items cost {work:,} units (a sweep counts its points, a comparison its devices, a serving plan "
@@ -98,26 +113,22 @@ def _batch_results(request: BatchRequest | TypedBatchRequest, catalog: DeviceCat
         for index, item in enumerate(request.items):
             try:
                 if isinstance(item.request, BaseModel):
-                    answer = ANALYSES[item.analysis].run(item.request, catalog)
+                    answer = ANALYSES[item.analysis].answer_json(item.request, catalog)
                 else:
-                    answer = run_analysis(item.analysis, item.request, catalog, loc=["body", "items", str(index), "request"])
+                    answer = run_analysis_json(item.analysis, item.request, catalog,
+                                               loc=["body", "items", str(index), "request"])
             except ServiceError as exc:
                 yield BatchResult(id=item.id, status=exc.status_code, error=ErrorResponse(
-                    error=exc.code, detail=exc.detail, fields=exc.fields))
+                    error=exc.code, detail=exc.detail, fields=exc.fields)).model_dump_json().encode()
                 continue
-            # Built without revalidating the answer its own analysis has just validated.
-            yield BatchResult.model_construct(id=item.id, status=200, result=answer, error=None)
-
-
-def run_batch(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> BatchResponse:
-    return BatchResponse(results=list(_batch_results(request, catalog)))
+            # BatchResult's JSON, its fields in order, around the answer's own.
+            yield b'{"id":' + to_json(item.id) + b',"status":200,"result":' + answer + b',"error":null}'
 
 
 def run_batch_json(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> bytes:
     """The batch's answer as BatchResponse JSON, each result serialised as soon as it is computed: a worker holds
     the answers' bytes, not a thousand answers' objects (1,000 model steps are about 8 MB of JSON)."""
-    parts = [result.model_dump_json().encode() for result in _batch_results(request, catalog)]
-    return b'{"results":[' + b",".join(parts) + b"]}"
+    return b'{"results":[' + b",".join(_batch_results(request, catalog)) + b"]}"
 
 
-ANALYSES["batch"] = Analysis(BatchRequest, run_batch)
+ANALYSES["batch"] = Analysis(BatchRequest, None, run_batch_json)

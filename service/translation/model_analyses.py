@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from operator import attrgetter
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import to_json
 
 from schemas.models import (
-    GenericArchitecture, KvCapacity, KvCapacityRequest, KvMix, ModelAchieved, ModelAnalysis, ModelAnalysisRequest,
-    ModelChoice, ModelPublic, ModelTotals, ParamCounts, RowOut, StepMemoryOut, WhatIf,
+    GenericArchitecture, KvCapacity, KvCapacityRequest, KvMix, ModelAnalysis, ModelAnalysisRequest,
+    ModelChoice, ModelPublic, ModelTotals, RowOut, StepMemoryOut, WhatIf,
 )
 from service.persistence.catalog import DeviceCatalog
 from service.core.dtypes import weight_group_size
@@ -33,8 +35,11 @@ from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
 from service.persistence.tables import ModelConfig
+from service.translation.plain_fields import plain_fields
 
 ROWS = TypeAdapter(list[RowOut])
+ROW_FIELDS = tuple(RowOut.model_fields)
+_row_values = attrgetter(*ROW_FIELDS)
 
 
 def architecture_of(config: dict[str, Any], prefix: str = "model") -> Architecture:
@@ -192,7 +197,13 @@ def step_memory_for(request: ModelAnalysisRequest, arch: Architecture, device) -
     return step_memory_at(budget, request), peak_context(request)[0], basis
 
 
-def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> ModelAnalysis:
+def _row_fields(row) -> dict:
+    """A RowOut's fields from an evaluated row."""
+    return dict(zip(ROW_FIELDS, _row_values(row)))
+
+
+def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> dict:
+    """The ModelAnalysis fields of a validated request, in the model's order (see operator_analyses)."""
     name, arch, result, prefill = run_model_analysis(request, catalog)
     memory, context, basis = step_memory_for(request, arch, catalog.get(request.device_id))
     memory_notes = [
@@ -206,10 +217,9 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
     achieved = None
     if request.measured_time_s is not None:
         flops_per_s = result.totals.flops / request.measured_time_s
-        achieved = ModelAchieved(measured_time_s=request.measured_time_s, flops_per_s=flops_per_s,
-                                 mfu=flops_per_s / result.peak_flops_per_s if result.peak_flops_per_s else None,
-                                 roof_fraction=result.totals.time_s / request.measured_time_s)
-    totals = result.totals
+        achieved = {"measured_time_s": request.measured_time_s, "flops_per_s": flops_per_s,
+                    "mfu": flops_per_s / result.peak_flops_per_s if result.peak_flops_per_s else None,
+                    "roof_fraction": result.totals.time_s / request.measured_time_s}
     params = model_params(arch)
     what_if = []
     if request.speedups:
@@ -220,22 +230,30 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
                 what_if.append(amdahl(result.rows, pairs, label="all of the above"))
         except CostModelError as exc:
             raise unprocessable(exc, "body") from None
-    return ModelAnalysis(
-        what_if=[WhatIf(**vars(w)) for w in what_if],
-        device_id=request.device_id, model=name, phase=request.phase, batch_size=request.batch_size, seq_len=request.seq_len,
-        tensor_parallel=request.tensor_parallel, params=ParamCounts(total=params.total, active=params.active),
-        # From dicts by pydantic-core: faster than model_construct per row (the rows' extra fields are ignored).
-        rows=ROWS.validate_python([r._asdict() for r in result.rows]),
-        totals=ModelTotals(**vars(totals)),
-        mfu=result.mfu, fits=memory.fits, achieved=achieved,
-        memory=StepMemoryOut(**vars(memory), context_len=context),
+    return {
+        "device_id": request.device_id, "model": name, "phase": request.phase, "batch_size": request.batch_size,
+        "seq_len": request.seq_len, "tensor_parallel": request.tensor_parallel,
+        "params": {"total": params.total, "active": params.active},
+        "fits": memory.fits, "memory": plain_fields(StepMemoryOut, memory, context_len=context),
+        "achieved": achieved, "rows": [_row_fields(r) for r in result.rows],
+        "totals": plain_fields(ModelTotals, result.totals), "mfu": result.mfu,
         **serving_metrics(request, result, prefill),
-        compute_roof_source=result.compute_roof_source, memory_roof_source=result.memory_roof_source,
-        assumptions=memory_notes + list(result.assumptions) + (
+        "compute_roof_source": result.compute_roof_source, "memory_roof_source": result.memory_roof_source,
+        "what_if": [plain_fields(WhatIf, w) for w in what_if],
+        "assumptions": memory_notes + list(result.assumptions) + (
             [f"e2e: prefill of {request.seq_len} tokens (the first output token), then {request.output_len - 1} "
              f"decode steps over contexts {request.seq_len} to {request.seq_len + request.output_len - 2} cached tokens, "
              "summed in closed form"] if request.output_len else []),
-    )
+    }
+
+
+def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> ModelAnalysis:
+    return ModelAnalysis.model_validate(model_analysis_fields(request, catalog))
+
+
+def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> bytes:
+    """analyze_model_request's answer as its JSON, without building the model."""
+    return to_json(model_analysis_fields(request, catalog))
 
 
 def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> KvCapacity:

@@ -1,8 +1,16 @@
-"""Translation between the HTTP contract and the core: request models in, response models out."""
+"""Translation between the HTTP contract and the core: request models in, response models out.
+
+An answer is built once as plain JSON-ready fields in the response model's field order. In-process callers
+validate them into the response model; the HTTP routes and the batch endpoint serialise them straight to
+JSON with pydantic-core (validating an answer the service has just computed, then serialising the model,
+cost three times as much; tests/api/test_answer_json.py holds the two byte for byte equal).
+"""
 
 from __future__ import annotations
 
-from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest, ShapeEfficiencyOut
+from pydantic_core import to_json
+
+from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
 from service.persistence.catalog import DeviceCatalog
 from service.core.dtypes import bytes_per_element, quantized_bytes_per_element, weight_group_size
 from service.core.efficiency import grouped_rows, matmul_efficiency
@@ -14,50 +22,59 @@ from service.core.roofs import MeasuredRoofs, RoofMode
 from service.runtime.errors import cost_model_error
 
 
-def roofline_response(device_id: str, result: RooflineResult) -> OperatorAnalysis:
-    """Validated from plain dicts in one call: pydantic-core does that faster than model_construct
-    builds the same models in Python, and checks the values on the way."""
+def roofline_fields(device_id: str, result: RooflineResult) -> dict:
+    """The OperatorAnalysis fields of a roofline result (counts as floats, as the model has them)."""
     cost, compute, memory = result.cost, result.compute_roof, result.memory_roof
-    return OperatorAnalysis.model_validate({
+    return {
         "device_id": device_id,
         "kind": cost.kind,
-        "flops": cost.flops,
-        "bytes": {"read": cost.bytes_read, "written": cost.bytes_written, "total": cost.bytes_total},
+        "flops": float(cost.flops),
+        "bytes": {"read": float(cost.bytes_read), "written": float(cost.bytes_written), "total": float(cost.bytes_total)},
         "arithmetic_intensity": result.arithmetic_intensity,
         "ridge_point": result.ridge_point,
-        "bound": result.bound,
+        "bound": result.bound.value,
         "attainable_flops_per_s": result.attainable_flops_per_s,
         "compute_time_s": result.compute_time_s,
         "memory_time_s": result.memory_time_s,
         "time_s": result.time_s,
         "mfu": result.mfu,
-        "compute_roof": {"flops_per_s": compute.flops_per_s, "dtype": compute.dtype, "unit": compute.unit,
-                         "source": compute.source},
-        "memory_roof": {"level": memory.level, "bytes_per_s": memory.bytes_per_s, "source": memory.source},
+        "compute_roof": {"flops_per_s": compute.flops_per_s, "dtype": str(compute.dtype), "unit": compute.unit.value,
+                         "source": compute.source.value},
+        "memory_roof": {"level": memory.level, "bytes_per_s": memory.bytes_per_s, "source": memory.source.value},
         "binding_level": result.binding_level,
-        "levels": [{"level": c.roof.level, "bytes": c.bytes, "bytes_per_s": c.roof.bytes_per_s, "source": c.roof.source,
-                    "time_s": c.time_s, "arithmetic_intensity": c.arithmetic_intensity, "ridge_point": c.ridge_point}
+        "levels": [{"level": c.roof.level, "bytes": float(c.bytes), "bytes_per_s": c.roof.bytes_per_s,
+                    "source": c.roof.source.value, "time_s": c.time_s, "arithmetic_intensity": c.arithmetic_intensity,
+                    "ridge_point": c.ridge_point}
                    for c in result.levels],
         "achieved": vars(result.achieved) if result.achieved else None,
         "shape_efficiency": None,
         "assumptions": list(result.assumptions),
-    })
+    }
 
 
-def shape_efficiency(operator, device: DeviceSpec, cost) -> ShapeEfficiencyOut | None:
+def _shape_fields(tile, padding_efficiency, model_flops, executed_flops, applied, tiles=None, sm_count=None,
+                  waves=None, wave_efficiency=None, rows_with_data=None, rows_executed=None) -> dict:
+    """ShapeEfficiencyOut's fields, in its order."""
+    return {"tile": list(tile), "padding_efficiency": float(padding_efficiency), "model_flops": float(model_flops),
+            "executed_flops": float(executed_flops), "tiles": tiles, "sm_count": sm_count,
+            "waves": None if waves is None else float(waves),
+            "wave_efficiency": None if wave_efficiency is None else float(wave_efficiency),
+            "rows_with_data": rows_with_data, "rows_executed": rows_executed, "applied": applied}
+
+
+def shape_efficiency(operator, device: DeviceSpec, cost) -> dict | None:
+    """A matmul's or grouped matmul's padding and wave efficiency (ShapeEfficiencyOut's fields)."""
     if operator.kind == "matmul":
         tile = (operator.tile.m, operator.tile.n, operator.tile.k) if operator.tile else device.matmul_tile
         e = matmul_efficiency(operator.m, operator.n, operator.k, operator.batch, tile, device.sm_count,
                               2 * operator.batch * operator.m * operator.n * operator.k)
-        return ShapeEfficiencyOut(tile=list(tile), padding_efficiency=e.padding_efficiency, model_flops=e.model_flops,
-                                  executed_flops=e.executed_flops, tiles=e.tiles, sm_count=e.sm_count, waves=e.waves,
-                                  wave_efficiency=e.wave_efficiency, applied=operator.apply_efficiency)
+        return _shape_fields(tile, e.padding_efficiency, e.model_flops, e.executed_flops, operator.apply_efficiency,
+                             tiles=e.tiles, sm_count=e.sm_count, waves=e.waves, wave_efficiency=e.wave_efficiency)
     if operator.kind == "grouped_matmul":
         rows, executed = grouped_rows(operator.tokens_per_expert, operator.min_row_tile)
-        return ShapeEfficiencyOut(tile=[operator.min_row_tile, operator.n, operator.k],
-                                  padding_efficiency=rows / executed if executed else 1.0, model_flops=cost.flops,
-                                  executed_flops=cost.flops * executed / rows if rows else 0.0,
-                                  rows_with_data=rows, rows_executed=executed, applied=operator.apply_efficiency)
+        return _shape_fields([operator.min_row_tile, operator.n, operator.k], rows / executed if executed else 1.0,
+                             cost.flops, cost.flops * executed / rows if rows else 0.0, operator.apply_efficiency,
+                             rows_with_data=rows, rows_executed=executed)
     return None
 
 
@@ -76,15 +93,15 @@ def operator_fields(operator, device: DeviceSpec) -> dict:
     return fields
 
 
-def analyze_operator(request: OperatorAnalysisRequest, device: DeviceSpec, measured: MeasuredRoofs) -> OperatorAnalysis:
+def operator_analysis_fields(request: OperatorAnalysisRequest, device: DeviceSpec, measured: MeasuredRoofs) -> dict:
     try:
         cost = operator_cost(request.operator.kind, **operator_fields(request.operator, device))
     except CostModelError as exc:
         raise cost_model_error(exc, "body.operator") from None
     shape = shape_efficiency(request.operator, device, cost)
     efficiency = 1.0
-    if shape is not None and shape.applied:
-        efficiency = shape.padding_efficiency * (shape.wave_efficiency or 1.0)
+    if shape is not None and shape["applied"]:
+        efficiency = shape["padding_efficiency"] * (shape["wave_efficiency"] or 1.0)
     try:
         result = analyze(cost, device, measured=measured, mode=RoofMode(request.roofs),
                          bytes_by_level=request.bytes_by_level, sustained_clock_hz=request.sustained_clock_hz,
@@ -92,10 +109,19 @@ def analyze_operator(request: OperatorAnalysisRequest, device: DeviceSpec, measu
     except CostModelError as exc:
         prefix = "body" if exc.field in {"roofs", "sustained_clock_hz", "measured_time_s"} else "body.operator"
         raise cost_model_error(exc, prefix) from None
-    response = roofline_response(device.id, result)
-    response.shape_efficiency = shape
-    return response
+    fields = roofline_fields(device.id, result)
+    fields["shape_efficiency"] = shape
+    return fields
+
+
+def analyze_operator(request: OperatorAnalysisRequest, device: DeviceSpec, measured: MeasuredRoofs) -> OperatorAnalysis:
+    return OperatorAnalysis.model_validate(operator_analysis_fields(request, device, measured))
 
 
 def analyze_operator_request(request: OperatorAnalysisRequest, catalog: DeviceCatalog) -> OperatorAnalysis:
     return analyze_operator(request, catalog.get(request.device_id), catalog.measured(request.device_id))
+
+
+def operator_answer_json(request: OperatorAnalysisRequest, catalog: DeviceCatalog) -> bytes:
+    """analyze_operator_request's answer as its JSON, without building the model."""
+    return to_json(operator_analysis_fields(request, catalog.get(request.device_id), catalog.measured(request.device_id)))

@@ -66,7 +66,7 @@ def test_an_unexpected_error_is_a_500_with_its_request_id_and_no_request_values_
     def explode(*_args, **_kwargs):
         raise RuntimeError(f"boom with {secret_value}")
 
-    monkeypatch.setattr(operator_analyses, "analyze_operator", explode)
+    monkeypatch.setattr(operator_analyses, "operator_analysis_fields", explode)
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         response = client.post("/v1/analyze/operator", headers={"X-Request-ID": "trace-500"}, json={
             "device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 8, "k": 8}})

@@ -19,14 +19,14 @@ from schemas.models import (
 from schemas.batch import BatchRequest, BatchResponse
 from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepResult
 from schemas.training import TRAINING_EXAMPLE, TrainingAnalysis, TrainingRequest
-from service.translation.operator_analyses import analyze_operator_request
+from service.translation.operator_analyses import operator_answer_json
 from service.api.deps import CatalogDep
 from service.api.lean_route import LeanAnalysisRoute
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.api.responses import INVALID, NOT_FOUND
 from service.translation.analyses import run_batch_json
 from service.translation.fusion_graphs import analyze_fusion
-from service.translation.model_analyses import analyze_model_request, kv_capacity_request
+from service.translation.model_analyses import kv_capacity_request, model_answer_json
 from service.runtime.observability import count_analysis
 from service.translation.sweeps import compare_devices, run_sweep
 from service.translation.training_analyses import analyze_training_request
@@ -42,11 +42,11 @@ async def off_loop_if_inline(body, run, catalog):
     return await run_in_threadpool(run, body, catalog)
 
 
-def answered(result: BaseModel, kind: str) -> Response:
-    """Counts the analysis, and serialises the answer once with pydantic-core (returning the model would
-    make FastAPI validate it again against response_model)."""
+def answered(result: BaseModel | bytes, kind: str) -> Response:
+    """Counts the analysis, and answers its JSON (written once by pydantic-core: returning the model would make
+    FastAPI validate it again against response_model)."""
     count_analysis(kind)
-    return Response(result.model_dump_json(), media_type="application/json")
+    return Response(result if isinstance(result, bytes) else result.model_dump_json(), media_type="application/json")
 
 
 # Pure computation with no I/O, bounded to a fraction of a millisecond (an operator, a model step of at most
@@ -66,7 +66,7 @@ async def analyze_operator_route(
     body: Annotated[OperatorAnalysisRequest, Body(openapi_examples=OPERATOR_EXAMPLES)],
     catalog: CatalogDep,
 ) -> Response:
-    return answered(analyze_operator_request(body, catalog), f"operator:{body.operator.kind}")
+    return answered(operator_answer_json(body, catalog), f"operator:{body.operator.kind}")
 
 
 @router.post(
@@ -82,7 +82,7 @@ async def analyze_operator_route(
 async def analyze_model_route(
     body: Annotated[ModelAnalysisRequest, Body(openapi_examples=MODEL_EXAMPLES)], catalog: CatalogDep,
 ) -> Response:
-    return answered(await off_loop_if_inline(body, analyze_model_request, catalog), f"model:{body.phase}")
+    return answered(await off_loop_if_inline(body, model_answer_json, catalog), f"model:{body.phase}")
 
 
 @router.post(

@@ -48,8 +48,10 @@ def _row(name, kind, group, layers, count, flops, bytes_, intensity, bound, leve
          kv_read, kv_written) -> RowResult:
     instances = layers * count
     time_s = max(compute_time, memory_time)
-    return RowResult(name, kind, group, layers, count, flops, bytes_, intensity, bound, level, time_s, weights, kv_read,
-                     kv_written, instances, time_s * instances, compute_time, memory_time)
+    # Counts as floats, whatever the cost model computed them in, as every consumer of a row reads them.
+    return RowResult(name, kind, group, layers, count, float(flops), float(bytes_), intensity, bound, level, time_s,
+                     float(weights), float(kv_read), float(kv_written), instances, time_s * instances, compute_time,
+                     memory_time)
 
 
 @dataclass(frozen=True)
