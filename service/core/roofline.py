@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec, MemoryLevelName
@@ -93,6 +94,19 @@ def _level_ceilings(cost: OperatorCost, device: DeviceSpec, measured: MeasuredRo
     return ceilings, notes
 
 
+@lru_cache(maxsize=1024)
+def _roof_notes(source: str, dtype: str, unit: str, flops_per_s: float,
+                memory_roofs: tuple[tuple[str, str, float], ...]) -> tuple[str, ...]:
+    """The roofs an answer used, in words (the same few roofs answer thousands of analyses)."""
+    return (
+        f"compute roof: {source} {dtype} {unit}, {flops_per_s:.4g} FLOP/s",
+        *(f"memory roof: {source} {level} bandwidth, {bytes_per_s:.4g} bytes/s"
+          for source, level, bytes_per_s in memory_roofs),
+        "time: lower bound max(FLOPs / compute roof, max over levels of bytes / bandwidth), perfect overlap",
+        "mfu: attainable (or achieved) FLOP/s over the nominal peak of the dtype and unit",
+    )
+
+
 def analyze(
     cost: OperatorCost,
     device: DeviceSpec,
@@ -154,12 +168,8 @@ def analyze(
             notes.append("the measured time beats the lower bound: a roof is understated or the counts overstated")
         _finite("measured_time_s", achieved.flops_per_s, achieved.bandwidth_bytes_per_s)
 
-    roof_notes = (
-        f"compute roof: {compute.source} {compute.dtype} {compute.unit}, {compute.flops_per_s:.4g} FLOP/s",
-        *(f"memory roof: {c.roof.source} {c.roof.level} bandwidth, {c.roof.bytes_per_s:.4g} bytes/s" for c in ceilings),
-        "time: lower bound max(FLOPs / compute roof, max over levels of bytes / bandwidth), perfect overlap",
-        "mfu: attainable (or achieved) FLOP/s over the nominal peak of the dtype and unit",
-    )
+    roof_notes = _roof_notes(compute.source, compute.dtype, compute.unit, compute.flops_per_s,
+                             tuple((c.roof.source, c.roof.level, c.roof.bytes_per_s) for c in ceilings))
     if nominal_peak is None:
         notes.append(f"mfu: not defined, device {device.id} lists no nominal {compute.dtype} {compute.unit} peak")
     _finite("operator", hbm.arithmetic_intensity, hbm.ridge_point, attainable, compute_time,

@@ -11,6 +11,7 @@ from enum import StrEnum
 from service.core.dtypes import DType, peak_dtype
 from service.core.errors import CostModelError, NoComputePeakError
 from service.core.hardware import DeviceSpec, Unit
+from service.core.memo import by_identity
 
 
 class RoofMode(StrEnum):
@@ -102,8 +103,9 @@ def _pick(nominal: tuple[float, str] | None, measured: MeasuredRoof | None,
     return measured.median, RoofSource.measured, measured.citation
 
 
+@by_identity(objects=2)
 def select_compute_roof(device: DeviceSpec, measured: MeasuredRoofs, dtype: str, unit: Unit,
-                        mode: RoofMode) -> tuple[ComputeRoof, tuple[str, ...]]:
+                         mode: RoofMode) -> tuple[ComputeRoof, tuple[str, ...]]:
     keys = _candidate_keys(dtype, unit)
     for rung, (peak_type, peak_unit) in enumerate(keys):
         nominal = device.peak(peak_type, peak_unit)

@@ -85,6 +85,14 @@ def _children(method: str, route: str, status: int):
     return REQUESTS.labels(method=method, route=route, status=str(status)), LATENCY.labels(method=method, route=route)
 
 
+def log_unexpected(exc: BaseException) -> None:
+    """An unexpected error, logged by type and place only: an exception's text can carry request values (a
+    validation error quotes its input), and tracebacks would carry them to the log."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    error_log.error("unhandled error", extra={"exception_type": type(exc).__name__,
+                                              "where": f"{frame.filename}:{frame.lineno}" if frame else "?"})
+
+
 class ObservabilityMiddleware:
     def __init__(self, app, access_log_sample: float = 1.0):
         self.app = app
@@ -115,11 +123,7 @@ class ObservabilityMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         except Exception as exc:
-            # Logged by type and place only: an exception's text can carry request values (a validation
-            # error quotes its input), and tracebacks would carry them to the log.
-            frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-            error_log.error("unhandled error", extra={"exception_type": type(exc).__name__,
-                                                      "where": f"{frame.filename}:{frame.lineno}" if frame else "?"})
+            log_unexpected(exc)
             if status is not None:  # the response had started: too late to replace it
                 raise
             await send_with_id({"type": "http.response.start", "status": 500,

@@ -19,6 +19,7 @@ from schemas.common import ErrorResponse
 from schemas.sweeps import MAX_SWEEP_POINTS
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
+from service.runtime.observability import INTERNAL_ERROR, log_unexpected
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.model_analyses import (
     analyze_model_request, kv_capacity_request, model_answer_json, shared_evaluators,
@@ -98,37 +99,57 @@ def _work(item) -> int:
     return {"plan-serving": 50, "training": 3, "plan-training": 3}.get(item.analysis, 1)
 
 
-def _batch_results(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> Iterator[bytes]:
-    """Each item's BatchResult JSON, through the same code as its own endpoint, in order; one item's error is
-    that item's result, never the batch's. Items on one device share its roofs and evaluated rows."""
+# Items answered per hop to the thread pool when the answer streams: a chunk of model steps is about 400 KB.
+ITEMS_PER_CHUNK = 50
+
+
+def _item_json(index: int, item, catalog: DeviceCatalog) -> bytes:
+    """One item's BatchResult JSON: its analysis's answer through the same code as its own endpoint, or its
+    error in the service's error shape (an unexpected one as its own 500, logged as the middleware logs one)."""
+    try:
+        if isinstance(item.request, BaseModel):
+            answer = ANALYSES[item.analysis].answer_json(item.request, catalog)
+        else:
+            answer = run_analysis_json(item.analysis, item.request, catalog, loc=["body", "items", str(index), "request"])
+    except ServiceError as exc:
+        return BatchResult(id=item.id, status=exc.status_code, error=ErrorResponse(
+            error=exc.code, detail=exc.detail, fields=exc.fields)).model_dump_json().encode()
+    except Exception as exc:  # a defect: this item's 500, not the end of a half-sent answer
+        log_unexpected(exc)
+        return (b'{"id":' + to_json(item.id) + b',"status":500,"result":null,"error":' + INTERNAL_ERROR + b"}")
+    # BatchResult's JSON, its fields in order, around the answer's own.
+    return b'{"id":' + to_json(item.id) + b',"status":200,"result":' + answer + b',"error":null}'
+
+
+def batch_json_chunks(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> Iterator[bytes]:
+    """The batch's BatchResponse JSON in pieces of ITEMS_PER_CHUNK results, in order: a worker holds one piece at a
+    time, not a thousand answers (1,000 model steps are about 8 MB of JSON). A batch over its work budget is refused
+    here, before any item runs; the items run as the pieces are taken."""
     work = sum(_work(item) for item in request.items)
     if work > MAX_BATCH_WORK:
         reason = (f"the items cost {work:,} units (a sweep counts its points, a comparison its devices, a serving plan "
                   "50, a training step or plan 3), "
                   f"over the {MAX_BATCH_WORK:,} a batch may; split it")
         raise Unprocessable(reason, [{"loc": "body.items", "msg": reason}])
-    # Few batches at once per process: each holds a thousand answers, and more in parallel would only share the
-    # same cores while multiplying the memory (32 concurrent batches peaked at 750 MB in one worker).
-    with BATCH_SLOTS, shared_evaluators():
-        for index, item in enumerate(request.items):
-            try:
-                if isinstance(item.request, BaseModel):
-                    answer = ANALYSES[item.analysis].answer_json(item.request, catalog)
-                else:
-                    answer = run_analysis_json(item.analysis, item.request, catalog,
-                                               loc=["body", "items", str(index), "request"])
-            except ServiceError as exc:
-                yield BatchResult(id=item.id, status=exc.status_code, error=ErrorResponse(
-                    error=exc.code, detail=exc.detail, fields=exc.fields)).model_dump_json().encode()
-                continue
-            # BatchResult's JSON, its fields in order, around the answer's own.
-            yield b'{"id":' + to_json(item.id) + b',"status":200,"result":' + answer + b',"error":null}'
+    return _chunks(request.items, catalog)
+
+
+def _chunks(items: list, catalog: DeviceCatalog) -> Iterator[bytes]:
+    evaluators: dict = {}  # items on one device share its roofs and evaluated rows, across the pieces
+    yield b'{"results":['
+    for start in range(0, len(items), ITEMS_PER_CHUNK):
+        # Few batches compute at once per process: more in parallel would only share the same cores while
+        # multiplying the memory (32 concurrent batches, unchunked, peaked at 750 MB in one worker).
+        with BATCH_SLOTS, shared_evaluators(evaluators):
+            piece = b",".join(_item_json(index, items[index], catalog)
+                              for index in range(start, min(start + ITEMS_PER_CHUNK, len(items))))
+        yield piece if start == 0 else b"," + piece
+    yield b"]}"
 
 
 def run_batch_json(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> bytes:
-    """The batch's answer as BatchResponse JSON, each result serialised as soon as it is computed: a worker holds
-    the answers' bytes, not a thousand answers' objects (1,000 model steps are about 8 MB of JSON)."""
-    return b'{"results":[' + b",".join(_batch_results(request, catalog)) + b"]}"
+    """The whole batch answer at once (in-process callers)."""
+    return b"".join(batch_json_chunks(request, catalog))
 
 
 ANALYSES["batch"] = Analysis(BatchRequest, None, run_batch_json)

@@ -91,8 +91,9 @@ _batch_evaluators: ContextVar[dict | None] = ContextVar("batch_evaluators", defa
 
 
 @contextmanager
-def shared_evaluators() -> Iterator[None]:
-    token = _batch_evaluators.set({})
+def shared_evaluators(evaluators: dict | None = None) -> Iterator[None]:
+    """Within the block, analyses share the evaluators in `evaluators` (a new set when none is given)."""
+    token = _batch_evaluators.set({} if evaluators is None else evaluators)
     try:
         yield
     finally:

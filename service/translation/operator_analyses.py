@@ -78,12 +78,17 @@ def shape_efficiency(operator, device: DeviceSpec, cost) -> dict | None:
     return None
 
 
+NOT_COST_FIELDS = frozenset({"kind", "apply_efficiency"})
+
+
 def operator_fields(operator, device: DeviceSpec) -> dict:
     """The cost model's keyword arguments: the request's fields, the device's tile for a matmul."""
-    fields = operator.model_dump(exclude={"kind", "apply_efficiency"}, exclude_none=True)
+    # The validated model's own attributes (model_dump walks the schema to the same values, at some cost).
+    fields = {name: value for name, value in operator.__dict__.items()
+              if value is not None and name not in NOT_COST_FIELDS}
     if operator.kind == "matmul":
-        tile = fields.get("tile")
-        fields["tile"] = (tile["m"], tile["n"], tile["k"]) if tile else device.matmul_tile
+        tile = operator.tile
+        fields["tile"] = (tile.m, tile.n, tile.k) if tile else device.matmul_tile
         # Group scales are charged on B as the model analysis charges them on weights.
         b_dtype = operator.b_dtype or operator.dtype
         group = weight_group_size(b_dtype, fields.pop("weight_group_size", None))

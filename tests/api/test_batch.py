@@ -34,3 +34,31 @@ def test_a_batch_over_its_work_budget_is_refused_before_any_item_runs(client):
     assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.items"
     assert client.post("/v1/analyze/batch", json={"items": [{"analysis": "operator", "request": OPERATOR}] * 1001}
                        ).status_code == 422
+
+
+def test_a_long_batch_streams_every_result_in_order_across_its_pieces(client, monkeypatch):
+    """The answer is sent in pieces of ITEMS_PER_CHUNK results; 2.5 pieces' worth of items, one of which hits a
+    defect (an exception no analysis should raise), come back whole, in order, that one as its own 500."""
+    from service.translation import analyses, operator_analyses
+
+    real = operator_analyses.operator_analysis_fields
+
+    def defect_at_m_7(request, *rest):
+        if request.operator.m == 7:
+            raise RuntimeError("a defect")
+        return real(request, *rest)
+
+    monkeypatch.setattr(operator_analyses, "operator_analysis_fields", defect_at_m_7)
+    count = analyses.ITEMS_PER_CHUNK * 5 // 2
+    items = [{"id": f"m{m}", "analysis": "operator",
+              "request": {**OPERATOR, "operator": {"kind": "matmul", "m": m, "n": 4096, "k": 4096}}}
+             for m in range(1, count + 1)]
+    response = client.post("/v1/analyze/batch", json={"items": items})
+    assert response.status_code == 200 and "content-length" not in response.headers  # streamed
+    results = response.json()["results"]
+    assert [r["id"] for r in results] == [f"m{m}" for m in range(1, count + 1)]
+    assert [r["status"] for r in results].count(200) == count - 1
+    assert results[6]["status"] == 500 and results[6]["error"]["error"] == "internal_error"
+    # A GEMV-like m x 4096 x 4096 matmul: 2 m 4096^2 FLOPs, whichever piece it was answered in.
+    assert [r["result"]["flops"] for r in results if r["status"] == 200] == [
+        2.0 * m * 4096 * 4096 for m in range(1, count + 1) if m != 7]

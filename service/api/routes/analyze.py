@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
+from fastapi.responses import StreamingResponse
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
@@ -24,7 +25,7 @@ from service.api.deps import CatalogDep
 from service.api.lean_route import LeanAnalysisRoute
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.api.responses import INVALID, NOT_FOUND
-from service.translation.analyses import run_batch_json
+from service.translation.analyses import batch_json_chunks
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.model_analyses import kv_capacity_request, model_answer_json
 from service.runtime.observability import count_analysis
@@ -131,7 +132,8 @@ def analyze_fusion_route(
 )
 def batch_route(body: BatchRequest, catalog: CatalogDep) -> Response:
     count_analysis("batch")
-    return Response(run_batch_json(body, catalog), media_type="application/json")
+    # Streamed as its items are answered (refused before the first byte when over its budget).
+    return StreamingResponse(batch_json_chunks(body, catalog), media_type="application/json")
 
 
 # A sweep can take a few hundred milliseconds: a plain def runs it in the thread pool, off the event loop.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
+from service.core.memo import by_identity
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.layers import ModelDTypes
 from service.core.transformer.params import model_params
@@ -46,6 +47,7 @@ def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, 
                for g in arch.groups) * per_layer
 
 
+@by_identity(objects=1)
 def weight_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
     """All parameters (every expert) in the weights' type; the embedding table in the activations' type (a tied
     head is that table); an untied LM head in its own type (ModelDTypes.head_dtype), as the analysis reads it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.core.memo import by_identity
 from service.core.transformer.architecture import Architecture, LayerGroup
 
 
@@ -82,6 +83,7 @@ def layer_params(arch: Architecture, group: LayerGroup) -> LayerParams:
     return LayerParams(attention, router + moe.experts * expert + shared, router + moe.top_k * expert + shared, norms)
 
 
+@by_identity(objects=1)
 def model_params(arch: Architecture) -> ModelParams:
     per_group = [(group.count, layer_params(arch, group)) for group in arch.groups]
     return ModelParams(

@@ -1,0 +1,50 @@
+"""Memos of pure functions over the catalog's objects (devices, measured roofs, architectures).
+
+Those objects are immutable and replaced, not changed, when the catalog reloads, and an analysis asks the
+same questions of the same few of them thousands of times a second; hashing one (a device's peaks, an
+architecture's layer groups) would cost about what the answer does. So they are keyed by identity, and
+each entry holds its objects, so a freed object's id reused by a new one can never hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import update_wrapper
+from typing import Any, Generic, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ByIdentity(Generic[P, R]):
+    """Memoises `compute`, its first `objects` positional arguments keyed by identity, the rest (and keyword
+    arguments) by value. An error is raised, never kept; cleared when it holds `limit` entries (inline model
+    configs make a new architecture per request: the bound keeps those few kilobytes each from piling up)."""
+
+    def __init__(self, compute: Callable[P, R], objects: int, limit: int = 1024):
+        if objects not in (1, 2):
+            raise ValueError("one or two objects keyed by identity")
+        self._compute, self._objects, self._limit = compute, objects, limit
+        self._entries: dict[tuple, tuple[tuple, R]] = {}
+        update_wrapper(self, compute)
+
+    def __call__(self, *arguments: Any, **keywords: Any) -> R:
+        objects = self._objects
+        key = (*map(id, arguments[:objects]), *arguments[objects:])
+        if keywords:
+            key += tuple(sorted(keywords.items()))
+        entry = self._entries.get(key)
+        if entry is not None:
+            held = entry[0]
+            if held[0] is arguments[0] and (objects == 1 or held[1] is arguments[1]):
+                return entry[1]
+        value = self._compute(*arguments, **keywords)
+        if len(self._entries) >= self._limit:
+            self._entries.clear()
+        self._entries[key] = (arguments[:objects], value)
+        return value
+
+
+def by_identity(objects: int) -> Callable[[Callable[P, R]], ByIdentity[P, R]]:
+    """Decorator form of ByIdentity."""
+    return lambda compute: ByIdentity(compute, objects)
