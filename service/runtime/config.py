@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     # service exports Prometheus metrics and JSON logs of its own, and unconfigured the instrumentation still
     # looks its providers up on every request.
     opentelemetry: bool = False
+    # The hot analyses' valid requests answered without FastAPI's routing (service/api/hot_path.py); off, every
+    # request takes the routes' path.
+    hot_path: bool = True
 
     @field_validator("api_tokens")
     @classmethod
