@@ -36,7 +36,7 @@ from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
 from service.persistence.tables import ModelConfig
-from service.translation.plain_fields import plain_fields
+from service.translation.plain_fields import plain_fields, to_json_with
 
 ROWS = TypeAdapter(list[RowOut])
 ROW_FIELDS = tuple(RowOut.model_fields)
@@ -214,8 +214,14 @@ def _row_fields(row) -> dict:
     return dict(zip(ROW_FIELDS, _row_values(row)))
 
 
+# An evaluated row is shared by every request with the same row on the same device (see evaluator_for), so its
+# JSON is written once too.
+_row_json = ByIdentity(lambda row: to_json(_row_fields(row)), objects=1, limit=8192)
+
+
 def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> dict:
-    """The ModelAnalysis fields of a validated request, in the model's order (see operator_analyses)."""
+    """The ModelAnalysis fields of a validated request, in the model's order (see operator_analyses); `rows`
+    holds the evaluated rows themselves, for the caller to write as RowOut fields or as their JSON."""
     name, arch, result, prefill = run_model_analysis(request, catalog)
     memory, context, basis = step_memory_for(request, arch, catalog.get(request.device_id))
     memory_notes = [
@@ -247,7 +253,7 @@ def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog)
         "seq_len": request.seq_len, "tensor_parallel": request.tensor_parallel,
         "params": {"total": params.total, "active": params.active},
         "fits": memory.fits, "memory": plain_fields(StepMemoryOut, memory, context_len=context),
-        "achieved": achieved, "rows": [_row_fields(r) for r in result.rows],
+        "achieved": achieved, "rows": result.rows,
         "totals": plain_fields(ModelTotals, result.totals), "mfu": result.mfu,
         **serving_metrics(request, result, prefill),
         "compute_roof_source": result.compute_roof_source, "memory_roof_source": result.memory_roof_source,
@@ -260,12 +266,15 @@ def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog)
 
 
 def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> ModelAnalysis:
-    return ModelAnalysis.model_validate(model_analysis_fields(request, catalog))
+    fields = model_analysis_fields(request, catalog)
+    fields["rows"] = [_row_fields(row) for row in fields["rows"]]
+    return ModelAnalysis.model_validate(fields)
 
 
 def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> bytes:
     """analyze_model_request's answer as its JSON, without building the model."""
-    return to_json(model_analysis_fields(request, catalog))
+    fields = model_analysis_fields(request, catalog)
+    return to_json_with(fields, "rows", b"[" + b",".join(map(_row_json, fields["rows"])) + b"]")
 
 
 def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> KvCapacity:

@@ -14,6 +14,7 @@ from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 
 @cache
@@ -34,3 +35,14 @@ def plain_fields(model: type[BaseModel], source: Any, **given: Any) -> dict:
         value = given[name] if name in given else getattr(source, name)
         values[name] = float(value) if is_float and type(value) is int else value
     return values
+
+
+def to_json_with(fields: dict, key: str, raw_json: bytes) -> bytes:
+    """`fields` as a JSON object, with `raw_json` (already serialised) as the value of `key`, in its place."""
+    keys = list(fields)
+    at = keys.index(key)
+    head = to_json({name: fields[name] for name in keys[:at]})
+    tail = to_json({name: fields[name] for name in keys[at + 1:]})
+    opening = head[:-1] + (b"," if at else b"")
+    closing = (b"," + tail[1:]) if at + 1 < len(keys) else b"}"
+    return opening + to_json(key) + b":" + raw_json + closing
