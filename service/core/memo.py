@@ -30,9 +30,12 @@ class ByIdentity(Generic[P, R]):
 
     def __call__(self, *arguments: Any, **keywords: Any) -> R:
         objects = self._objects
-        key = (*map(id, arguments[:objects]), *arguments[objects:])
-        if keywords:
-            key += tuple(sorted(keywords.items()))
+        if len(arguments) == 1 and not keywords:  # the commonest call, keyed by the bare id
+            key: Any = id(arguments[0])
+        else:
+            key = (*map(id, arguments[:objects]), *arguments[objects:])
+            if keywords:
+                key += tuple(sorted(keywords.items()))
         entry = self._entries.get(key)
         if entry is not None:
             held = entry[0]

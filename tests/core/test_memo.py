@@ -1,0 +1,52 @@
+"""ByIdentity: catalog objects keyed by identity, never by a reused id."""
+
+from dataclasses import dataclass
+
+from service.core.memo import ByIdentity
+
+
+@dataclass(frozen=True)
+class Thing:
+    value: int
+
+
+def test_the_same_object_hits_an_equal_one_does_not():
+    calls = []
+    doubled = ByIdentity(lambda thing, factor=2: calls.append(thing) or thing.value * factor, objects=1)
+    first = Thing(3)
+    assert doubled(first) == 6 and doubled(first) == 6 and calls == [first]
+    assert doubled(Thing(3)) == 6 and len(calls) == 2  # equal, but another object: computed again
+    assert doubled(first, 5) == 15 and doubled(first, factor=5) == 15 and len(calls) == 4  # other arguments, by value
+
+
+def test_a_freed_objects_id_reused_by_another_never_hits():
+    """An entry holds its object, so its id stays taken while the entry lives; once the bound clears the memo,
+    CPython hands the freed ids to new objects, and each new object still gets its own answer."""
+    memo = ByIdentity(lambda thing: thing.value, objects=1, limit=2)
+    seen = set()
+    for value in range(200):
+        thing = Thing(value)
+        seen.add(id(thing))
+        assert memo(thing) == value
+        del thing
+    assert len(seen) < 200  # ids were reused
+
+
+def test_errors_are_raised_and_not_kept_and_the_memo_is_bounded():
+    attempts = []
+
+    def fragile(thing):
+        attempts.append(thing)
+        if len(attempts) == 1:
+            raise ValueError("first time")
+        return thing.value
+
+    memo = ByIdentity(fragile, objects=1, limit=4)
+    thing = Thing(1)
+    try:
+        memo(thing)
+    except ValueError:
+        pass
+    assert memo(thing) == 1 and len(attempts) == 2
+    held = [Thing(i) for i in range(10)]
+    assert [memo(t) for t in held] == list(range(10)) and len(memo._entries) <= 4
