@@ -102,6 +102,10 @@ ENDPOINTS = {
 # Targets per worker (one worker): requests/s ratios to the ceiling, and analyses/s of the batch endpoint.
 TARGET_ANALYSES_PER_S = {"batch: 1,000 operators": 20_000, "batch: 1,000 model steps": 4_000}
 UNTIMED = ("sweep", "ceiling", "plan", "batch")
+# BENCH_ONLY="model,batch" drives only the endpoints whose names contain one of the words (and the ceiling), and
+# BENCH_WORKERS="1" only that configuration: for a quick look at one change; the full run is the reference.
+ONLY = [word for word in os.environ.get("BENCH_ONLY", "").split(",") if word]
+WORKERS = [int(count) for count in os.environ.get("BENCH_WORKERS", "1,2").split(",")]
 TARGET_RATIO = {"operator: matmul": 0.5, "operator: attention": 0.5, "model: llama-3.1-70b decode tp4": 1 / 3}
 
 
@@ -210,13 +214,16 @@ def median_outcome(runs: list[dict], ceilings: list[dict]) -> dict:
 
 def main() -> None:
     wrk = ensure_wrk()
+    if ONLY:
+        for name in [name for name in ENDPOINTS if not any(word in name for word in ONLY)]:
+            del ENDPOINTS[name]
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         scripts = {name: lua_script(scratch, name, method, endpoint_bodies(name, make, count))
                    for name, (method, _, make, count, _) in ENDPOINTS.items()}
         get_script = lua_script(scratch, "ceiling", "GET", None)
-        for workers in (1, 2):
+        for workers in WORKERS:
             database = scratch / f"bench-{workers}.db"
             # The access log on, sampled as the README advises for a scheduler's hot path (errors always
             # logged, one success in a hundred); its cost per line is what `make bench-access-log` measures.
