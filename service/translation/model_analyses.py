@@ -216,7 +216,7 @@ def _row_fields(row) -> dict:
 
 # An evaluated row is shared by every request with the same row on the same device (see evaluator_for), so its
 # JSON is written once too.
-_row_json = ByIdentity(lambda row: to_json(_row_fields(row)), objects=1, limit=8192)
+_row_json = ByIdentity(lambda row: to_json(_row_fields(row)), objects=1, limit=2048)
 
 
 def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> dict:

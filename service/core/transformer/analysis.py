@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
 
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
@@ -340,6 +339,8 @@ def batch_time_curve(arch: Architecture, evaluator: Evaluator, *, values: Sequen
     lines, _ = _affine_lines(arch, evaluator, parameter="batch_size", phase=phase, batch=1, seq_len=seq_len,
                              dtypes=dtypes, tensor_parallel=tensor_parallel,
                              attention_implementation=attention_implementation)
+    import numpy as np  # here, not at the top: only the serving planner needs it, and it is 20 MB a worker
+
     x = np.asarray(values, dtype=float) - 1
     total = np.zeros_like(x)
     for n, _, _, _, _, _, c0, c1, m0, m1, *_ in lines:
