@@ -95,15 +95,15 @@ class HotPathMiddleware:
         content_type = next((v for k, v in scope["headers"] if k == b"content-type"), None)
         if content_type is None or not is_json_content_type(content_type.decode("latin-1")):
             return None
-        catalog = scope["app"].state.catalog
-        if not catalog.is_known_current():
-            return None  # the route's dependency reloads it, off the event loop
         try:
+            catalog = scope["app"].state.catalog
+            if not catalog.is_known_current():
+                return None  # the route's dependency reloads it, off the event loop
             request = self._validators[scope["path"]](body)
             if not hot.inline(request):
                 return None
             return hot.answer(request, catalog), hot.kind(request)
-        except Exception:  # refused or failed: the route answers it, in its own words
+        except Exception:  # refused or failed (the database unreachable too): the route answers it, in its own words
             return None
 
 
