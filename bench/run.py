@@ -227,8 +227,9 @@ def main() -> None:
             database = scratch / f"bench-{workers}.db"
             # The access log on, sampled as the README advises for a scheduler's hot path (errors always
             # logged, one success in a hundred); its cost per line is what `make bench-access-log` measures.
+            # MALLOC_ARENA_MAX as `make serve` and the image set it.
             env = {"ROOFLINE_DATABASE_URL": f"sqlite:///{database}", "ROOFLINE_API_TOKENS": f"bench={TOKEN}",
-                   "ROOFLINE_LOG_LEVEL": "INFO", "ROOFLINE_ACCESS_LOG_SAMPLE": "0.01"}
+                   "ROOFLINE_LOG_LEVEL": "INFO", "ROOFLINE_ACCESS_LOG_SAMPLE": "0.01", "MALLOC_ARENA_MAX": "2"}
             subprocess.run([sys.executable, "-m", "service.persistence.migrate"], cwd=ROOT, env={**os.environ, **env}, check=True,
                            stdout=subprocess.DEVNULL)
             # Both servers stay up (an idle one costs nothing); every round drives the ceiling and then each
