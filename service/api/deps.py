@@ -26,13 +26,20 @@ def get_app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+async def fresh_catalog(app) -> tuple[DeviceCatalog, bool]:
+    """(the catalog, whether it is served as last loaded): reloaded first if anything was committed since it was
+    loaded (by this worker, another worker or another replica). The SQLite check is inline; a query or reload
+    (PostgreSQL's check) runs off the event loop. When the database is unreachable but a catalog was loaded,
+    analyses go on from it, and say so."""
+    catalog = app.state.catalog
+    stale = not catalog.is_known_current() and await run_in_threadpool(catalog.refresh_or_go_stale)
+    return catalog, stale
+
+
 async def get_catalog(request: Request) -> DeviceCatalog:
-    """The catalog, reloaded first if anything was committed since it was loaded (by this worker, another
-    worker or another replica). The SQLite check is inline; a query or reload runs off the event loop."""
-    catalog = request.app.state.catalog
-    # When the database is unreachable but a catalog was loaded, analyses go on from it, and say so.
-    if not catalog.is_known_current() and await run_in_threadpool(catalog.refresh_or_go_stale):
-        request.state.catalog_stale = True
+    catalog, stale = await fresh_catalog(request.app)
+    if stale:
+        request.state.catalog_stale = True  # the response says so (a header), see ObservabilityMiddleware
     return catalog
 
 

@@ -3,9 +3,10 @@ layers: an ASGI middleware inside the service's own (request ids, metrics, logs,
 
 Schedulers ask for operator, model-step and KV-capacity answers thousands of times a second, and FastAPI's
 path around a handler cost about what the analysis does (bench/in_process.py). This path answers a request
-only when it is plainly valid: an exact route, a JSON body that validates, a catalog model, a catalog known
-current. Anything else (and any error on the way, before a byte is sent) is handed, body and all, to the
-application, whose routes answer it as they always do, so every refusal keeps its one shape and wording.
+only when it is plainly valid: an exact route, a JSON body that validates, a catalog model; the catalog is
+checked and reloaded as the routes do it. Anything else (and any error on the way, before a byte is sent) is
+handed, body and all, to the application, whose routes answer it as they always do, so every refusal keeps
+its one shape and wording.
 Its answers are the same bytes as the routes' (tests/api/test_hot_path.py compares them);
 `ROOFLINE_HOT_PATH=false` turns it off.
 """
@@ -20,6 +21,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.models import KvCapacityRequest, ModelAnalysisRequest
+from service.api.deps import fresh_catalog
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import is_json_content_type
 from service.runtime.observability import count_analysis
@@ -72,7 +74,7 @@ class HotPathMiddleware:
             await self.app(scope, receive, send)
             return
         messages, body = await _read_body(receive)
-        answer = self._answer(scope, hot, body)
+        answer = await self._answer(scope, hot, body)
         if answer is None:
             replay = iter(messages)
 
@@ -88,7 +90,7 @@ class HotPathMiddleware:
                     "headers": [(b"content-length", str(len(payload)).encode()), JSON_HEADERS]})
         await send({"type": "http.response.body", "body": payload})
 
-    def _answer(self, scope, hot: HotAnalysis, body: bytes | None) -> tuple[bytes, str] | None:
+    async def _answer(self, scope, hot: HotAnalysis, body: bytes | None) -> tuple[bytes, str] | None:
         """(the answer's JSON, its count label), or None for the application to answer."""
         if not body:
             return None
@@ -96,12 +98,13 @@ class HotPathMiddleware:
         if content_type is None or not is_json_content_type(content_type.decode("latin-1")):
             return None
         try:
-            catalog = scope["app"].state.catalog
-            if not catalog.is_known_current():
-                return None  # the route's dependency reloads it, off the event loop
             request = self._validators[scope["path"]](body)
             if not hot.inline(request):
                 return None
+            # As the routes' catalog dependency does: reloaded first when anything was committed since.
+            catalog, stale = await fresh_catalog(scope["app"])
+            if stale:
+                scope.setdefault("state", {})["catalog_stale"] = True
             return hot.answer(request, catalog), hot.kind(request)
         except Exception:  # refused or failed (the database unreachable too): the route answers it, in its own words
             return None
