@@ -17,22 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
-from schemas.analysis import OperatorAnalysisRequest
-from schemas.models import KvCapacityRequest, ModelAnalysisRequest
 from service.api.deps import fresh_catalog
-from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import is_json_content_type
+from service.runtime.limits import replaying
 from service.runtime.observability import count_analysis
-from service.translation.model_analyses import kv_capacity_request, model_answer_json
-from service.translation.operator_analyses import operator_answer_json
+from service.translation.analyses import ANALYSES, Analysis
 
 
 @dataclass(frozen=True)
 class HotAnalysis:
-    request_model: type[BaseModel]
-    answer: Callable[[Any, DeviceCatalog], bytes]
+    analysis: Analysis  # the registry's entry: its request model and its answer's JSON, as the routes run them
     kind: Callable[[Any], str]  # the analysis count's label, as the route counts it
     # Whether this request may be answered inline: an inline model config is parsed per request, in time
     # that grows with its layers, so the route runs it in the thread pool.
@@ -40,13 +36,10 @@ class HotAnalysis:
 
 
 HOT = {
-    "/v1/analyze/operator": HotAnalysis(OperatorAnalysisRequest, operator_answer_json,
-                                        lambda request: f"operator:{request.operator.kind}"),
-    "/v1/analyze/model": HotAnalysis(ModelAnalysisRequest, model_answer_json, lambda request: f"model:{request.phase}",
+    "/v1/analyze/operator": HotAnalysis(ANALYSES["operator"], lambda request: f"operator:{request.operator.kind}"),
+    "/v1/analyze/model": HotAnalysis(ANALYSES["model"], lambda request: f"model:{request.phase}",
                                      lambda request: request.model is None),
-    "/v1/analyze/kv-capacity": HotAnalysis(KvCapacityRequest,
-                                           lambda request, catalog: kv_capacity_request(request, catalog).model_dump_json()
-                                           .encode(), lambda request: "kv_capacity",
+    "/v1/analyze/kv-capacity": HotAnalysis(ANALYSES["kv-capacity"], lambda request: "kv_capacity",
                                            lambda request: request.model is None),
 }
 JSON_HEADERS = (b"content-type", b"application/json")
@@ -66,7 +59,7 @@ class HotPathMiddleware:
     def __init__(self, app, enabled: bool = True):
         self.app = app
         self.enabled = enabled
-        self._validators = {path: TypeAdapter(hot.request_model).validate_json for path, hot in HOT.items()}
+        self._validators = {path: TypeAdapter(hot.analysis.request_model).validate_json for path, hot in HOT.items()}
 
     async def __call__(self, scope, receive, send):
         hot = HOT.get(scope.get("path")) if self.enabled and scope["type"] == "http" else None
@@ -76,12 +69,7 @@ class HotPathMiddleware:
         messages, body = await _read_body(receive)
         answer = await self._answer(scope, hot, body)
         if answer is None:
-            replay = iter(messages)
-
-            async def replayed():
-                return next(replay, None) or await receive()
-
-            await self.app(scope, replayed, send)
+            await self.app(scope, replaying(messages, receive), send)
             return
         payload, kind = answer
         count_analysis(kind)
@@ -105,7 +93,7 @@ class HotPathMiddleware:
             catalog, stale = await fresh_catalog(scope["app"])
             if stale:
                 scope.setdefault("state", {})["catalog_stale"] = True
-            return hot.answer(request, catalog), hot.kind(request)
+            return hot.analysis.answer_json(request, catalog), hot.kind(request)
         except Exception:  # refused or failed (the database unreachable too): the route answers it, in its own words
             return None
 

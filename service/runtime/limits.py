@@ -15,6 +15,16 @@ import json
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
 
 
+def replaying(messages: list[dict], receive):
+    """A receive that hands the app `messages` (already read from the connection) first, then the rest."""
+    pending = iter(messages)
+
+    async def replayed():
+        return next(pending, None) or await receive()
+
+    return replayed
+
+
 class BodySizeLimitMiddleware:
     def __init__(self, app, max_bytes: int):
         self.app = app
@@ -47,12 +57,7 @@ class BodySizeLimitMiddleware:
             chunks.append(message)
             if not message.get("more_body", False):
                 break
-        replay = iter(chunks)
-
-        async def replayed():
-            return next(replay, None) or await receive()
-
-        await self.app(scope, replayed, send)
+        await self.app(scope, replaying(chunks, receive), send)
 
     @staticmethod
     async def _drain(receive, already: int = 0) -> None:

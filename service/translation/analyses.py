@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from schemas.batch import BATCH_REQUEST_MODELS, MAX_BATCH_WORK, BatchRequest, BatchResult, TypedBatchRequest
+from schemas.batch import BATCH_REQUEST_MODELS, MAX_BATCH_WORK, BatchRequest, TypedBatchRequest
 from schemas.common import ErrorResponse
 from schemas.sweeps import MAX_SWEEP_POINTS
 from service.persistence.catalog import DeviceCatalog
@@ -112,13 +112,18 @@ def _item_json(index: int, item, catalog: DeviceCatalog) -> bytes:
         else:
             answer = run_analysis_json(item.analysis, item.request, catalog, loc=["body", "items", str(index), "request"])
     except ServiceError as exc:
-        return BatchResult(id=item.id, status=exc.status_code, error=ErrorResponse(
-            error=exc.code, detail=exc.detail, fields=exc.fields)).model_dump_json().encode()
+        error = ErrorResponse(error=exc.code, detail=exc.detail, fields=exc.fields).model_dump_json().encode()
+        return _result_json(item.id, exc.status_code, error=error)
     except Exception as exc:  # a defect: this item's 500, not the end of a half-sent answer
         log_unexpected(exc)
-        return (b'{"id":' + to_json(item.id) + b',"status":500,"result":null,"error":' + INTERNAL_ERROR + b"}")
-    # BatchResult's JSON, its fields in order, around the answer's own.
-    return b'{"id":' + to_json(item.id) + b',"status":200,"result":' + answer + b',"error":null}'
+        return _result_json(item.id, 500, error=INTERNAL_ERROR)
+    return _result_json(item.id, 200, result=answer)
+
+
+def _result_json(item_id: str | None, status: int, result: bytes = b"null", error: bytes = b"null") -> bytes:
+    """BatchResult's JSON, its fields in order, around an answer's or an error's own JSON."""
+    return (b'{"id":' + to_json(item_id) + b',"status":' + str(status).encode() + b',"result":' + result
+            + b',"error":' + error + b"}")
 
 
 def batch_json_chunks(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> Iterator[bytes]:
