@@ -8,11 +8,10 @@ wave efficiency = waves / ceil(waves) (the last wave leaves SMs idle).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class ShapeEfficiency:
+class ShapeEfficiency(NamedTuple):
     tile: tuple[int, int, int]
     padding_efficiency: float
     model_flops: float

@@ -129,6 +129,7 @@ def select_compute_roof(device: DeviceSpec, measured: MeasuredRoofs, dtype: str,
     raise NoComputePeakError("dtype", f"device {device.id} has no {unit} peak for {dtype} (its {unit} peaks: {available})")
 
 
+@by_identity(objects=2)
 def select_memory_roof(device: DeviceSpec, measured: MeasuredRoofs, level: str, mode: RoofMode) -> MemoryRoof | None:
     nominal = device.memory_level(level)
     chosen = _pick((nominal.bandwidth_bytes_per_s, nominal.citation) if nominal else None, measured.memory.get(level), mode)

@@ -46,7 +46,7 @@ def roofline_fields(device_id: str, result: RooflineResult) -> dict:
                     "source": c.roof.source.value, "time_s": c.time_s, "arithmetic_intensity": c.arithmetic_intensity,
                     "ridge_point": c.ridge_point}
                    for c in result.levels],
-        "achieved": vars(result.achieved) if result.achieved else None,
+        "achieved": result.achieved._asdict() if result.achieved else None,
         "shape_efficiency": None,
         "assumptions": list(result.assumptions),
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from service.core.dtypes import bytes_per_element
 from service.core.hardware import Unit
 from service.core.operators.base import OperatorCost, element_count
@@ -27,7 +29,7 @@ def matmul_cost(
     """b_is_weight: whether B is model weights (counted in weight_bytes_read). Default: when it is shared
     by the batch; per-item weights (MLA's absorbed per-head projections) set it."""
     a_dtype, b_dtype, c_dtype = a_dtype or dtype, b_dtype or dtype, c_dtype or dtype
-    s_a, s_b, s_c = (bytes_per_element(d) for d in (a_dtype, b_dtype, c_dtype))
+    s_a, s_b, s_c = bytes_per_element(a_dtype), bytes_per_element(b_dtype), bytes_per_element(c_dtype)
     # Group-quantised weights carry scales: bytes per element = bits / 8 + scale bytes / group size.
     s_b = b_bytes_per_element or s_b
     # Weight-only quantisation (int4 B times bf16 A) dequantises to the wider operand's type.
@@ -43,14 +45,6 @@ def matmul_cost(
     bytes_read = a_elems * s_a + b_elems * s_b + bias_bytes
     bytes_written = c_elems * s_c
 
-    assumptions = [
-        "matmul: FLOPs = 2*batch*m*n*k (one multiply-add = 2 FLOP)" + (" + batch*m*n for the bias" if bias else ""),
-        "matmul: ideal single pass, A and B read once and C written once",
-        "matmul: B is " + ("a weight shared across the batch, read once" if weight_shared else "read once per batch item"),
-        f"matmul: A {a_dtype}, B {b_dtype}, C {c_dtype}; computed in {compute_dtype} on the tensor unit",
-    ]
-    if bias:
-        assumptions.append(f"matmul: bias of n elements read in the output type ({c_dtype})")
     traffic: tuple[tuple[str, float], ...] = ()
     if tile is not None:
         tile_m, tile_n, _ = tile
@@ -60,11 +54,29 @@ def matmul_cost(
                     + batch * -(-m // tile_m) * k * n * s_b
                     + bias_bytes + bytes_written)
         traffic = (("l2", l2_bytes),)
-        assumptions.append(f"matmul: {tile_m}x{tile_n} output tiles; L2 serves A once per tile column and B once "
-                           "per tile row (plus C written), HBM sees each operand once")
-    return OperatorCost("matmul", flops, bytes_read, bytes_written, compute_dtype, Unit.tensor, tuple(assumptions),
+    assumptions = _matmul_notes(bias, weight_shared, a_dtype, b_dtype, c_dtype, compute_dtype,
+                                (tile[0], tile[1]) if tile is not None else None)
+    return OperatorCost("matmul", flops, bytes_read, bytes_written, compute_dtype, Unit.tensor, assumptions,
                         traffic, weight_bytes_read=b_elems * s_b + bias_bytes if (weight_shared if b_is_weight is None
                                                                                     else b_is_weight) else 0.0)
+
+
+@lru_cache(maxsize=256)
+def _matmul_notes(bias: bool, weight_shared: bool, a_dtype: str, b_dtype: str, c_dtype: str, compute_dtype: str,
+                  tile: tuple[int, int] | None) -> tuple[str, ...]:
+    """A matmul's conventions in words: the same few combinations describe every matmul a batch costs."""
+    notes = [
+        "matmul: FLOPs = 2*batch*m*n*k (one multiply-add = 2 FLOP)" + (" + batch*m*n for the bias" if bias else ""),
+        "matmul: ideal single pass, A and B read once and C written once",
+        "matmul: B is " + ("a weight shared across the batch, read once" if weight_shared else "read once per batch item"),
+        f"matmul: A {a_dtype}, B {b_dtype}, C {c_dtype}; computed in {compute_dtype} on the tensor unit",
+    ]
+    if bias:
+        notes.append(f"matmul: bias of n elements read in the output type ({c_dtype})")
+    if tile is not None:
+        notes.append(f"matmul: {tile[0]}x{tile[1]} output tiles; L2 serves A once per tile column and B once "
+                     "per tile row (plus C written), HBM sees each operand once")
+    return tuple(notes)
 
 
 def grouped_matmul_cost(
