@@ -33,7 +33,7 @@ class ByIdentity(Generic[P, R]):
         if len(arguments) == 1 and not keywords:  # the commonest call, keyed by the bare id
             key: Any = id(arguments[0])
         else:
-            key = (*map(id, arguments[:objects]), *arguments[objects:])
+            key = ((id(arguments[0]),) if objects == 1 else (id(arguments[0]), id(arguments[1]))) + arguments[objects:]
             if keywords:
                 key += tuple(sorted(keywords.items()))
         entry = self._entries.get(key)

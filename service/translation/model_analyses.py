@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from operator import attrgetter
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -21,7 +20,7 @@ from service.core.errors import CostModelError
 from service.core.memo import ByIdentity
 from service.core.roofs import RoofMode
 from service.core.transformer import layers
-from service.core.transformer.analysis import Evaluator, analyze_model
+from service.core.transformer.analysis import Evaluator, RowResult, analyze_model
 from service.core.transformer.architecture import Architecture, ConfigError, from_generic, from_hf_config
 from service.core.transformer.capacity import (
     MemoryBudget,
@@ -40,7 +39,9 @@ from service.translation.plain_fields import plain_fields, to_json_with
 
 ROWS = TypeAdapter(list[RowOut])
 ROW_FIELDS = tuple(RowOut.model_fields)
-_row_values = attrgetter(*ROW_FIELDS)
+# An evaluated row holds RowOut's fields first, in RowOut's order, so a row's answer is its leading values.
+if RowResult._fields[:len(ROW_FIELDS)] != ROW_FIELDS:
+    raise ImportError(f"RowResult must begin with RowOut's fields in order: {ROW_FIELDS}")
 
 
 def architecture_of(config: dict[str, Any], prefix: str = "model") -> Architecture:
@@ -211,7 +212,7 @@ def step_memory_for(request: ModelAnalysisRequest, arch: Architecture, device) -
 
 def _row_fields(row) -> dict:
     """A RowOut's fields from an evaluated row."""
-    return dict(zip(ROW_FIELDS, _row_values(row)))
+    return dict(zip(ROW_FIELDS, row))
 
 
 # An evaluated row is shared by every request with the same row on the same device (see evaluator_for), so its

@@ -23,6 +23,7 @@ from service.core.transformer.layers import ModelDTypes, Row, Step, layer_rows, 
 
 
 class RowResult(NamedTuple):
+    # The answer's RowOut fields first, in its order: an answer writes a row as dict(zip(its fields, row)).
     name: str
     kind: str
     group: str
@@ -32,15 +33,15 @@ class RowResult(NamedTuple):
     bytes: float
     arithmetic_intensity: float | None
     bound: str
-    bound_level: str | None
     time_s: float
+    total_time_s: float  # time_s x instances
     weight_bytes: float
     kv_bytes_read: float
     kv_bytes_written: float
-    instances: int = 0  # layers x count
-    total_time_s: float = 0.0  # time_s x instances
-    compute_time_s: float = 0.0  # of one instance: FLOPs / compute roof
-    memory_time_s: float = 0.0  # of one instance: bytes / bandwidth (HBM, or the interconnect)
+    bound_level: str | None
+    instances: int  # layers x count
+    compute_time_s: float  # of one instance: FLOPs / compute roof
+    memory_time_s: float  # of one instance: bytes / bandwidth (HBM, or the interconnect)
 
 
 def _row(name, kind, group, layers, count, flops, bytes_, intensity, bound, level, compute_time, memory_time, weights,
@@ -48,13 +49,12 @@ def _row(name, kind, group, layers, count, flops, bytes_, intensity, bound, leve
     instances = layers * count
     time_s = max(compute_time, memory_time)
     # Counts as floats, whatever the cost model computed them in, as every consumer of a row reads them.
-    return RowResult(name, kind, group, layers, count, float(flops), float(bytes_), intensity, bound, level, time_s,
-                     float(weights), float(kv_read), float(kv_written), instances, time_s * instances, compute_time,
-                     memory_time)
+    return RowResult(name, kind, group, layers, count, float(flops), float(bytes_), intensity, bound, time_s,
+                     time_s * instances, float(weights), float(kv_read), float(kv_written), level, instances,
+                     compute_time, memory_time)
 
 
-@dataclass(frozen=True)
-class Totals:
+class Totals(NamedTuple):
     flops: float
     bytes: float
     weight_bytes_read: float
@@ -67,8 +67,7 @@ class Totals:
     interconnect_time_share: float
 
 
-@dataclass(frozen=True)
-class ModelAnalysisResult:
+class ModelAnalysisResult(NamedTuple):
     rows: tuple[RowResult, ...]
     totals: Totals
     mfu: float | None
@@ -97,9 +96,11 @@ class Evaluator:
 
     def evaluate(self, row: Row, group: str, layers: int) -> RowResult:
         cost = row.cost
-        key = (row.name, group, layers, row.count, row.comm_bytes) if cost is None else (
-            row.name, group, layers, row.count, cost.flops, cost.bytes_read, cost.bytes_written, cost.compute_dtype,
-            cost.unit, cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written)
+        if cost is None:
+            key = (row.name, group, layers, row.count, row.comm_bytes)
+        else:
+            key = (row.name, group, layers, row.count, cost.flops, cost.bytes_read, cost.bytes_written,
+                   cost.compute_dtype, cost.unit, cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written)
         found = self._rows.get(key)
         if found is None:
             if len(self._rows) > 2048:
@@ -110,15 +111,16 @@ class Evaluator:
     def compute_roof(self, cost: OperatorCost) -> tuple[float, float | None, str]:
         """(FLOP/s, nominal FLOP/s, source) of the roof the cost runs at."""
         key = (cost.compute_dtype, cost.unit)
-        if key not in self._compute:
+        found = self._compute.get(key)
+        if found is None:
             roof, _ = select_compute_roof(self.device, self.measured, cost.compute_dtype, cost.unit, self.mode)
             scale = 1.0
             if self.sustained_clock_hz is not None:
                 if not self.device.boost_clock_hz:
                     raise CostModelError("sustained_clock_hz", f"device {self.device.id} has no boost clock to scale from")
                 scale = self.sustained_clock_hz / self.device.boost_clock_hz
-            self._compute[key] = (roof.flops_per_s * scale, roof.nominal_flops_per_s, roof.source.value)
-        return self._compute[key]
+            found = self._compute[key] = (roof.flops_per_s * scale, roof.nominal_flops_per_s, roof.source.value)
+        return found
 
     @property
     def hbm(self) -> MemoryRoof:
@@ -142,12 +144,13 @@ class Evaluator:
         cost = row.cost
         flops_per_s = self.compute_roof(cost)[0]
         bandwidth = self.hbm.bytes_per_s
-        compute_time, memory_time = cost.flops / flops_per_s, cost.bytes_total / bandwidth
+        flops, moved = cost.flops, cost.bytes_read + cost.bytes_written
+        compute_time, memory_time = flops / flops_per_s, moved / bandwidth
         if not math.isfinite(compute_time + memory_time):
             raise CostModelError(row.name, "the counts exceed the floating-point range")
-        intensity = cost.flops / cost.bytes_total
+        intensity = flops / moved
         bound = "compute" if intensity >= flops_per_s / bandwidth else "memory"
-        return _row(row.name, row.kind, group, layers, row.count, cost.flops, cost.bytes_total, intensity, bound,
+        return _row(row.name, row.kind, group, layers, row.count, flops, moved, intensity, bound,
                     "hbm", compute_time, memory_time, cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written)
 
     def times(self, cost: OperatorCost) -> tuple[float, float]:
@@ -302,8 +305,7 @@ def decode_time_sum(arch: Architecture, evaluator: Evaluator, *, batch: int, fir
     return fixed * steps + total
 
 
-@dataclass(frozen=True)
-class StepSummary:
+class StepSummary(NamedTuple):
     value: int
     totals: Totals
     mfu: float | None

@@ -8,7 +8,6 @@ activations after the attention block and one after the MLP, on the device's int
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -22,8 +21,9 @@ from service.core.operators.base import OperatorCost
 from service.core.transformer.architecture import Architecture, LayerGroup
 
 
-@dataclass(frozen=True)
-class ModelDTypes:
+# Tuples, not frozen dataclasses: every cached cost model is keyed by the dtypes (a tuple hashes in C) and a
+# step is built per analysis.
+class ModelDTypes(NamedTuple):
     weights: str = "bf16"
     activations: str = "bf16"
     kv_cache: str = "bf16"
@@ -52,11 +52,10 @@ class ModelDTypes:
         dtype = self.head_dtype(tied)
         if dtype == self.weights and not tied:
             return self
-        return replace(self, weights=dtype, weight_group_size=None)
+        return self._replace(weights=dtype, weight_group_size=None)
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     batch: int
     q_len: int
     kv_len: int
@@ -153,7 +152,7 @@ def _attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: M
         rows += [Row("q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act)),
                  Row("k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, d], dtype=act))]
     rows += [
-        Row("rope", "rope", 1, rope_cost(batch=step.batch, seq_len=step.q_len, heads=heads + kv_heads, head_dim=d, dtype=act)),
+        Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + kv_heads, d, act)),
         Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, 2 * kv_heads * d, dtypes)),
         _attention_row(batch=step.batch, heads=heads, kv_heads=kv_heads, head_dim=d, q_len=step.q_len,
                        kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
@@ -167,6 +166,12 @@ def _attention_row(**params) -> Row:
     return Row("attention", "attention", 1, attention_cost(**params), attention_params=params)
 
 
+@lru_cache(maxsize=1024)
+def _rope(batch: int, q_len: int, heads: int, head_dim: int, dtype: str) -> OperatorCost:
+    return rope_cost(batch=batch, seq_len=q_len, heads=heads, head_dim=head_dim, dtype=dtype)
+
+
+@lru_cache(maxsize=1024)
 def _cache_write(tokens: int, width: int, dtypes: ModelDTypes) -> OperatorCost:
     cost = elementwise_cost(op="cache_write", shape=[tokens, width], dtype=dtypes.activations, arity=1,
                             flops_per_element=0, out_dtype=dtypes.kv_cache)
@@ -192,8 +197,7 @@ def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, 
     rows += [
         Row("kv_a_proj", "matmul", 1, linear_cost(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, h, dtypes)),
         Row("kv_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, lat.kv_lora_rank], dtype=act)),
-        Row("rope", "rope", 1, rope_cost(batch=step.batch, seq_len=step.q_len, heads=heads + 1,
-                                         head_dim=lat.qk_rope_head_dim, dtype=act)),
+        Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + 1, lat.qk_rope_head_dim, act)),
         Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, dtypes)),
     ]
     if step.q_len > 1:
@@ -279,10 +283,15 @@ def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tup
     """The embedding before the layers; the final norm and LM head after them. The LM head runs on the
     last token of each sequence only (what serving engines compute), split over the vocabulary under TP."""
     vocab = _split(arch.vocab, step.tensor_parallel, "vocab_size") if step.tensor_parallel > 1 else arch.vocab
-    embed = embedding_cost(tokens=step.tokens, hidden=arch.hidden, vocab=arch.vocab, dtype=dtypes.activations)
-    embed = OperatorCost(embed.kind, embed.flops, embed.bytes_read, embed.bytes_written, embed.compute_dtype, embed.unit,
-                         embed.assumptions, weight_bytes_read=min(step.tokens, arch.vocab) * arch.hidden
-                         * bytes_per_element(dtypes.activations))
+    embed = _embedding(step.tokens, arch.hidden, arch.vocab, dtypes.activations)
     head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.tokens, arch.hidden], dtypes)),
             Row("lm_head", "matmul", 1, linear_cost(step.batch, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)))]
     return [Row("embedding", "embedding", 1, embed)], head
+
+
+@lru_cache(maxsize=1024)
+def _embedding(tokens: int, hidden: int, vocab: int, dtype: str) -> OperatorCost:
+    """The embedding lookup, its weights the rows it gathers (at most the whole table)."""
+    embed = embedding_cost(tokens=tokens, hidden=hidden, vocab=vocab, dtype=dtype)
+    return OperatorCost(embed.kind, embed.flops, embed.bytes_read, embed.bytes_written, embed.compute_dtype, embed.unit,
+                        embed.assumptions, weight_bytes_read=min(tokens, vocab) * hidden * bytes_per_element(dtype))
