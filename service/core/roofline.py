@@ -73,16 +73,20 @@ def _finite(field: str, *values: float) -> None:
         raise CostModelError(field, "the counts exceed the floating-point range")
 
 
+HBM = MemoryLevelName.hbm.value
+
+
 def _level_ceilings(cost: OperatorCost, device: DeviceSpec, measured: MeasuredRoofs, mode: RoofMode,
                     flops_per_s: float, bytes_by_level: Mapping[str, float] | None) -> tuple[list[LevelCeiling], list[str]]:
-    traffic = {MemoryLevelName.hbm.value: cost.bytes_total, **dict(cost.traffic_by_level)}
+    traffic = {HBM: cost.bytes_read + cost.bytes_written}
+    traffic.update(cost.traffic_by_level)
     notes = []
     if bytes_by_level:
         traffic.update(bytes_by_level)
         notes.append("traffic per level taken from the request's bytes_by_level for: " + ", ".join(sorted(bytes_by_level)))
     ceilings = []
     for level, level_bytes in traffic.items():
-        roof = (require_memory_roof(device, measured, level, mode) if level == MemoryLevelName.hbm
+        roof = (require_memory_roof(device, measured, level, mode) if level == HBM
                 else select_memory_roof(device, measured, level, mode))
         if roof is None:
             notes.append(f"{level} traffic ({level_bytes:.4g} bytes) not bounded: device {device.id} has no {mode} {level} bandwidth")
@@ -140,10 +144,14 @@ def analyze(
     ceilings, level_notes = _level_ceilings(cost, device, measured, mode, compute.flops_per_s, bytes_by_level)
     if not ceilings:
         raise CostModelError("bytes_by_level", "no memory level with a known bandwidth carries traffic")
-    hbm = next((c for c in ceilings if c.roof.level == MemoryLevelName.hbm), None)
+    hbm = slowest = None
+    for ceiling in ceilings:
+        if ceiling.roof.level == HBM and hbm is None:
+            hbm = ceiling
+        if slowest is None or ceiling.time_s > slowest.time_s:
+            slowest = ceiling
     if hbm is None:
         raise CostModelError("bytes_by_level", "HBM traffic must be positive: the headline intensity is FLOPs per HBM byte")
-    slowest = max(ceilings, key=lambda c: c.time_s)
     compute_time = cost.flops / compute.flops_per_s
     time_s = max(compute_time, slowest.time_s)
     # Ties go to compute, as I >= I* does on a single roofline.
