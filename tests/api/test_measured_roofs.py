@@ -346,3 +346,21 @@ def test_the_largest_accepted_values_keep_every_read_finite(client):
     body = analyze(client)
     assert body["ridge_point"] > 0 and body["time_s"] > 0
     assert client.get("/v1/devices/nvidia-h100-sxm/roofline.svg").status_code == 200
+
+
+def test_a_measured_time_on_a_roof_without_a_nominal_peak_answers_with_mfu_undefined(client):
+    """With only a measured fp8 roof on the A100 (no fp8 datasheet peak), MFU has no denominator: the answer
+    says so (null and a note) instead of failing its finiteness check on the missing value (that was a 500)."""
+    fp8 = {"kind": "compute", "dtype": "fp8_e5m2", "unit": "tensor", "flops_per_s": 6e14, "tool": "gemm",
+           "off_nominal_reason": "emulated fp8 kernel, recorded for comparison"}
+    assert client.post("/v1/devices/nvidia-a100-80gb-sxm/benchmarks", headers=AUTH, json=fp8).status_code == 201
+    # 2 * 4096^3 FLOPs = 137,438,953,472; in 1 ms that is 1.374e14 FLOP/s achieved.
+    answer = client.post("/v1/analyze/operator", json={
+        "device_id": "nvidia-a100-80gb-sxm", "measured_time_s": 1e-3,
+        "operator": {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "fp8_e5m2"}})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["compute_roof"]["source"] == "measured" and body["mfu"] is None
+    assert body["achieved"]["mfu"] is None
+    assert body["achieved"]["flops_per_s"] == pytest.approx(2 * 4096**3 / 1e-3)
+    assert any(note.startswith("mfu: not defined") for note in body["assumptions"]), body["assumptions"]
