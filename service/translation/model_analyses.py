@@ -215,10 +215,26 @@ def _row_fields(row) -> dict:
     return dict(zip(ROW_FIELDS, row))
 
 
-# An evaluated row is shared by every request with the same row on the same device (see evaluator_for), so its
-# JSON is written once too. Room for a few devices' worth of evaluated rows (about 4 MB): at 2,048 the 70B
-# benchmark's 6,400 distinct rows over five devices were evicted before they recurred, and every row missed.
-_row_json = ByIdentity(lambda row: to_json(_row_fields(row)), objects=1, limit=8192)
+# An evaluated row recurs in every request with the same row on the same device (see evaluator_for), so its JSON
+# is written once too, keyed by the row's values (a row is a tuple of plain values: equal rows write alike). Room
+# for a few devices' worth of rows (about 4 MB): at 2,048 the 70B benchmark's 6,400 distinct rows over five
+# devices were evicted before they recurred, and every row missed.
+_ROW_JSON: dict = {}
+ROW_JSON_LIMIT = 8192
+
+
+def rows_json(rows) -> bytes:
+    """The rows as the answer's JSON array of RowOut objects."""
+    written = _ROW_JSON
+    parts = []
+    for row in rows:
+        part = written.get(row)
+        if part is None:
+            if len(written) >= ROW_JSON_LIMIT:
+                written.clear()
+            part = written[row] = to_json(dict(zip(ROW_FIELDS, row)))
+        parts.append(part)
+    return b"[" + b",".join(parts) + b"]"
 
 
 def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> dict:
@@ -276,7 +292,7 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
 def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> bytes:
     """analyze_model_request's answer as its JSON, without building the model."""
     fields = model_analysis_fields(request, catalog)
-    return to_json_with(fields, "rows", b"[" + b",".join(map(_row_json, fields["rows"])) + b"]")
+    return to_json_with(fields, "rows", rows_json(fields["rows"]))
 
 
 def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> KvCapacity:
