@@ -78,7 +78,7 @@ HBM = MemoryLevelName.hbm.value
 
 def _level_ceilings(cost: OperatorCost, device: DeviceSpec, measured: MeasuredRoofs, mode: RoofMode,
                     flops_per_s: float, bytes_by_level: Mapping[str, float] | None) -> tuple[list[LevelCeiling], list[str]]:
-    traffic = {HBM: cost.bytes_read + cost.bytes_written}
+    traffic = {HBM: cost.bytes_total}
     traffic.update(cost.traffic_by_level)
     notes = []
     if bytes_by_level:

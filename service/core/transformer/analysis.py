@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.operators import attention_cost
@@ -144,13 +143,13 @@ class Evaluator:
         cost = row.cost
         flops_per_s = self.compute_roof(cost)[0]
         bandwidth = self.hbm.bytes_per_s
-        flops, moved = cost.flops, cost.bytes_read + cost.bytes_written
-        compute_time, memory_time = flops / flops_per_s, moved / bandwidth
+        moved = cost.bytes_total
+        compute_time, memory_time = cost.flops / flops_per_s, moved / bandwidth
         if not math.isfinite(compute_time + memory_time):
             raise CostModelError(row.name, "the counts exceed the floating-point range")
-        intensity = flops / moved
+        intensity = cost.flops / moved
         bound = "compute" if intensity >= flops_per_s / bandwidth else "memory"
-        return _row(row.name, row.kind, group, layers, row.count, flops, moved, intensity, bound,
+        return _row(row.name, row.kind, group, layers, row.count, cost.flops, moved, intensity, bound,
                     "hbm", compute_time, memory_time, cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written)
 
     def times(self, cost: OperatorCost) -> tuple[float, float]:
