@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import to_json
 
 from schemas.batch import BATCH_REQUEST_MODELS, MAX_BATCH_WORK, BatchRequest, TypedBatchRequest
 from schemas.common import ErrorResponse
@@ -25,6 +24,7 @@ from service.translation.model_analyses import (
     analyze_model_request, kv_capacity_request, model_answer_json, shared_evaluators,
 )
 from service.translation.operator_analyses import analyze_operator_request, operator_answer_json
+from service.translation.plain_fields import json_bytes
 from service.translation.serving_plans import plan_serving
 from service.translation.sweeps import compare_devices, run_sweep
 from service.translation.training_analyses import analyze_training_request, plan_training
@@ -122,7 +122,7 @@ def _item_json(index: int, item, catalog: DeviceCatalog) -> bytes:
 
 def _result_json(item_id: str | None, status: int, result: bytes = b"null", error: bytes = b"null") -> bytes:
     """BatchResult's JSON, its fields in order, around an answer's or an error's own JSON."""
-    return (b'{"id":' + to_json(item_id) + b',"status":' + str(status).encode() + b',"result":' + result
+    return (b'{"id":' + json_bytes(item_id) + b',"status":' + str(status).encode() + b',"result":' + result
             + b',"error":' + error + b"}")
 
 

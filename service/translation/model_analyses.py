@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from functools import lru_cache
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
-from pydantic_core import to_json
 
 from schemas.models import (
     GenericArchitecture, KvCapacity, KvCapacityRequest, KvMix, ModelAnalysis, ModelAnalysisRequest,
@@ -36,7 +34,7 @@ from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
 from service.persistence.tables import ModelConfig
-from service.translation.plain_fields import plain_fields, to_json_with
+from service.translation.plain_fields import json_bytes, plain_fields
 
 ROWS = TypeAdapter(list[RowOut])
 ROW_FIELDS = tuple(RowOut.model_fields)
@@ -216,20 +214,6 @@ def _row_fields(row) -> dict:
     return dict(zip(ROW_FIELDS, row))
 
 
-# An evaluated row recurs in every request with the same row on the same device (see evaluator_for), so its JSON
-# is written once too, keyed by the row's values (a row is a tuple of plain values: equal rows write alike). Room
-# for a few devices' worth of rows (about 4 MB): at 2,048 the 70B benchmark's 6,400 distinct rows over five
-# devices were evicted before they recurred, and every row missed.
-@lru_cache(maxsize=8192)
-def _row_json(row: RowResult) -> bytes:
-    return to_json(_row_fields(row))
-
-
-def rows_json(rows) -> bytes:
-    """The rows as the answer's JSON array of RowOut objects."""
-    return b"[" + b",".join(map(_row_json, rows)) + b"]"
-
-
 def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> dict:
     """The ModelAnalysis fields of a validated request, in the model's order (see operator_analyses); `rows`
     holds the evaluated rows themselves, for the caller to write as RowOut fields or as their JSON."""
@@ -285,7 +269,8 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
 def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> bytes:
     """analyze_model_request's answer as its JSON, without building the model."""
     fields = model_analysis_fields(request, catalog)
-    return to_json_with(fields, "rows", rows_json(fields["rows"]))
+    fields["rows"] = [_row_fields(row) for row in fields["rows"]]
+    return json_bytes(fields)
 
 
 def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> KvCapacity:

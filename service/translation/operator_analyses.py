@@ -8,7 +8,6 @@ cost three times as much; tests/api/test_answer_json.py holds the two byte for b
 
 from __future__ import annotations
 
-from pydantic_core import to_json
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
 from service.persistence.catalog import DeviceCatalog
@@ -20,6 +19,7 @@ from service.core.operators import operator_cost
 from service.core.roofline import RooflineResult, analyze
 from service.core.roofs import MeasuredRoofs, RoofMode
 from service.runtime.errors import cost_model_error
+from service.translation.plain_fields import json_bytes
 
 
 def roofline_fields(device_id: str, result: RooflineResult) -> dict:
@@ -129,4 +129,4 @@ def analyze_operator_request(request: OperatorAnalysisRequest, catalog: DeviceCa
 
 def operator_answer_json(request: OperatorAnalysisRequest, catalog: DeviceCatalog) -> bytes:
     """analyze_operator_request's answer as its JSON, without building the model."""
-    return to_json(operator_analysis_fields(request, catalog.get(request.device_id), catalog.measured(request.device_id)))
+    return json_bytes(operator_analysis_fields(request, catalog.get(request.device_id), catalog.measured(request.device_id)))

