@@ -111,6 +111,11 @@ def _roof_notes(source: str, dtype: str, unit: str, flops_per_s: float,
     )
 
 
+def roof_notes(compute: ComputeRoof, ceilings: list[LevelCeiling]) -> tuple[str, ...]:
+    return _roof_notes(compute.source, compute.dtype, compute.unit, compute.flops_per_s,
+                       tuple((c.roof.source, c.roof.level, c.roof.bytes_per_s) for c in ceilings))
+
+
 def analyze(
     cost: OperatorCost,
     device: DeviceSpec,
@@ -176,8 +181,7 @@ def analyze(
             notes.append("the measured time beats the lower bound: a roof is understated or the counts overstated")
         _finite("measured_time_s", achieved.flops_per_s, achieved.bandwidth_bytes_per_s)
 
-    roof_notes = _roof_notes(compute.source, compute.dtype, compute.unit, compute.flops_per_s,
-                             tuple((c.roof.source, c.roof.level, c.roof.bytes_per_s) for c in ceilings))
+    notes_on_roofs = roof_notes(compute, ceilings)
     if nominal_peak is None:
         notes.append(f"mfu: not defined, device {device.id} lists no nominal {compute.dtype} {compute.unit} peak")
     _finite("operator", hbm.arithmetic_intensity, hbm.ridge_point, attainable, compute_time,
@@ -197,7 +201,7 @@ def analyze(
         time_s=time_s,
         mfu=mfu,
         achieved=achieved,
-        assumptions=cost.assumptions + tuple(notes) + tuple(level_notes) + roof_notes,
+        assumptions=cost.assumptions + tuple(notes) + tuple(level_notes) + notes_on_roofs,
     )
 
 

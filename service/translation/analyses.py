@@ -20,6 +20,7 @@ from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
 from service.runtime.observability import INTERNAL_ERROR, log_unexpected
 from service.translation.fusion_graphs import analyze_fusion
+from service.translation.matmul_batches import MatmulAnswers, is_plain_matmul
 from service.translation.model_analyses import (
     analyze_model_request, kv_capacity_request, model_answer_json, shared_evaluators,
 )
@@ -103,13 +104,15 @@ def _work(item) -> int:
 ITEMS_PER_CHUNK = 50
 
 
-def _item_json(index: int, item, catalog: DeviceCatalog) -> bytes:
-    """One item's BatchResult JSON: its analysis's answer through the same code as its own endpoint, or its
-    error in the service's error shape (an unexpected one as its own 500, logged as the middleware logs one)."""
+def _item_json(index: int, item, catalog: DeviceCatalog, matmuls: MatmulAnswers) -> bytes:
+    """One item's BatchResult JSON: its analysis's answer through the same code as its own endpoint (a plain matmul
+    from its group's arrays, the same bytes), or its error in the service's error shape (an unexpected one as its
+    own 500, logged as the middleware logs one)."""
     try:
-        if isinstance(item.request, BaseModel):
+        answer = matmuls.answer(index)
+        if answer is None and isinstance(item.request, BaseModel):
             answer = ANALYSES[item.analysis].answer_json(item.request, catalog)
-        else:
+        elif answer is None:
             answer = run_analysis_json(item.analysis, item.request, catalog, loc=["body", "items", str(index), "request"])
     except ServiceError as exc:
         error = ErrorResponse(error=exc.code, detail=exc.detail, fields=exc.fields).model_dump_json().encode()
@@ -141,12 +144,16 @@ def batch_json_chunks(request: BatchRequest | TypedBatchRequest, catalog: Device
 
 def _chunks(items: list, catalog: DeviceCatalog) -> Iterator[bytes]:
     evaluators: dict = {}  # items on one device share its roofs and evaluated rows, across the pieces
+    matmuls = None
     yield b'{"results":['
     for start in range(0, len(items), ITEMS_PER_CHUNK):
         # Few batches compute at once per process: more in parallel would only share the same cores while
         # multiplying the memory (32 concurrent batches, unchunked, peaked at 750 MB in one worker).
         with BATCH_SLOTS, shared_evaluators(evaluators):
-            piece = b",".join(_item_json(index, items[index], catalog)
+            if matmuls is None:  # the numbers of every plain matmul at once (a few hundred kilobytes), written per piece
+                matmuls = MatmulAnswers(((index, item.request) for index, item in enumerate(items)
+                                         if item.analysis == "operator" and is_plain_matmul(item.request)), catalog)
+            piece = b",".join(_item_json(index, items[index], catalog, matmuls)
                               for index in range(start, min(start + ITEMS_PER_CHUNK, len(items))))
         yield piece if start == 0 else b"," + piece
     yield b"]}"

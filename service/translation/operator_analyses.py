@@ -17,42 +17,67 @@ from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
 from service.core.roofline import RooflineResult, analyze
-from service.core.roofs import MeasuredRoofs, RoofMode
+from service.core.roofs import ComputeRoof, MeasuredRoofs, MemoryRoof, RoofMode
 from service.runtime.errors import cost_model_error
 from service.translation.plain_fields import json_bytes
 
 
-def roofline_fields(device_id: str, result: RooflineResult) -> dict:
-    """The OperatorAnalysis fields of a roofline result (counts as floats, as the model has them)."""
-    cost, compute, memory = result.cost, result.compute_roof, result.memory_roof
+def compute_roof_fields(compute: ComputeRoof) -> dict:
+    return {"flops_per_s": compute.flops_per_s, "dtype": str(compute.dtype), "unit": str(compute.unit),
+            "source": str(compute.source)}
+
+
+def memory_roof_fields(memory: MemoryRoof) -> dict:
+    return {"level": memory.level, "bytes_per_s": memory.bytes_per_s, "source": str(memory.source)}
+
+
+def level_fields(roof: MemoryRoof, level_bytes: float, time_s: float, intensity: float, ridge: float) -> dict:
+    """LevelCeilingOut's fields (bytes as a float)."""
+    return {"level": roof.level, "bytes": float(level_bytes), "bytes_per_s": roof.bytes_per_s, "source": str(roof.source),
+            "time_s": time_s, "arithmetic_intensity": intensity, "ridge_point": ridge}
+
+
+def answer_fields(device_id: str, kind: str, flops, bytes_read, bytes_written, bytes_total, intensity: float,
+                  ridge: float, bound: str, attainable: float, compute_time: float, memory_time: float, time_s: float,
+                  mfu: float | None, compute_roof: dict, memory_roof: dict, binding_level: str | None, levels: list[dict],
+                  achieved: dict | None, shape: dict | None, assumptions: list[str]) -> dict:
+    """The OperatorAnalysis fields, in its order (counts as floats, as the model has them)."""
     return {
         "device_id": device_id,
-        "kind": cost.kind,
-        "flops": float(cost.flops),
-        "bytes": {"read": float(cost.bytes_read), "written": float(cost.bytes_written), "total": float(cost.bytes_total)},
-        "arithmetic_intensity": result.arithmetic_intensity,
-        "ridge_point": result.ridge_point,
-        "bound": str(result.bound),
-        "attainable_flops_per_s": result.attainable_flops_per_s,
-        "compute_time_s": result.compute_time_s,
-        "memory_time_s": result.memory_time_s,
-        "time_s": result.time_s,
-        "mfu": result.mfu,
-        "compute_roof": {"flops_per_s": compute.flops_per_s, "dtype": str(compute.dtype), "unit": str(compute.unit),
-                         "source": str(compute.source)},
-        "memory_roof": {"level": memory.level, "bytes_per_s": memory.bytes_per_s, "source": str(memory.source)},
-        "binding_level": result.binding_level,
-        "levels": [{"level": c.roof.level, "bytes": float(c.bytes), "bytes_per_s": c.roof.bytes_per_s,
-                    "source": str(c.roof.source), "time_s": c.time_s, "arithmetic_intensity": c.arithmetic_intensity,
-                    "ridge_point": c.ridge_point}
-                   for c in result.levels],
-        "achieved": result.achieved._asdict() if result.achieved else None,
-        "shape_efficiency": None,
-        "assumptions": list(result.assumptions),
+        "kind": kind,
+        "flops": float(flops),
+        "bytes": {"read": float(bytes_read), "written": float(bytes_written), "total": float(bytes_total)},
+        "arithmetic_intensity": intensity,
+        "ridge_point": ridge,
+        "bound": bound,
+        "attainable_flops_per_s": attainable,
+        "compute_time_s": compute_time,
+        "memory_time_s": memory_time,
+        "time_s": time_s,
+        "mfu": mfu,
+        "compute_roof": compute_roof,
+        "memory_roof": memory_roof,
+        "binding_level": binding_level,
+        "levels": levels,
+        "achieved": achieved,
+        "shape_efficiency": shape,
+        "assumptions": assumptions,
     }
 
 
-def _shape_fields(tile, padding_efficiency, model_flops, executed_flops, applied, tiles=None, sm_count=None,
+def roofline_fields(device_id: str, result: RooflineResult, shape: dict | None = None) -> dict:
+    """The OperatorAnalysis fields of a roofline result."""
+    cost = result.cost
+    return answer_fields(
+        device_id, cost.kind, cost.flops, cost.bytes_read, cost.bytes_written, cost.bytes_total,
+        result.arithmetic_intensity, result.ridge_point, str(result.bound), result.attainable_flops_per_s,
+        result.compute_time_s, result.memory_time_s, result.time_s, result.mfu, compute_roof_fields(result.compute_roof),
+        memory_roof_fields(result.memory_roof), result.binding_level,
+        [level_fields(c.roof, c.bytes, c.time_s, c.arithmetic_intensity, c.ridge_point) for c in result.levels],
+        result.achieved._asdict() if result.achieved else None, shape, list(result.assumptions))
+
+
+def shape_fields(tile, padding_efficiency, model_flops, executed_flops, applied, tiles=None, sm_count=None,
                   waves=None, wave_efficiency=None, rows_with_data=None, rows_executed=None) -> dict:
     """ShapeEfficiencyOut's fields, in its order."""
     return {"tile": list(tile), "padding_efficiency": float(padding_efficiency), "model_flops": float(model_flops),
@@ -68,11 +93,11 @@ def shape_efficiency(operator, device: DeviceSpec, cost) -> dict | None:
         tile = (operator.tile.m, operator.tile.n, operator.tile.k) if operator.tile else device.matmul_tile
         e = matmul_efficiency(operator.m, operator.n, operator.k, operator.batch, tile, device.sm_count,
                               2 * operator.batch * operator.m * operator.n * operator.k)
-        return _shape_fields(tile, e.padding_efficiency, e.model_flops, e.executed_flops, operator.apply_efficiency,
+        return shape_fields(tile, e.padding_efficiency, e.model_flops, e.executed_flops, operator.apply_efficiency,
                              tiles=e.tiles, sm_count=e.sm_count, waves=e.waves, wave_efficiency=e.wave_efficiency)
     if operator.kind == "grouped_matmul":
         rows, executed = grouped_rows(operator.tokens_per_expert, operator.min_row_tile)
-        return _shape_fields([operator.min_row_tile, operator.n, operator.k], rows / executed if executed else 1.0,
+        return shape_fields([operator.min_row_tile, operator.n, operator.k], rows / executed if executed else 1.0,
                              cost.flops, cost.flops * executed / rows if rows else 0.0, operator.apply_efficiency,
                              rows_with_data=rows, rows_executed=executed)
     return None
@@ -114,9 +139,7 @@ def operator_analysis_fields(request: OperatorAnalysisRequest, device: DeviceSpe
     except CostModelError as exc:
         prefix = "body" if exc.field in {"roofs", "sustained_clock_hz", "measured_time_s"} else "body.operator"
         raise cost_model_error(exc, prefix) from None
-    fields = roofline_fields(device.id, result)
-    fields["shape_efficiency"] = shape
-    return fields
+    return roofline_fields(device.id, result, shape)
 
 
 def analyze_operator(request: OperatorAnalysisRequest, device: DeviceSpec, measured: MeasuredRoofs) -> OperatorAnalysis:

@@ -3,10 +3,32 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 from service.core.dtypes import bytes_per_element
 from service.core.hardware import Unit
 from service.core.operators.base import OperatorCost, element_count
+
+
+class MatmulOperands(NamedTuple):
+    a_dtype: str
+    b_dtype: str
+    c_dtype: str
+    s_a: float  # bytes per element of A, B (with its group scales) and C
+    s_b: float
+    s_c: float
+    compute_dtype: str
+
+
+def matmul_operands(dtype: str, a_dtype: str | None = None, b_dtype: str | None = None, c_dtype: str | None = None,
+                    compute_dtype: str | None = None, b_bytes_per_element: float | None = None) -> MatmulOperands:
+    """Each operand's type and size, and the type the product is computed in."""
+    a_dtype, b_dtype, c_dtype = a_dtype or dtype, b_dtype or dtype, c_dtype or dtype
+    s_a, s_b, s_c = bytes_per_element(a_dtype), bytes_per_element(b_dtype), bytes_per_element(c_dtype)
+    # Group-quantised weights carry scales: bytes per element = bits / 8 + scale bytes / group size.
+    s_b = b_bytes_per_element or s_b
+    # Weight-only quantisation (int4 B times bf16 A) dequantises to the wider operand's type.
+    return MatmulOperands(a_dtype, b_dtype, c_dtype, s_a, s_b, s_c, compute_dtype or (a_dtype if s_a >= s_b else b_dtype))
 
 
 def matmul_cost(
@@ -28,12 +50,8 @@ def matmul_cost(
 ) -> OperatorCost:
     """b_is_weight: whether B is model weights (counted in weight_bytes_read). Default: when it is shared
     by the batch; per-item weights (MLA's absorbed per-head projections) set it."""
-    a_dtype, b_dtype, c_dtype = a_dtype or dtype, b_dtype or dtype, c_dtype or dtype
-    s_a, s_b, s_c = bytes_per_element(a_dtype), bytes_per_element(b_dtype), bytes_per_element(c_dtype)
-    # Group-quantised weights carry scales: bytes per element = bits / 8 + scale bytes / group size.
-    s_b = b_bytes_per_element or s_b
-    # Weight-only quantisation (int4 B times bf16 A) dequantises to the wider operand's type.
-    compute_dtype = compute_dtype or (a_dtype if s_a >= s_b else b_dtype)
+    a_dtype, b_dtype, c_dtype, s_a, s_b, s_c, compute_dtype = matmul_operands(
+        dtype, a_dtype, b_dtype, c_dtype, compute_dtype, b_bytes_per_element)
 
     a_elems = element_count("m", "A [batch, m, k]", batch, m, k)
     c_elems = element_count("n", "C [batch, m, n]", batch, m, n)
@@ -54,7 +72,7 @@ def matmul_cost(
                     + batch * -(-m // tile_m) * k * n * s_b
                     + bias_bytes + bytes_written)
         traffic = (("l2", l2_bytes),)
-    assumptions = _matmul_notes(bias, weight_shared, a_dtype, b_dtype, c_dtype, compute_dtype,
+    assumptions = matmul_notes(bias, weight_shared, a_dtype, b_dtype, c_dtype, compute_dtype,
                                 (tile[0], tile[1]) if tile is not None else None)
     return OperatorCost("matmul", flops, bytes_read, bytes_written, compute_dtype, Unit.tensor, assumptions,
                         traffic, weight_bytes_read=b_elems * s_b + bias_bytes if (weight_shared if b_is_weight is None
@@ -62,7 +80,7 @@ def matmul_cost(
 
 
 @lru_cache(maxsize=256)
-def _matmul_notes(bias: bool, weight_shared: bool, a_dtype: str, b_dtype: str, c_dtype: str, compute_dtype: str,
+def matmul_notes(bias: bool, weight_shared: bool, a_dtype: str, b_dtype: str, c_dtype: str, compute_dtype: str,
                   tile: tuple[int, int] | None) -> tuple[str, ...]:
     """A matmul's conventions in words: the same few combinations describe every matmul a batch costs."""
     notes = [
