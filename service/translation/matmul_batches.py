@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from itertools import repeat
+import re
 from operator import attrgetter
 
 import numpy as np
@@ -32,7 +32,10 @@ from service.translation.operator_analyses import (
 from service.translation.plain_fields import json_bytes
 
 L2 = "l2"
-MEMORY, COMPUTE = str(Bound.memory), str(Bound.compute)
+MEMORY_TEXT, COMPUTE_TEXT, L2_TEXT, HBM_TEXT, NULL_TEXT = (json_bytes(value) for value in (
+    str(Bound.memory), str(Bound.compute), L2, HBM, None))
+# The values of an answer that are written per matmul as JSON text, not taken from a column of numbers.
+PER_MATMUL_TEXT = frozenset({"bound", "binding_level", "assumptions", "tiles"})
 SHAPE_FIELDS = ("m", "n", "k", "batch")
 # Matmuls that agree on these (and on the device, the roof mode and the tile) form one group.
 OPTION_FIELDS = ("bias", "dtype", "a_dtype", "b_dtype", "c_dtype", "compute_dtype", "weight_shared", "weight_group_size",
@@ -77,48 +80,92 @@ class _Group:
         self.compute_fields, self.memory_fields = compute_roof_fields(self.compute), memory_roof_fields(self.hbm)
         self.mfu_notes = [] if self.compute.nominal_flops_per_s is not None else [
             f"mfu: not defined, device {device.id} lists no nominal {self.compute.dtype} {self.compute.unit} peak"]
-        # The levels whose roofs the notes name (only the roofs are read).
-        self.hbm_only = [LevelCeiling(self.hbm, 0.0, 0.0, 0.0, 0.0)]
-        self.hbm_and_l2 = self.hbm_only + ([LevelCeiling(self.l2, 0.0, 0.0, 0.0, 0.0)] if self.l2 else [])
+        # The levels whose roofs the notes name (only their roofs are read).
+        self.ceilings = [LevelCeiling(roof, 0.0, 0.0, 0.0, 0.0) for roof in (self.hbm, self.l2) if roof is not None]
         shapes = MatmulShapes(*np.array([_shape(r.operator) for r in requests], dtype=np.int64).T)
         spec = MatmulGroupSpec(operands.s_a, operands.s_b, operands.s_c, first.operator.bias,
                                first.operator.weight_shared, tile, device.sm_count, self.apply_efficiency,
                                self.compute, self.hbm, self.l2)
         numbers = matmul_rooflines(shapes, spec)
-        # One row of Python numbers per matmul, as the per-operator path holds them (ints stay ints until its
-        # answer makes them floats).
-        columns = [value.tolist() if isinstance(value, np.ndarray) else repeat(value) for value in numbers]
-        self.rows = list(map(MatmulRooflines._make, zip(*columns)))
+        self.exact, self.efficiency, self.flops_per_s, self.l2_bytes, self.memory_bound, self.l2_binds = (
+            getattr(numbers, name).tolist()
+            for name in ("exact", "efficiency", "flops_per_s", "l2_bytes", "memory_bound", "l2_binds"))
+        self.fixed_roof_notes = roof_notes(self.compute, self.ceilings)
+        self._write_template(numbers)
+
+    def _write_template(self, numbers: MatmulRooflines) -> None:
+        """The group's answer as bytes with a %s for each value that differs between its matmuls, written by
+        answer_fields itself (each value a unique marker), and each matmul's numbers already as JSON text."""
+        markers: dict[bytes, str] = {}
+
+        def marker(name: str, text: bool = False):
+            value = f"@{name}@" if text else float(f"9.{len(markers) + 1:03d}e-300")
+            markers[json_bytes(value)] = name
+            return value
+
+        def slot(name: str, value):
+            return marker(name) if isinstance(value, np.ndarray) else value  # a Python value is the group's own
+
+        n = numbers
+        levels = [level_fields(self.hbm, marker("bytes_total"), marker("hbm_time_s"), marker("hbm_intensity"),
+                               marker("hbm_ridge"))]
+        if self.l2 is not None:
+            levels.append(level_fields(self.l2, marker("l2_bytes"), marker("l2_time_s"), marker("l2_intensity"),
+                                       marker("l2_ridge")))
+        compute = {**self.compute_fields, "flops_per_s": marker("flops_per_s")}
+        shape = shape_fields(self.tile, marker("padding_efficiency"), marker("model_flops"), marker("executed_flops"),
+                             self.apply_efficiency, tiles=marker("tiles"), sm_count=self.device.sm_count,
+                             waves=slot("waves", n.waves), wave_efficiency=slot("wave_efficiency", n.wave_efficiency))
+        probe = json_bytes(answer_fields(
+            self.device.id, "matmul", marker("flops"), marker("bytes_read"), marker("bytes_written"),
+            marker("bytes_total"), marker("hbm_intensity"), marker("hbm_ridge"), marker("bound", True),
+            marker("attainable_flops_per_s"), marker("compute_time_s"), marker("hbm_time_s"), marker("time_s"),
+            slot("mfu", n.mfu), compute, self.memory_fields, marker("binding_level", True), levels, None, shape,
+            marker("assumptions", True)))
+        pieces = re.split(b"(" + b"|".join(map(re.escape, markers)) + b")", probe)
+        self.template = b"%s".join(piece.replace(b"%", b"%%") for piece in pieces[::2])
+        names = [markers[piece] for piece in pieces[1::2]]
+        # Each matmul's numbers as one JSON text of floats in the template's order (numpy's floats are written as
+        # Python's are); the count of tiles, an int, and the texts made per matmul (PER_MATMUL_TEXT) go between
+        # them where `cuts` says.
+        numeric = [name for name in names if name not in PER_MATMUL_TEXT]
+        matrix = np.stack([getattr(n, name) for name in numeric], axis=1).astype(np.float64)
+        self.number_texts = json_bytes(matrix, numpy=True)[2:-2].split(b"],[")
+        self.tiles_texts = json_bytes(n.tiles, numpy=True)[1:-1].split(b",")
+        self.cuts, start = [], 0
+        for position, name in enumerate(names):
+            if name in PER_MATMUL_TEXT:
+                end = position - len(self.cuts)
+                self.cuts.append((start, end, name))
+                start = end
 
     def answer(self, at: int) -> bytes:
         """The matmul's answer, as analyze() and operator_analysis_fields() put it together."""
-        v = self.rows[at]
-        notes = self.select_notes
-        compute = self.compute
-        if v.efficiency < 1.0:
-            compute = ComputeRoof(v.flops_per_s, compute.dtype, compute.unit, compute.source, compute.citation,
-                                  compute.nominal_flops_per_s)
-            notes = [*notes, f"shape: compute roof scaled by the padding and wave efficiency {v.efficiency:.4f}"]
-            compute_fields = compute_roof_fields(compute)
-        else:
-            compute_fields = self.compute_fields
-        levels = [level_fields(self.hbm, v.bytes_total, v.hbm_time_s, v.hbm_intensity, v.hbm_ridge)]
-        if self.l2 is None:
-            level_notes = [f"{L2} traffic ({v.l2_bytes:.4g} bytes) not bounded: device {self.device.id} has no "
-                           f"{self.mode} {L2} bandwidth"]
-            ceilings = self.hbm_only
-        else:
-            level_notes = []
-            levels.append(level_fields(self.l2, v.l2_bytes, v.l2_time_s, v.l2_intensity, v.l2_ridge))
-            ceilings = self.hbm_and_l2
-        shape = shape_fields(self.tile, v.padding_efficiency, v.model_flops, v.executed_flops, self.apply_efficiency,
-                             tiles=v.tiles, sm_count=self.device.sm_count, waves=v.waves, wave_efficiency=v.wave_efficiency)
-        return json_bytes(answer_fields(
-            self.device.id, "matmul", v.flops, v.bytes_read, v.bytes_written, v.bytes_total, v.hbm_intensity,
-            v.hbm_ridge, MEMORY if v.memory_bound else COMPUTE, v.attainable_flops_per_s, v.compute_time_s,
-            v.hbm_time_s, v.time_s, v.mfu, compute_fields, self.memory_fields,
-            (L2 if v.l2_binds else HBM) if v.memory_bound else None, levels, None, shape,
-            [*self.cost_notes, *notes, *self.mfu_notes, *level_notes, *roof_notes(compute, ceilings)]))
+        notes, tail = self.select_notes, self.fixed_roof_notes
+        efficiency = self.efficiency[at]
+        if efficiency < 1.0:
+            compute = self.compute
+            scaled = ComputeRoof(self.flops_per_s[at], compute.dtype, compute.unit, compute.source, compute.citation,
+                                 compute.nominal_flops_per_s)
+            notes = [*notes, f"shape: compute roof scaled by the padding and wave efficiency {efficiency:.4f}"]
+            tail = roof_notes(scaled, self.ceilings)
+        level_notes = [] if self.l2 is not None else [
+            f"{L2} traffic ({self.l2_bytes[at]:.4g} bytes) not bounded: device {self.device.id} has no {self.mode} "
+            f"{L2} bandwidth"]
+        memory_bound = self.memory_bound[at]
+        texts = {
+            "bound": MEMORY_TEXT if memory_bound else COMPUTE_TEXT,
+            "binding_level": (L2_TEXT if self.l2_binds[at] else HBM_TEXT) if memory_bound else NULL_TEXT,
+            "assumptions": json_bytes([*self.cost_notes, *notes, *self.mfu_notes, *level_notes, *tail]),
+            "tiles": self.tiles_texts[at],
+        }
+        numbers = self.number_texts[at].split(b",")
+        values = []
+        for start, end, name in self.cuts:
+            values += numbers[start:end]
+            values.append(texts[name])
+        values += numbers[self.cuts[-1][1]:]
+        return self.template % tuple(values)
 
 
 class MatmulAnswers:
@@ -140,7 +187,7 @@ class MatmulAnswers:
             except Exception as exc:  # a defect here must not cost the batch: logged, and answered one by one
                 log_unexpected(exc)
                 continue
-            self._at.update((index, (group, at)) for at, (index, _) in enumerate(members) if group.rows[at].exact)
+            self._at.update((index, (group, at)) for at, (index, _) in enumerate(members) if group.exact[at])
 
     def __len__(self) -> int:
         return len(self._at)

@@ -37,19 +37,27 @@ def test_a_batch_over_its_work_budget_is_refused_before_any_item_runs(client):
 
 
 def test_a_long_batch_streams_every_result_in_order_across_its_pieces(client, monkeypatch):
-    """The answer is sent in pieces of ITEMS_PER_CHUNK results; 2.5 pieces' worth of items, one of which hits a
-    defect (an exception no analysis should raise), come back whole, in order, that one as its own 500."""
-    from service.translation import analyses, operator_analyses
+    """The answer is sent in pieces of about PIECE_BYTES; items over several pieces, one of which hits a defect (an
+    exception no analysis should raise, whether the matmul is answered alone or with its group), come back whole, in
+    order, that one as its own 500."""
+    from service.translation import analyses, matmul_batches, operator_analyses
 
-    real = operator_analyses.operator_analysis_fields
+    real, real_in_bulk = operator_analyses.operator_analysis_fields, matmul_batches.MatmulAnswers.answer
 
     def defect_at_m_7(request, *rest):
         if request.operator.m == 7:
             raise RuntimeError("a defect")
         return real(request, *rest)
 
+    def defect_at_index_6(self, index):
+        if index == 6:
+            raise RuntimeError("a defect")
+        return real_in_bulk(self, index)
+
     monkeypatch.setattr(operator_analyses, "operator_analysis_fields", defect_at_m_7)
-    count = analyses.ITEMS_PER_CHUNK * 5 // 2
+    monkeypatch.setattr(matmul_batches.MatmulAnswers, "answer", defect_at_index_6)
+    monkeypatch.setattr(analyses, "PIECE_BYTES", 20_000)  # about ten answers a piece
+    count = 125
     items = [{"id": f"m{m}", "analysis": "operator",
               "request": {**OPERATOR, "operator": {"kind": "matmul", "m": m, "n": 4096, "k": 4096}}}
              for m in range(1, count + 1)]
