@@ -127,8 +127,7 @@ def _item_json(index: int, item, catalog: DeviceCatalog, matmuls: MatmulAnswers)
 
 def _result_json(item_id: str | None, status: int, result: bytes = b"null", error: bytes = b"null") -> bytes:
     """BatchResult's JSON, its fields in order, around an answer's or an error's own JSON."""
-    return (b'{"id":' + json_bytes(item_id) + b',"status":' + str(status).encode() + b',"result":' + result
-            + b',"error":' + error + b"}")
+    return b'{"id":%s,"status":%d,"result":%s,"error":%s}' % (json_bytes(item_id), status, result, error)
 
 
 def batch_json_chunks(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> Iterator[bytes]:

@@ -8,21 +8,24 @@ per-operator path, which answers or refuses them in its own words.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
-import re
 from operator import attrgetter
 
 import numpy as np
 
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.operators import MatmulOp
-from service.core.batched_matmul import MatmulGroupSpec, MatmulRooflines, MatmulShapes, matmul_rooflines
+from service.core.batched_matmul import MatmulGroupSpec, MatmulShapes, matmul_rooflines
 from service.core.errors import CostModelError
-from service.core.hardware import Unit
+from service.core.hardware import DeviceSpec, Unit
+from service.core.memo import ByIdentity
 from service.core.operators.matmul import matmul_notes, matmul_operands
 from service.core.roofline import HBM, Bound, LevelCeiling, roof_notes
-from service.core.roofs import ComputeRoof, RoofMode, require_memory_roof, select_compute_roof, select_memory_roof
+from service.core.roofs import (
+    ComputeRoof, MeasuredRoofs, RoofMode, require_memory_roof, select_compute_roof, select_memory_roof,
+)
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError
 from service.runtime.observability import log_unexpected
@@ -58,44 +61,38 @@ def _group_key(request: OperatorAnalysisRequest) -> tuple:
     return request.device_id, request.roofs, _options(operator), (tile.m, tile.n, tile.k) if tile else None
 
 
-class _Group:
-    """One group's shared roofs and words, and its matmuls' numbers as lists (indexed by position)."""
+class _Plan:
+    """What a group's matmuls share, worked out once per device, measured roofs and options (the same few groups
+    recur in every batch): roofs, words, and the answer's template, with a %s for each value that differs
+    between matmuls, written by answer_fields itself (each such value a unique marker)."""
 
-    def __init__(self, requests: list[OperatorAnalysisRequest], catalog: DeviceCatalog):
-        first = requests[0]
-        self.device = device = catalog.get(first.device_id)
-        measured = catalog.measured(device.id)
-        self.mode = mode = RoofMode(first.roofs)
-        fields = operator_fields(first.operator, device)
+    def __init__(self, device: DeviceSpec, measured: MeasuredRoofs, roofs: str, options: tuple, tile: tuple | None):
+        self.device = device
+        self.mode = mode = RoofMode(roofs)
+        # The group's options as a matmul of unit shape: operator_fields derives the cost model's arguments.
+        operator = MatmulOp(kind="matmul", m=1, n=1, k=1, **dict(zip(OPTION_FIELDS, options)),
+                            tile=dict(zip("mnk", tile)) if tile else None)
+        fields = operator_fields(operator, device)
         operands = matmul_operands(fields["dtype"], fields.get("a_dtype"), fields.get("b_dtype"), fields.get("c_dtype"),
                                    fields.get("compute_dtype"), fields.get("b_bytes_per_element"))
         self.tile = tile = fields["tile"]
-        self.apply_efficiency = first.operator.apply_efficiency
+        self.apply_efficiency = operator.apply_efficiency
         self.compute, select_notes = select_compute_roof(device, measured, operands.compute_dtype, Unit.tensor, mode)
         self.select_notes = list(select_notes)
         self.hbm = require_memory_roof(device, measured, HBM, mode)
         self.l2 = select_memory_roof(device, measured, L2, mode)
-        self.cost_notes = matmul_notes(first.operator.bias, first.operator.weight_shared, operands.a_dtype,
-                                       operands.b_dtype, operands.c_dtype, operands.compute_dtype, (tile[0], tile[1]))
-        self.compute_fields, self.memory_fields = compute_roof_fields(self.compute), memory_roof_fields(self.hbm)
+        self.cost_notes = matmul_notes(operator.bias, operator.weight_shared, operands.a_dtype, operands.b_dtype,
+                                       operands.c_dtype, operands.compute_dtype, (tile[0], tile[1]))
         self.mfu_notes = [] if self.compute.nominal_flops_per_s is not None else [
             f"mfu: not defined, device {device.id} lists no nominal {self.compute.dtype} {self.compute.unit} peak"]
         # The levels whose roofs the notes name (only their roofs are read).
         self.ceilings = [LevelCeiling(roof, 0.0, 0.0, 0.0, 0.0) for roof in (self.hbm, self.l2) if roof is not None]
-        shapes = MatmulShapes(*np.array([_shape(r.operator) for r in requests], dtype=np.int64).T)
-        spec = MatmulGroupSpec(operands.s_a, operands.s_b, operands.s_c, first.operator.bias,
-                               first.operator.weight_shared, tile, device.sm_count, self.apply_efficiency,
-                               self.compute, self.hbm, self.l2)
-        numbers = matmul_rooflines(shapes, spec)
-        self.exact, self.efficiency, self.flops_per_s, self.l2_bytes, self.memory_bound, self.l2_binds = (
-            getattr(numbers, name).tolist()
-            for name in ("exact", "efficiency", "flops_per_s", "l2_bytes", "memory_bound", "l2_binds"))
         self.fixed_roof_notes = roof_notes(self.compute, self.ceilings)
-        self._write_template(numbers)
+        self.spec = MatmulGroupSpec(operands.s_a, operands.s_b, operands.s_c, operator.bias, operator.weight_shared,
+                                    tile, device.sm_count, self.apply_efficiency, self.compute, self.hbm, self.l2)
+        self._write_template()
 
-    def _write_template(self, numbers: MatmulRooflines) -> None:
-        """The group's answer as bytes with a %s for each value that differs between its matmuls, written by
-        answer_fields itself (each value a unique marker), and each matmul's numbers already as JSON text."""
+    def _write_template(self) -> None:
         markers: dict[bytes, str] = {}
 
         def marker(name: str, text: bool = False):
@@ -103,35 +100,29 @@ class _Group:
             markers[json_bytes(value)] = name
             return value
 
-        def slot(name: str, value):
-            return marker(name) if isinstance(value, np.ndarray) else value  # a Python value is the group's own
-
-        n = numbers
         levels = [level_fields(self.hbm, marker("bytes_total"), marker("hbm_time_s"), marker("hbm_intensity"),
                                marker("hbm_ridge"))]
         if self.l2 is not None:
             levels.append(level_fields(self.l2, marker("l2_bytes"), marker("l2_time_s"), marker("l2_intensity"),
                                        marker("l2_ridge")))
-        compute = {**self.compute_fields, "flops_per_s": marker("flops_per_s")}
+        compute = {**compute_roof_fields(self.compute), "flops_per_s": marker("flops_per_s")}
+        waves = self.device.sm_count  # the waves and their efficiency are counted where the SMs are known
         shape = shape_fields(self.tile, marker("padding_efficiency"), marker("model_flops"), marker("executed_flops"),
                              self.apply_efficiency, tiles=marker("tiles"), sm_count=self.device.sm_count,
-                             waves=slot("waves", n.waves), wave_efficiency=slot("wave_efficiency", n.wave_efficiency))
+                             waves=marker("waves") if waves else None,
+                             wave_efficiency=marker("wave_efficiency") if waves else None)
         probe = json_bytes(answer_fields(
             self.device.id, "matmul", marker("flops"), marker("bytes_read"), marker("bytes_written"),
             marker("bytes_total"), marker("hbm_intensity"), marker("hbm_ridge"), marker("bound", True),
             marker("attainable_flops_per_s"), marker("compute_time_s"), marker("hbm_time_s"), marker("time_s"),
-            slot("mfu", n.mfu), compute, self.memory_fields, marker("binding_level", True), levels, None, shape,
-            marker("assumptions", True)))
+            marker("mfu") if self.compute.nominal_flops_per_s else None, compute, memory_roof_fields(self.hbm),
+            marker("binding_level", True), levels, None, shape, marker("assumptions", True)))
         pieces = re.split(b"(" + b"|".join(map(re.escape, markers)) + b")", probe)
         self.template = b"%s".join(piece.replace(b"%", b"%%") for piece in pieces[::2])
         names = [markers[piece] for piece in pieces[1::2]]
-        # Each matmul's numbers as one JSON text of floats in the template's order (numpy's floats are written as
-        # Python's are); the count of tiles, an int, and the texts made per matmul (PER_MATMUL_TEXT) go between
-        # them where `cuts` says.
-        numeric = [name for name in names if name not in PER_MATMUL_TEXT]
-        matrix = np.stack([getattr(n, name) for name in numeric], axis=1).astype(np.float64)
-        self.number_texts = json_bytes(matrix, numpy=True)[2:-2].split(b"],[")
-        self.tiles_texts = json_bytes(n.tiles, numpy=True)[1:-1].split(b",")
+        # A matmul's numbers come as one JSON text of floats in the template's order; the count of tiles, an int,
+        # and the texts made per matmul (PER_MATMUL_TEXT) go between them where `cuts` says.
+        self.numeric = [name for name in names if name not in PER_MATMUL_TEXT]
         self.cuts, start = [], 0
         for position, name in enumerate(names):
             if name in PER_MATMUL_TEXT:
@@ -139,33 +130,56 @@ class _Group:
                 self.cuts.append((start, end, name))
                 start = end
 
+
+_plan = ByIdentity(_Plan, objects=2, limit=256)
+
+
+class _Group:
+    """A group's matmuls: their numbers (computed as arrays) as JSON text, and what each answer needs besides."""
+
+    def __init__(self, requests: list[OperatorAnalysisRequest], catalog: DeviceCatalog):
+        first = requests[0]
+        device = catalog.get(first.device_id)
+        _, roofs, options, tile = _group_key(first)
+        self.plan = plan = _plan(device, catalog.measured(device.id), roofs, options, tile)
+        shapes = MatmulShapes(*np.array([_shape(r.operator) for r in requests], dtype=np.int64).T)
+        numbers = matmul_rooflines(shapes, plan.spec)
+        self.exact, self.efficiency, self.flops_per_s, self.l2_bytes, self.memory_bound, self.l2_binds = (
+            getattr(numbers, name).tolist()
+            for name in ("exact", "efficiency", "flops_per_s", "l2_bytes", "memory_bound", "l2_binds"))
+        # numpy's floats are written as Python's are (tests/translation/test_json_bytes.py).
+        matrix = np.stack([getattr(numbers, name) for name in plan.numeric], axis=1).astype(np.float64)
+        self.number_texts = json_bytes(matrix, numpy=True)[2:-2].split(b"],[")
+        self.tiles_texts = json_bytes(numbers.tiles, numpy=True)[1:-1].split(b",")
+
     def answer(self, at: int) -> bytes:
         """The matmul's answer, as analyze() and operator_analysis_fields() put it together."""
-        notes, tail = self.select_notes, self.fixed_roof_notes
+        plan = self.plan
+        notes, tail = plan.select_notes, plan.fixed_roof_notes
         efficiency = self.efficiency[at]
         if efficiency < 1.0:
-            compute = self.compute
+            compute = plan.compute
             scaled = ComputeRoof(self.flops_per_s[at], compute.dtype, compute.unit, compute.source, compute.citation,
                                  compute.nominal_flops_per_s)
             notes = [*notes, f"shape: compute roof scaled by the padding and wave efficiency {efficiency:.4f}"]
-            tail = roof_notes(scaled, self.ceilings)
-        level_notes = [] if self.l2 is not None else [
-            f"{L2} traffic ({self.l2_bytes[at]:.4g} bytes) not bounded: device {self.device.id} has no {self.mode} "
+            tail = roof_notes(scaled, plan.ceilings)
+        level_notes = [] if plan.l2 is not None else [
+            f"{L2} traffic ({self.l2_bytes[at]:.4g} bytes) not bounded: device {plan.device.id} has no {plan.mode} "
             f"{L2} bandwidth"]
         memory_bound = self.memory_bound[at]
         texts = {
             "bound": MEMORY_TEXT if memory_bound else COMPUTE_TEXT,
             "binding_level": (L2_TEXT if self.l2_binds[at] else HBM_TEXT) if memory_bound else NULL_TEXT,
-            "assumptions": json_bytes([*self.cost_notes, *notes, *self.mfu_notes, *level_notes, *tail]),
+            "assumptions": json_bytes([*plan.cost_notes, *notes, *plan.mfu_notes, *level_notes, *tail]),
             "tiles": self.tiles_texts[at],
         }
         numbers = self.number_texts[at].split(b",")
         values = []
-        for start, end, name in self.cuts:
+        for start, end, name in plan.cuts:
             values += numbers[start:end]
             values.append(texts[name])
-        values += numbers[self.cuts[-1][1]:]
-        return self.template % tuple(values)
+        values += numbers[plan.cuts[-1][1]:]
+        return plan.template % tuple(values)
 
 
 class MatmulAnswers:
