@@ -88,6 +88,10 @@ class _Plan:
         # The levels whose roofs the notes name (only their roofs are read).
         self.ceilings = [LevelCeiling(roof, 0.0, 0.0, 0.0, 0.0) for roof in (self.hbm, self.l2) if roof is not None]
         self.fixed_roof_notes = roof_notes(self.compute, self.ceilings)
+        # The assumptions of a matmul whose compute roof is not scaled, around its one note of its own (the L2 traffic
+        # no roof bounds), as JSON text.
+        self.assumptions_head = b",".join(map(json_bytes, [*self.cost_notes, *self.select_notes, *self.mfu_notes]))
+        self.assumptions_tail = b",".join(map(json_bytes, self.fixed_roof_notes))
         self.spec = MatmulGroupSpec(operands.s_a, operands.s_b, operands.s_c, operator.bias, operator.weight_shared,
                                     tile, device.sm_count, self.apply_efficiency, self.compute, self.hbm, self.l2)
         self._write_template()
@@ -155,22 +159,25 @@ class _Group:
     def answer(self, at: int) -> bytes:
         """The matmul's answer, as analyze() and operator_analysis_fields() put it together."""
         plan = self.plan
-        notes, tail = plan.select_notes, plan.fixed_roof_notes
+        level_notes = [] if plan.l2 is not None else [
+            f"{L2} traffic ({self.l2_bytes[at]:.4g} bytes) not bounded: device {plan.device.id} has no {plan.mode} "
+            f"{L2} bandwidth"]
         efficiency = self.efficiency[at]
         if efficiency < 1.0:
             compute = plan.compute
             scaled = ComputeRoof(self.flops_per_s[at], compute.dtype, compute.unit, compute.source, compute.citation,
                                  compute.nominal_flops_per_s)
-            notes = [*notes, f"shape: compute roof scaled by the padding and wave efficiency {efficiency:.4f}"]
-            tail = roof_notes(scaled, plan.ceilings)
-        level_notes = [] if plan.l2 is not None else [
-            f"{L2} traffic ({self.l2_bytes[at]:.4g} bytes) not bounded: device {plan.device.id} has no {plan.mode} "
-            f"{L2} bandwidth"]
+            assumptions = json_bytes([
+                *plan.cost_notes, *plan.select_notes,
+                f"shape: compute roof scaled by the padding and wave efficiency {efficiency:.4f}",
+                *plan.mfu_notes, *level_notes, *roof_notes(scaled, plan.ceilings)])
+        else:
+            assumptions = b"[%s]" % b",".join([plan.assumptions_head, *map(json_bytes, level_notes), plan.assumptions_tail])
         memory_bound = self.memory_bound[at]
         texts = {
             "bound": MEMORY_TEXT if memory_bound else COMPUTE_TEXT,
             "binding_level": (L2_TEXT if self.l2_binds[at] else HBM_TEXT) if memory_bound else NULL_TEXT,
-            "assumptions": json_bytes([*plan.cost_notes, *notes, *plan.mfu_notes, *level_notes, *tail]),
+            "assumptions": assumptions,
             "tiles": self.tiles_texts[at],
         }
         numbers = self.number_texts[at].split(b",")

@@ -59,6 +59,10 @@ def catalog(client):
                  {"kind": "memory_bandwidth", "level": "l2", "bytes_per_s": 5.5e12, "tool": "nvbandwidth"},
                  {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 7.0e14, "tool": "cublas"}):
         assert client.post("/v1/devices/nvidia-h100-sxm/benchmarks", json=body, headers=AUTH).status_code == 201
+    # A measured fp8 roof on the A100, which has no fp8 datasheet peak: its answers have no MFU, and say why.
+    fp8 = {"kind": "compute", "dtype": "fp8_e5m2", "unit": "tensor", "flops_per_s": 6e14, "tool": "gemm",
+           "off_nominal_reason": "emulated fp8 kernel, recorded for comparison"}
+    assert client.post("/v1/devices/nvidia-a100-80gb-sxm/benchmarks", json=fp8, headers=AUTH).status_code == 201
     catalog = client.app.state.catalog
     catalog.refresh()
     return catalog
@@ -67,12 +71,16 @@ def catalog(client):
 def test_every_answer_from_the_arrays_is_the_per_operator_answer(catalog, client):
     devices = [device["id"] for device in client.get("/v1/devices").json()]
     bodies = matmul_bodies(random.Random(5), devices, 3000)
-    # Twenty copies of a few shapes on the H100, so that large groups are computed too.
+    # Twenty copies of a few shapes on the H100, so that large groups are computed too, and fp8 on the A100's
+    # measured roof (no MFU), with and without the shape efficiency.
     bodies += [{"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": m, "n": 4096, "k": 4096}}
                for m in range(1, 300, 15)]
+    bodies += [{"device_id": "nvidia-a100-80gb-sxm", "operator": {
+        "kind": "matmul", "m": m, "n": 4096, "k": 1000, "dtype": "fp8_e4m3", "apply_efficiency": m % 2 == 0}}
+        for m in range(1, 400, 7)]
     requests = [OperatorAnalysisRequest.model_validate(body) for body in bodies]
     answers = MatmulAnswers(enumerate(requests), catalog)
-    compared = bound_by = 0
+    compared = bound_by = no_mfu = 0
     seen_bounds = set()
     for index, request in enumerate(requests):
         answer = answers.answer(index)
@@ -83,11 +91,13 @@ def test_every_answer_from_the_arrays_is_the_per_operator_answer(catalog, client
         parsed = json.loads(answer)
         seen_bounds.add((parsed["bound"], parsed["binding_level"], parsed["shape_efficiency"]["applied"]))
         bound_by += parsed["compute_roof"]["source"] == "measured"
+        no_mfu += parsed["mfu"] is None
     # Most requests are computed together (the rest: refused roofs, shapes past the exact domain, lone groups), and
     # the comparison covered compute- and memory-bound answers, L2 binding, measured roofs and scaled compute roofs.
     assert compared > 1500, compared
     assert {("compute", None, True), ("memory", "hbm", False), ("memory", "l2", False)} <= seen_bounds, seen_bounds
     assert bound_by > 0
+    assert no_mfu > 20
 
 
 def test_what_the_arrays_leave_is_answered_one_by_one(catalog):
@@ -98,8 +108,8 @@ def test_what_the_arrays_leave_is_answered_one_by_one(catalog):
         # an unknown device, and a dtype the A100 has no peak for: refused one by one
         {"device_id": "no-such-device", "operator": {"kind": "matmul", "m": 8, "n": 8, "k": 8}},
         {"device_id": "no-such-device", "operator": {"kind": "matmul", "m": 9, "n": 8, "k": 8}},
-        {"device_id": "nvidia-a100-80gb-sxm", "operator": {"kind": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "fp8_e4m3"}},
-        {"device_id": "nvidia-a100-80gb-sxm", "operator": {"kind": "matmul", "m": 9, "n": 8, "k": 8, "dtype": "fp8_e4m3"}},
+        {"device_id": "nvidia-a100-80gb-sxm", "operator": {"kind": "matmul", "m": 8, "n": 8, "k": 8, "dtype": "fp4"}},
+        {"device_id": "nvidia-a100-80gb-sxm", "operator": {"kind": "matmul", "m": 9, "n": 8, "k": 8, "dtype": "fp4"}},
         # a what-if is never computed in bulk
         {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 8, "n": 8, "k": 8}, "measured_time_s": 1e-5},
         # a lone matmul in its group
