@@ -131,8 +131,8 @@ def _result_json(item_id: str | None, status: int, result: bytes = b"null", erro
 
 
 def batch_json_chunks(request: BatchRequest | TypedBatchRequest, catalog: DeviceCatalog) -> Iterator[bytes]:
-    """The batch's BatchResponse JSON in pieces of ITEMS_PER_CHUNK results, in order: a worker holds one piece at a
-    time, not a thousand answers (1,000 model steps are about 8 MB of JSON). A batch over its work budget is refused
+    """The batch's BatchResponse JSON in pieces of about PIECE_BYTES, in order: a worker holds one piece at a time,
+    not a thousand answers (1,000 model steps are about 8 MB of JSON). A batch over its work budget is refused
     here, before any item runs; the items run as the pieces are taken."""
     work = sum(_work(item) for item in request.items)
     if work > MAX_BATCH_WORK:
