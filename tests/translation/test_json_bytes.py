@@ -5,6 +5,7 @@ import math
 import random
 import struct
 
+import numpy as np
 import pytest
 from pydantic_core import to_json
 
@@ -37,3 +38,13 @@ def test_strings_ints_enums_and_nesting_are_written_alike():
 def test_what_orjson_refuses_is_written_by_pydantic_core():
     huge = {"count": 2**70}  # past 64 bits: orjson refuses it
     assert json_bytes(huge) == to_json(huge) == b'{"count":1180591620717411303424}'
+
+
+def test_numpy_arrays_are_written_as_their_python_numbers():
+    """The batch's matmuls write a group's numbers from float64 and int64 arrays (json_bytes(..., numpy=True))."""
+    rng = random.Random(12)
+    floats = [rng.uniform(-1, 1) * 10 ** rng.uniform(-40, 40) for _ in range(5_000)] + [0.0, 1.0, 1e16, 2.0**53]
+    matrix = np.array(floats).reshape(-1, 4)
+    assert json_bytes(matrix, numpy=True) == to_json(matrix.tolist())
+    counts = np.array([rng.randint(-(2**62), 2**62) for _ in range(1_000)], dtype=np.int64)
+    assert json_bytes(counts, numpy=True) == to_json(counts.tolist())
