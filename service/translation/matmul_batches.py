@@ -121,9 +121,12 @@ class _Plan:
             marker("attainable_flops_per_s"), marker("compute_time_s"), marker("hbm_time_s"), marker("time_s"),
             marker("mfu") if self.compute.nominal_flops_per_s else None, compute, memory_roof_fields(self.hbm),
             marker("binding_level", True), levels, None, shape, marker("assumptions", True)))
-        pieces = re.split(b"(" + b"|".join(map(re.escape, markers)) + b")", probe)
-        self.template = b"%s".join(piece.replace(b"%", b"%%") for piece in pieces[::2])
+        # A marker is a whole JSON value (a device id such as "9.001e-300" is text inside quotes, not a value).
+        pieces = re.split(b"(?<=[:,\\[])(" + b"|".join(map(re.escape, markers)) + b")(?=[,\\]}])", probe)
         names = [markers[piece] for piece in pieces[1::2]]
+        if len(names) != len(markers):
+            raise CostModelError("operator", "the answer's template is ambiguous: answered one by one")
+        self.template = b"%s".join(piece.replace(b"%", b"%%") for piece in pieces[::2])
         # A matmul's numbers come as one JSON text of floats in the template's order; the count of tiles, an int,
         # and the texts made per matmul (PER_MATMUL_TEXT) go between them where `cuts` says.
         self.numeric = [name for name in names if name not in PER_MATMUL_TEXT]

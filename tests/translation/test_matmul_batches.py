@@ -136,3 +136,18 @@ def test_a_batch_of_matmuls_answers_each_as_its_endpoint(client):
         single = client.post("/v1/analyze/operator", json=bodies[index])
         assert results[index]["status"] == single.status_code
         assert (results[index]["result"] or results[index]["error"]) == single.json()
+
+
+def test_a_device_named_like_a_number_gets_the_same_answers(client):
+    """The bulk template marks each varying value with a unique tiny number; a device whose id reads as such a number
+    (ids allow digits, '.', 'e' and '-') must not be taken for one."""
+    response = client.post("/v1/devices/nvidia-h100-sxm/profiles", json={"id": "9.001e-300"}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    catalog = client.app.state.catalog
+    catalog.refresh()
+    requests = [OperatorAnalysisRequest.model_validate(
+        {"device_id": "9.001e-300", "operator": {"kind": "matmul", "m": m, "n": 1024, "k": 1024}}) for m in (1, 64, 4096)]
+    answers = MatmulAnswers(enumerate(requests), catalog)
+    assert len(answers) == 3
+    for index, request in enumerate(requests):
+        assert answers.answer(index) == operator_answer_json(request, catalog)
