@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from service.api.deps import fresh_catalog
+from service.api.lean_route import OFF_LOOP_BYTES
 from service.runtime.errors import is_json_content_type
 from service.runtime.limits import replaying
 from service.runtime.observability import count_analysis
@@ -80,7 +81,7 @@ class HotPathMiddleware:
 
     async def _answer(self, scope, hot: HotAnalysis, body: bytes | None) -> tuple[bytes, str] | None:
         """(the answer's JSON, its count label), or None for the application to answer."""
-        if not body:
+        if not body or len(body) >= OFF_LOOP_BYTES:  # a large body is validated off the event loop, by the route
             return None
         content_type = next((v for k, v in scope["headers"] if k == b"content-type"), None)
         if content_type is None or not is_json_content_type(content_type.decode("latin-1")):
