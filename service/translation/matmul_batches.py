@@ -144,10 +144,9 @@ _plan = ByIdentity(_Plan, objects=2, limit=256)
 class _Group:
     """A group's matmuls: their numbers (computed as arrays) as JSON text, and what each answer needs besides."""
 
-    def __init__(self, requests: list[OperatorAnalysisRequest], catalog: DeviceCatalog):
-        first = requests[0]
-        device = catalog.get(first.device_id)
-        _, roofs, options, tile = _group_key(first)
+    def __init__(self, key: tuple, requests: list[OperatorAnalysisRequest], catalog: DeviceCatalog):
+        device_id, roofs, options, tile = key
+        device = catalog.get(device_id)
         self.plan = plan = _plan(device, catalog.measured(device.id), roofs, options, tile)
         shapes = MatmulShapes(*np.array([_shape(r.operator) for r in requests], dtype=np.int64).T)
         numbers = matmul_rooflines(shapes, plan.spec)
@@ -201,11 +200,11 @@ class MatmulAnswers:
         for index, request in items:
             grouped[_group_key(request)].append((index, request))
         self._at: dict[int, tuple[_Group, int]] = {}
-        for members in grouped.values():
+        for key, members in grouped.items():
             if len(members) < 2:
                 continue  # one matmul costs less one by one
             try:
-                group = _Group([request for _, request in members], catalog)
+                group = _Group(key, [request for _, request in members], catalog)
             except (ServiceError, CostModelError):
                 continue  # refused one by one, in the per-operator path's words
             except Exception as exc:  # a defect here must not cost the batch: logged, and answered one by one

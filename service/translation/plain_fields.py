@@ -40,7 +40,7 @@ def plain_fields(model: type[BaseModel], source: Any, **given: Any) -> dict:
 
 def json_bytes(value: Any, numpy: bool = False) -> bytes:
     """`value` as JSON, the same bytes pydantic-core's `to_json` writes for the plain values an answer holds
-    (dicts, lists, strings, ints, finite floats, None, str enums; tests/api/test_json_bytes.py holds them equal).
+    (dicts, lists, strings, ints, finite floats, None, str enums; tests/translation/test_json_bytes.py holds them equal).
     orjson writes a model answer about twice as fast as `to_json`, which infers each value's type through
     pydantic's serialiser; anything orjson refuses (an int past 64 bits, a model object) goes to `to_json`.
     `numpy`: numpy arrays written as nested lists, their floats and ints as Python's would be."""
