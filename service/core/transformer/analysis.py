@@ -91,21 +91,23 @@ class Evaluator:
     def __post_init__(self):
         self._compute: dict[tuple[str, str], tuple[float, float | None, str]] = {}
         self._hbm: MemoryRoof | None = None
-        self._rows: dict[tuple, RowResult] = {}  # identical rows recur across the points of a sweep
+        # Evaluated rows by their cost object's identity (the entry holds the object, so the id stays its own):
+        # the memoised cost models hand the same object to every step of the same shape (a sweep's points, the
+        # decode steps of a batch), and an identity key costs a fraction of one built from the cost's fields.
+        self._rows: dict[tuple, tuple[OperatorCost | None, RowResult]] = {}
 
     def evaluate(self, row: Row, group: str, layers: int) -> RowResult:
         cost = row.cost
-        if cost is None:
-            key = (row.name, group, layers, row.count, row.comm_bytes)
-        else:
-            key = (row.name, group, layers, row.count, cost.flops, cost.bytes_read, cost.bytes_written,
-                   cost.compute_dtype, cost.unit, cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written)
+        key = (id(cost), row.name, group, layers, row.count) if cost is not None else (row.name, group, layers,
+                                                                                           row.count, row.comm_bytes)
         found = self._rows.get(key)
-        if found is None:
-            if len(self._rows) > 2048:
-                self._rows.clear()
-            found = self._rows[key] = self._evaluate(row, group, layers)
-        return found
+        if found is not None and found[0] is cost:
+            return found[1]
+        if len(self._rows) > 2048:
+            self._rows.clear()
+        result = self._evaluate(row, group, layers)
+        self._rows[key] = (cost, result)
+        return result
 
     def compute_roof(self, cost: OperatorCost) -> tuple[float, float | None, str]:
         """(FLOP/s, nominal FLOP/s, source) of the roof the cost runs at."""
@@ -134,23 +136,28 @@ class Evaluator:
                     None, 0.0, latency_s + row.comm_bytes / bandwidth_bytes_per_s, 0.0, 0.0, 0.0)
 
     def _evaluate(self, row: Row, group: str, layers: int) -> RowResult:
-        if row.is_comm:
+        cost = row.cost
+        if cost is None:
             link = self.device.interconnect_bandwidth_bytes_per_s
             if not link:
                 raise CostModelError("tensor_parallel", f"device {self.device.id} has no interconnect bandwidth")
             latency = self.collective_latency_s if self.collective_latency_s is not None else self.device.collective_latency_s
             return self.collective(row, group, layers, link, latency)
-        cost = row.cost
-        flops_per_s = self.compute_roof(cost)[0]
-        bandwidth = self.hbm.bytes_per_s
-        moved = cost.bytes_total
-        compute_time, memory_time = cost.flops / flops_per_s, moved / bandwidth
+        roof = self._compute.get((cost.compute_dtype, cost.unit)) or self.compute_roof(cost)
+        flops_per_s = roof[0]
+        bandwidth = (self._hbm or self.hbm).bytes_per_s
+        flops, moved = cost.flops, cost.bytes_read + cost.bytes_written
+        compute_time, memory_time = flops / flops_per_s, moved / bandwidth
         if not math.isfinite(compute_time + memory_time):
             raise CostModelError(row.name, "the counts exceed the floating-point range")
-        intensity = cost.flops / moved
+        intensity = flops / moved
         bound = "compute" if intensity >= flops_per_s / bandwidth else "memory"
-        return _row(row.name, row.kind, group, layers, row.count, cost.flops, moved, intensity, bound,
-                    "hbm", compute_time, memory_time, cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written)
+        instances = layers * row.count
+        time_s = compute_time if compute_time > memory_time else memory_time
+        # Counts as floats, whatever the cost model computed them in, as every consumer of a row reads them.
+        return RowResult(row.name, row.kind, group, layers, row.count, float(flops), float(moved), intensity, bound, time_s,
+                         time_s * instances, float(cost.weight_bytes_read), float(cost.kv_bytes_read),
+                         float(cost.kv_bytes_written), "hbm", instances, compute_time, memory_time)
 
     def times(self, cost: OperatorCost) -> tuple[float, float]:
         return cost.flops / self.compute_roof(cost)[0], cost.bytes_total / self.hbm.bytes_per_s
