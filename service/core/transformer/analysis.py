@@ -7,7 +7,7 @@ Time is the sum of per-operator lower bounds (kernels run one after another; eac
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -180,6 +180,24 @@ def model_step(arch: Architecture, phase: str, batch: int, seq_len: int, tensor_
     return Step(batch, 1, seq_len + 1, tensor_parallel, attention_implementation)
 
 
+def step_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> Iterator[tuple[Row, str, int]]:
+    """A step's rows in the answer's order, each with its group's label and the layers that repeat it."""
+    before, after = model_level_rows(arch, step, dtypes)
+    for row in before:
+        yield row, "model", 1
+    for group in arch.groups:
+        label = group_label(group)
+        for row in layer_rows(arch, group, step, dtypes):
+            yield row, label, group.count
+    for row in after:
+        yield row, "model", 1
+
+
+def first_matmul(placed: list[tuple[Row, str, int]]) -> OperatorCost:
+    """The cost of a step's first matmul: its dtype's roof is the one MFU and the notes speak of."""
+    return next(row.cost for row, _, _ in placed if row.kind == "matmul")
+
+
 def _totals(rows: list[RowResult]) -> Totals:
     flops = hbm_bytes = weights = kv_read = kv_written = link_bytes = 0.0
     time_by_bound = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
@@ -207,17 +225,12 @@ def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch
                   output_len: int | None = None, explain: bool = True) -> ModelAnalysisResult:
     """`explain=False` skips writing the assumptions (sweeps read only the numbers)."""
     step = model_step(arch, phase, batch, seq_len, tensor_parallel, attention_implementation)
-    before, after = model_level_rows(arch, step, dtypes)
-    results: list[RowResult] = [evaluator.evaluate(row, "model", 1) for row in before]
-    matmul_cost = None
-    for group in arch.groups:
-        label = group_label(group)
-        for row in layer_rows(arch, group, step, dtypes):
-            results.append(evaluator.evaluate(row, label, group.count))
-            if matmul_cost is None and row.kind == "matmul":
-                matmul_cost = row.cost
-    results += [evaluator.evaluate(row, "model", 1) for row in after]
-
+    placed = []
+    results = []
+    for row, label, layers in step_rows(arch, step, dtypes):  # evaluated as built: the first error is the first row's
+        placed.append((row, label, layers))
+        results.append(evaluator.evaluate(row, label, layers))
+    matmul_cost = first_matmul(placed)
     totals = _totals(results)
     _, peak, compute_source = evaluator.compute_roof(matmul_cost)
     mfu = totals.flops / (totals.time_s * peak) if peak and totals.time_s else None
@@ -236,18 +249,28 @@ def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch
 
 def explain_step(arch: Architecture, evaluator: Evaluator, step: Step, phase: str, dtypes: ModelDTypes,
                  matmul_cost: OperatorCost) -> tuple[str, ...]:
-    notes = [f"config defaults applied: {', '.join(arch.defaults_applied)}"] if arch.defaults_applied else []
-    notes += [
-        f"model: {arch.family}, {arch.layers} layers ({arch.layer_kinds()}); each distinct layer is costed once",
-        f"step: {phase}, batch {step.batch}, {step.q_len} new token(s) per sequence attending to {step.kv_len} keys",
+    before, after = explain_model(arch, evaluator, step.tensor_parallel, dtypes, matmul_cost)
+    return (*before, step_note(phase, step), *after)
+
+
+def step_note(phase: str, step: Step) -> str:
+    return f"step: {phase}, batch {step.batch}, {step.q_len} new token(s) per sequence attending to {step.kv_len} keys"
+
+
+def explain_model(arch: Architecture, evaluator: Evaluator, tensor_parallel: int, dtypes: ModelDTypes,
+                  matmul_cost: OperatorCost) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A step's notes before and after its step_note: what every step of the model on these roofs shares."""
+    before = [f"config defaults applied: {', '.join(arch.defaults_applied)}"] if arch.defaults_applied else []
+    before.append(f"model: {arch.family}, {arch.layers} layers ({arch.layer_kinds()}); each distinct layer is costed once")
+    notes = [
         f"dtypes: weights {dtypes.weights}"
         + (f" (+{dtypes.weight_scale_bytes:g}-byte scale per {dtypes.weight_group_size})" if dtypes.weight_group_size else "")
         + f", activations {dtypes.activations}, kv cache {dtypes.kv_cache}; embedding table and router in activations' type",
         "time: the sum of each operator's lower bound (kernels in sequence, each at its own roof)",
         "lm_head: computed for the last token of each sequence only",
     ]
-    if step.tensor_parallel > 1:
-        notes.append(f"tensor parallel {step.tensor_parallel}: heads, MLP and expert widths split; a ring all-reduce of "
+    if tensor_parallel > 1:
+        notes.append(f"tensor parallel {tensor_parallel}: heads, MLP and expert widths split; a ring all-reduce of "
                      "[tokens, hidden] after attention and after the MLP, 2(t-1)/t of it per device over the interconnect, "
                      "plus a fixed latency per collective")
     if arch.moe:
@@ -262,7 +285,7 @@ def explain_step(arch: Architecture, evaluator: Evaluator, step: Step, phase: st
     ]
     if evaluator.sustained_clock_hz is not None:
         notes.append(f"what-if: compute roofs scaled to a sustained clock of {evaluator.sustained_clock_hz:.4g} Hz")
-    return tuple(notes)
+    return tuple(before), tuple(notes)
 
 
 def _sum_max_affine(a: float, b: float, c: float, d: float, lo: int, hi: int) -> float:
