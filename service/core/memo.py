@@ -8,8 +8,10 @@ each entry holds its objects, so a freed object's id reused by a new one can nev
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import update_wrapper
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import lru_cache, update_wrapper
 from typing import Any, Generic, ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -51,3 +53,34 @@ class ByIdentity(Generic[P, R]):
 def by_identity(objects: int) -> Callable[[Callable[P, R]], ByIdentity[P, R]]:
     """Decorator form of ByIdentity."""
     return lambda compute: ByIdentity(compute, objects)
+
+
+# Set while cost models run on arrays of steps (core.transformer.batched_steps): arrays are not hashable, and a
+# memo of one batch's arrays would never be asked again.
+_arrays_in_flight: ContextVar[bool] = ContextVar("arrays_in_flight", default=False)
+
+
+@contextmanager
+def costing_arrays() -> Iterator[None]:
+    """Within the block, the memoised cost models (by_value) compute straight through."""
+    token = _arrays_in_flight.set(True)
+    try:
+        yield
+    finally:
+        _arrays_in_flight.reset(token)
+
+
+def by_value(maxsize: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """functools.lru_cache, except within costing_arrays(), where the function is called as it is."""
+    def decorate(compute: Callable[P, R]) -> Callable[P, R]:
+        cached = lru_cache(maxsize=maxsize)(compute)
+
+        def call(*arguments: Any, **keywords: Any) -> R:
+            if _arrays_in_flight.get():
+                return compute(*arguments, **keywords)
+            return cached(*arguments, **keywords)
+
+        update_wrapper(call, compute)
+        call.cache_info = cached.cache_info  # type: ignore[attr-defined]
+        return call
+    return decorate

@@ -15,7 +15,7 @@ import math
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.hardware import Unit
-from service.core.operators.base import OperatorCost, element_count
+from service.core.operators.base import OperatorCost, any_true, at_most, element_count
 
 SOFTMAX_FLOPS_PER_SCORE = 5
 
@@ -30,6 +30,11 @@ def causal_pairs(q_len: int, kv_len: int, window: int | None = None) -> int:
         return q_len * kv_len - q_len * (q_len - 1) // 2
 
     def seen_up_to(last: int) -> int:  # sum over positions p = 0..last of min(p + 1, w)
+        if not isinstance(last, int):  # an array of steps (core.transformer.batched_steps): each case, then the right one
+            import numpy as np
+
+            return np.where(last < 0, 0, np.where(last + 1 <= window, (last + 1) * (last + 2) // 2,
+                                                  window * (window + 1) // 2 + (last + 1 - window) * window))
         if last < 0:
             return 0
         if last + 1 <= window:
@@ -107,14 +112,14 @@ def attention_cost(
         raise CostModelError("window", "a sliding window applies to causal attention only")
     if heads % kv_heads:
         raise CostModelError("kv_heads", f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
-    if causal and q_len > kv_len:
+    if causal and any_true(q_len > kv_len):
         raise CostModelError("q_len", f"with causal masking q_len ({q_len}) cannot exceed kv_len ({kv_len})")
     if sram_bytes is not None and implementation != "flash":
         raise CostModelError("sram_bytes", "applies only to implementation 'flash'")
     group = heads // kv_heads
     s, s_kv = bytes_per_element(dtype), bytes_per_element(kv_dtype)
     # With a window, only the last q_len + w - 1 keys are ever attended to.
-    keys = min(kv_len, q_len + window - 1) if window else kv_len
+    keys = at_most(kv_len, q_len + window - 1) if window else kv_len
 
     q_elems = element_count("q_len", "Q [batch, heads, q_len, head_dim]", batch, heads, q_len, head_dim)
     o_elems = element_count("q_len", "O [batch, heads, q_len, v_head_dim]", batch, heads, q_len, v_dim)
@@ -133,7 +138,8 @@ def attention_cost(
         f"attention: grouped-query, {group} query head(s) per K/V head" if group > 1 else "attention: one K/V head per query head",
     ]
     if window:
-        assumptions.append(f"attention: sliding window of {window} keys; {keys} of {kv_len} keys are read")
+        assumptions.append(f"attention: sliding window of {window} keys; " + (
+            f"{keys} of {kv_len} keys are read" if isinstance(kv_len, int) else "at most that many keys are read"))
     if shared_kv:
         assumptions.append("attention: K and V are one cached latent tensor (MLA), read once")
     kv_bytes = (k_elems + v_elems) * s_kv

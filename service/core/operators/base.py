@@ -39,6 +39,19 @@ class OperatorCost(NamedTuple):
 def element_count(field: str, tensor: str, *dims: int) -> int:
     """Product of `dims`, refused (naming `field` and `tensor`) when it cannot be represented exactly."""
     count = math.prod(dims)
-    if count > MAX_ELEMENTS:
+    if any_true(count > MAX_ELEMENTS):
         raise CostModelError(field, f"tensor {tensor} would hold {count} elements, above the limit of 2**53")
     return count
+
+
+# The cost models also run on numpy arrays of steps, one element a step (core.transformer.batched_steps): the same
+# expressions, element by element. These two stand in for the comparisons that a Python `if` or min() cannot take
+# from an array.
+def any_true(condition) -> bool:
+    """A comparison's outcome, or whether it holds for any element of an array."""
+    return condition if isinstance(condition, bool) else bool(condition.any())
+
+
+def at_most(value, limit):
+    """min(value, limit), element by element for an array."""
+    return min(value, limit) if isinstance(value, (int, float)) else value.clip(max=limit)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from service.core.dtypes import bytes_per_element
 from service.core.hardware import Unit
-from service.core.operators.base import OperatorCost, element_count
+from service.core.operators.base import OperatorCost, at_most, element_count
 
 
 def embedding_cost(*, tokens: int, hidden: int, vocab: int, dtype: str = "bf16",
                    index_dtype: str = "int32") -> OperatorCost:
     # A roofline is a lower bound, so a row looked up by several tokens is counted once.
-    rows_read = min(tokens, vocab)
+    rows_read = at_most(tokens, vocab)
     out_elems = element_count("tokens", "out [tokens, hidden]", tokens, hidden)
     s = bytes_per_element(dtype)
     return OperatorCost(

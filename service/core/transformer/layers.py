@@ -8,16 +8,16 @@ activations after the attention block and one after the MLP, on the device's int
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import NamedTuple
 
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
+from service.core.memo import by_value
 from service.core.hardware import Unit
 from service.core.operators import (
     attention_cost, elementwise_cost, embedding_cost, layernorm_cost, matmul_cost, rmsnorm_cost, rope_cost, softmax_cost,
 )
-from service.core.operators.base import OperatorCost
+from service.core.operators.base import OperatorCost, at_most
 from service.core.transformer.architecture import Architecture, LayerGroup
 
 
@@ -108,20 +108,20 @@ def _norm(arch: Architecture, shape: list[int], dtypes: ModelDTypes) -> Operator
 
 # Sweeps rebuild the same rows many times (a seq_len sweep changes only attention): the pure cost
 # models of the context-free rows are memoised.
-@lru_cache(maxsize=1024)
+@by_value(maxsize=1024)
 def _norm_cost(kind: str, shape: tuple[int, ...], dtype: str) -> OperatorCost:
     if kind == "layernorm":
         return layernorm_cost(shape=list(shape), dtype=dtype)
     return rmsnorm_cost(shape=list(shape), dtype=dtype)
 
 
-@lru_cache(maxsize=1024)
+@by_value(maxsize=1024)
 def _elementwise(op: str, shape: tuple[int, ...], dtype: str, arity: int | None = None,
                  flops_per_element: float | None = None) -> OperatorCost:
     return elementwise_cost(op=op, shape=list(shape), dtype=dtype, arity=arity, flops_per_element=flops_per_element)
 
 
-@lru_cache(maxsize=1024)
+@by_value(maxsize=1024)
 def linear_cost(tokens: int, n: int, k: int, dtypes: ModelDTypes, bias: bool = False, weight_dtype: str | None = None) -> OperatorCost:
     return matmul_cost(m=tokens, n=n, k=k, bias=bias, a_dtype=dtypes.activations, b_dtype=weight_dtype or dtypes.weights,
                        c_dtype=dtypes.activations, b_bytes_per_element=None if weight_dtype else dtypes.weight_bytes_per_element())
@@ -166,12 +166,12 @@ def _attention_row(**params) -> Row:
     return Row("attention", "attention", 1, attention_cost(**params), attention_params=params)
 
 
-@lru_cache(maxsize=1024)
+@by_value(maxsize=1024)
 def _rope(batch: int, q_len: int, heads: int, head_dim: int, dtype: str) -> OperatorCost:
     return rope_cost(batch=batch, seq_len=q_len, heads=heads, head_dim=head_dim, dtype=dtype)
 
 
-@lru_cache(maxsize=1024)
+@by_value(maxsize=1024)
 def _cache_write(tokens: int, width: int, dtypes: ModelDTypes) -> OperatorCost:
     cost = elementwise_cost(op="cache_write", shape=[tokens, width], dtype=dtypes.activations, arity=1,
                             flops_per_element=0, out_dtype=dtypes.kv_cache)
@@ -289,9 +289,9 @@ def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tup
     return [Row("embedding", "embedding", 1, embed)], head
 
 
-@lru_cache(maxsize=1024)
+@by_value(maxsize=1024)
 def _embedding(tokens: int, hidden: int, vocab: int, dtype: str) -> OperatorCost:
     """The embedding lookup, its weights the rows it gathers (at most the whole table)."""
     embed = embedding_cost(tokens=tokens, hidden=hidden, vocab=vocab, dtype=dtype)
     return OperatorCost(embed.kind, embed.flops, embed.bytes_read, embed.bytes_written, embed.compute_dtype, embed.unit,
-                        embed.assumptions, weight_bytes_read=min(tokens, vocab) * hidden * bytes_per_element(dtype))
+                        embed.assumptions, weight_bytes_read=at_most(tokens, vocab) * hidden * bytes_per_element(dtype))
