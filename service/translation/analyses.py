@@ -21,6 +21,7 @@ from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
 from service.runtime.observability import INTERNAL_ERROR, log_unexpected
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.matmul_batches import MatmulAnswers, is_plain_matmul
+from service.translation.model_batches import ModelStepAnswers, is_plain_model_step
 from service.translation.model_analyses import (
     analyze_model_request, kv_capacity_request, model_answer_json, shared_evaluators,
 )
@@ -106,12 +107,12 @@ def _work(item) -> int:
 PIECE_BYTES = 1 << 20
 
 
-def _item_json(index: int, item, catalog: DeviceCatalog, matmuls: MatmulAnswers) -> bytes:
+def _item_json(index: int, item, catalog: DeviceCatalog, matmuls: MatmulAnswers, steps: ModelStepAnswers) -> bytes:
     """One item's BatchResult JSON: its analysis's answer through the same code as its own endpoint (a plain matmul
-    from its group's arrays, the same bytes), or its error in the service's error shape (an unexpected one as its
+    or model step from its group's arrays, the same bytes), or its error in the service's error shape (an unexpected one as its
     own 500, logged as the middleware logs one)."""
     try:
-        answer = matmuls.answer(index)
+        answer = matmuls.answer(index) or steps.answer(index)
         if answer is None and isinstance(item.request, BaseModel):
             answer = ANALYSES[item.analysis].answer_json(item.request, catalog)
         elif answer is None:
@@ -145,7 +146,7 @@ def batch_json_chunks(request: BatchRequest | TypedBatchRequest, catalog: Device
 
 def _chunks(items: list, catalog: DeviceCatalog) -> Iterator[bytes]:
     evaluators: dict = {}  # items on one device share its roofs, across the pieces
-    matmuls = None
+    matmuls = steps = None
     yield b'{"results":['
     index = 0
     while index < len(items):
@@ -157,8 +158,10 @@ def _chunks(items: list, catalog: DeviceCatalog) -> Iterator[bytes]:
             if matmuls is None:  # the numbers of every plain matmul at once (a few hundred kilobytes), written per piece
                 matmuls = MatmulAnswers(((at, item.request) for at, item in enumerate(items)
                                          if item.analysis == "operator" and is_plain_matmul(item.request)), catalog)
+                steps = ModelStepAnswers(((at, item.request) for at, item in enumerate(items)
+                                          if item.analysis == "model" and is_plain_model_step(item.request)), catalog)
             while index < len(items) and size < PIECE_BYTES:
-                answers.append(_item_json(index, items[index], catalog, matmuls))
+                answers.append(_item_json(index, items[index], catalog, matmuls, steps))
                 size += len(answers[-1])
                 index += 1
         piece = b",".join(answers)

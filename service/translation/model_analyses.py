@@ -34,7 +34,7 @@ from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
 from service.persistence.tables import ModelConfig
-from service.translation.plain_fields import json_bytes, plain_fields
+from service.translation.plain_fields import json_bytes, json_bytes_around, plain_fields
 
 ROWS = TypeAdapter(list[RowOut])
 ROW_FIELDS = tuple(RowOut.model_fields)
@@ -215,10 +215,11 @@ def _row_fields(row) -> dict:
     return dict(zip(ROW_FIELDS, row))
 
 
-def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> dict:
+def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog, analysed: tuple | None = None) -> dict:
     """The ModelAnalysis fields of a validated request, in the model's order (see operator_analyses); `rows`
-    holds the evaluated rows themselves, for the caller to write as RowOut fields or as their JSON."""
-    name, arch, result, prefill = run_model_analysis(request, catalog)
+    holds the evaluated rows themselves, for the caller to write as RowOut fields or as their JSON. `analysed`:
+    run_model_analysis's answer, where the caller has it already (a batch's steps costed together)."""
+    name, arch, result, prefill = analysed or run_model_analysis(request, catalog)
     memory, context, basis = step_memory_for(request, arch, catalog.get(request.device_id))
     memory_notes = [
         f"memory: weights + batch x KV({context} tokens, in blocks of {request.block_size}) + activations + workspace "
@@ -267,9 +268,13 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
     return ModelAnalysis.model_validate(fields)
 
 
-def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> bytes:
-    """analyze_model_request's answer as its JSON, without building the model."""
-    fields = model_analysis_fields(request, catalog)
+def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog, analysed: tuple | None = None,
+                      rows_json: bytes | None = None) -> bytes:
+    """analyze_model_request's answer as its JSON, without building the model; `rows_json`: its rows already
+    written (a batch's steps costed together), where `analysed` leaves them out."""
+    fields = model_analysis_fields(request, catalog, analysed)
+    if rows_json is not None:
+        return json_bytes_around(fields, rows=rows_json)
     fields["rows"] = [_row_fields(row) for row in fields["rows"]]
     return json_bytes(fields)
 

@@ -48,3 +48,9 @@ def json_bytes(value: Any, numpy: bool = False) -> bytes:
         return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY if numpy else None)
     except TypeError:  # orjson.JSONEncodeError is one
         return to_json(value)
+
+
+def json_bytes_around(value: Any, **written: bytes) -> bytes:
+    """json_bytes of a dict whose named fields are already JSON text (`written`), set in place without a second
+    parse; orjson alone (a TypeError where it refuses a value, for the caller to write the answer another way)."""
+    return orjson.dumps({**value, **{name: orjson.Fragment(text) for name, text in written.items()}})

@@ -1,0 +1,142 @@
+"""A batch's model steps answered together: steps of one catalog model with the same phase, dtypes and
+parallelism are costed as arrays, each on its own device's roofs (service/core/transformer/batched_steps.py), and
+each is written by model_answer_json from its own analysis, the same bytes /v1/analyze/model answers.
+
+A step is taken when it names a catalog model (an inline config is parsed per request) and asks for no output_len
+(its end-to-end time sums the decode steps one by one). A group that cannot be costed as arrays (an unknown model
+or device, a missing roof, a mixture-of-experts model) and a step outside the arrays' exact domain or past its
+model's positions are left to the per-step path, which answers or refuses them in its own words.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+import orjson
+
+from schemas.models import ModelAnalysisRequest
+from service.core.errors import CostModelError
+from service.core.transformer.batched_steps import BOUNDS, NUMBERS, NotVectorisable, SteppedRows
+from service.core.transformer.capacity import check_positions
+from service.persistence.catalog import DeviceCatalog
+from service.runtime.errors import ServiceError
+from service.runtime.observability import log_unexpected
+from service.translation.model_analyses import (
+    ROW_FIELDS, catalog_model, core_dtypes, evaluator_for, model_answer_json, peak_context,
+)
+from service.translation.plain_fields import json_bytes
+
+# Steps that agree on these (and on their dtypes) form one group; the arrays run over the steps' lengths and each
+# step's evaluator (its device, roofs and what-ifs).
+GROUP_FIELDS = ("model_id", "phase", "tensor_parallel", "attention_implementation")
+EVALUATOR_FIELDS = ("device_id", "roofs", "sustained_clock_hz", "collective_latency_s")
+STEP_FIELDS = ("batch_size", "seq_len")
+# Read per step by model_answer_json, after the rows (memory, what-ifs, achieved), or required to be absent.
+ANSWER_FIELDS = ("dtypes", "memory_utilization", "memory_capacity_bytes", "workspace_bytes", "block_size",
+                 "measured_time_s", "speedups", "model", "output_len")
+if set(ModelAnalysisRequest.model_fields) != {*GROUP_FIELDS, *EVALUATOR_FIELDS, *STEP_FIELDS, *ANSWER_FIELDS}:
+    raise ImportError("service.translation.model_batches does not know every model request field: "
+                      f"{sorted(ModelAnalysisRequest.model_fields)}")
+# Below this many steps a group goes one by one: the arrays' fixed cost (a few hundred small array operations) is
+# about that of a few steps costed alone.
+MIN_GROUP = 4
+# A row's numbers as its JSON writes them: RowOut's numbers are the first of NUMBERS, the bound among them as a code.
+WRITTEN = len(ROW_FIELDS) - 5
+if NUMBERS[:WRITTEN] != ROW_FIELDS[5:]:
+    raise ImportError(f"RowOut's numbers must be batched_steps.NUMBERS' first, in order: {ROW_FIELDS[5:]}")
+BOUND_AT = NUMBERS.index("bound")
+BOUND_TEXTS = {json_bytes(float(code)): json_bytes(bound) for code, bound in enumerate(BOUNDS)}
+
+
+def is_plain_model_step(request) -> bool:
+    return isinstance(request, ModelAnalysisRequest) and request.model_id is not None and request.output_len is None
+
+
+def _group_key(request: ModelAnalysisRequest) -> tuple:
+    return (*(getattr(request, name) for name in GROUP_FIELDS), core_dtypes(request))
+
+
+def _rows_template(steps: SteppedRows) -> bytes:
+    """A step's rows as JSON with a %s for each number, as model_answer_json writes RowOut's fields."""
+    rows = []
+    for shape in steps.shapes:
+        statics = (json_bytes(value).replace(b"%", b"%%") for value in shape[:5])
+        head = b",".join(b'"%s":%s' % (name.encode(), text) for name, text in zip(ROW_FIELDS, statics))
+        tail = b",".join(b'"%s":%%s' % name.encode() for name in ROW_FIELDS[5:])
+        rows.append(b"{%s,%s}" % (head, tail))
+    return b"[%s]" % b",".join(rows)
+
+
+class _Group:
+    def __init__(self, requests: list[ModelAnalysisRequest], catalog: DeviceCatalog):
+        first = requests[0]
+        row, self.arch = catalog_model(catalog, first.model_id)
+        self.name = row.id
+        evaluators, which, seen = [], [], {}
+        for request in requests:
+            evaluator = evaluator_for(request, catalog)
+            if id(evaluator) not in seen:
+                seen[id(evaluator)] = len(evaluators)
+                evaluators.append(evaluator)
+            which.append(seen[id(evaluator)])
+        self.requests = requests
+        self.steps = SteppedRows(self.arch, evaluators, which, phase=first.phase,
+                                 batch=[r.batch_size for r in requests], seq_len=[r.seq_len for r in requests],
+                                 dtypes=core_dtypes(first), tensor_parallel=first.tensor_parallel,
+                                 attention_implementation=first.attention_implementation)
+        self.template = _rows_template(self.steps)
+
+    def answer(self, at: int, catalog: DeviceCatalog) -> bytes | None:
+        """Step `at`'s answer, or None where the per-step path must answer it."""
+        request, steps = self.requests[at], self.steps
+        if not steps.exact[at]:
+            return None
+        try:
+            check_positions(self.arch, *peak_context(request))
+        except CostModelError:
+            return None
+        written = bool(request.speedups)  # the what-ifs read the rows themselves
+        analysed = (self.name, self.arch, steps.result(at, with_rows=written), None)
+        if written:
+            return model_answer_json(request, catalog, analysed)
+        # numpy's floats are written as Python's are (tests/translation/test_json_bytes.py).
+        numbers = json_bytes(steps.numbers[at, :, :WRITTEN].ravel(), numpy=True)[1:-1].split(b",")
+        numbers[BOUND_AT::WRITTEN] = [BOUND_TEXTS[code] for code in numbers[BOUND_AT::WRITTEN]]
+        return model_answer_json(request, catalog, analysed, rows_json=self.template % tuple(numbers))
+
+
+class ModelStepAnswers:
+    """The plain model steps among a batch's items, costed together; `answer(index)` writes one, or None where the
+    per-step path must answer it."""
+
+    def __init__(self, items: Iterable[tuple[int, ModelAnalysisRequest]], catalog: DeviceCatalog):
+        self._catalog = catalog
+        grouped: dict[tuple, list[tuple[int, ModelAnalysisRequest]]] = defaultdict(list)
+        for index, request in items:
+            grouped[_group_key(request)].append((index, request))
+        self._at: dict[int, tuple[_Group, int]] = {}
+        for members in grouped.values():
+            if len(members) < MIN_GROUP:
+                continue
+            try:
+                group = _Group([request for _, request in members], catalog)
+            except (ServiceError, CostModelError, NotVectorisable):
+                continue  # answered or refused one by one, in the per-step path's words
+            except Exception as exc:  # a defect here must not cost the batch: logged, and answered one by one
+                log_unexpected(exc)
+                continue
+            self._at.update((index, (group, at)) for at, (index, _) in enumerate(members))
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def answer(self, index: int) -> bytes | None:
+        found = self._at.get(index)
+        if found is None:
+            return None
+        group, at = found
+        try:
+            return group.answer(at, self._catalog)
+        except orjson.JSONEncodeError:  # a value orjson refuses: the per-step path writes it as pydantic does
+            return None
