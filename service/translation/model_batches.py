@@ -38,9 +38,10 @@ ANSWER_FIELDS = ("dtypes", "memory_utilization", "memory_capacity_bytes", "works
 if set(ModelAnalysisRequest.model_fields) != {*GROUP_FIELDS, *EVALUATOR_FIELDS, *STEP_FIELDS, *ANSWER_FIELDS}:
     raise ImportError("service.translation.model_batches does not know every model request field: "
                       f"{sorted(ModelAnalysisRequest.model_fields)}")
-# Below this many steps a group goes one by one: the arrays' fixed cost (a few hundred small array operations) is
-# about that of a few steps costed alone.
-MIN_GROUP = 4
+# Below this many steps a group goes one by one: the arrays cost about a millisecond a group whatever its size (a few
+# hundred small array operations), a step alone 140-230 us (bench/step_groups.py: in groups of 4 a step costs about
+# 1.5-2 times what it costs alone, of 8 about the same, of 32 half).
+MIN_GROUP = 10
 # A row's numbers as its JSON writes them: RowOut's numbers are the first of NUMBERS, the bound among them as a code.
 WRITTEN = len(ROW_FIELDS) - 5
 if NUMBERS[:WRITTEN] != ROW_FIELDS[5:]:
@@ -110,14 +111,15 @@ class ModelStepAnswers:
     """The plain model steps among a batch's items, costed together; `answer(index)` writes one, or None where the
     per-step path must answer it."""
 
-    def __init__(self, items: Iterable[tuple[int, ModelAnalysisRequest]], catalog: DeviceCatalog):
+    def __init__(self, items: Iterable[tuple[int, ModelAnalysisRequest]], catalog: DeviceCatalog,
+                 min_group: int = MIN_GROUP):
         self._catalog = catalog
         grouped: dict[tuple, list[tuple[int, ModelAnalysisRequest]]] = defaultdict(list)
         for index, request in items:
             grouped[_group_key(request)].append((index, request))
         self._at: dict[int, tuple[_Group, int]] = {}
         for members in grouped.values():
-            if len(members) < MIN_GROUP:
+            if len(members) < min_group:
                 continue
             try:
                 group = _Group([request for _, request in members], catalog)
