@@ -145,7 +145,7 @@ def batch_json_chunks(request: BatchRequest | TypedBatchRequest, catalog: Device
 
 
 def _chunks(items: list, catalog: DeviceCatalog) -> Iterator[bytes]:
-    evaluators: dict = {}  # items on one device share its roofs, across the pieces
+    evaluators: dict = {}  # items on one device share its roofs and evaluated rows, across the pieces
     matmuls = steps = None
     yield b'{"results":['
     index = 0

@@ -86,25 +86,25 @@ def core_dtypes(request) -> layers.ModelDTypes:
                               d.weight_scale_bytes, d.lm_head)
 
 
-# Within a batch of analyses or a sweep, one evaluator per (device, roofs, what-ifs): its looked-up roofs serve every
-# item that shares them. A sweep's evaluators also remember evaluated rows (its points share all but attention's).
-_shared: ContextVar[tuple[dict, bool] | None] = ContextVar("shared_evaluators", default=None)
+# Within a batch of analyses or a sweep, one evaluator per (device, roofs, what-ifs) for the requests with
+# what-ifs: its looked-up roofs and its evaluated rows serve every item that shares them.
+_batch_evaluators: ContextVar[dict | None] = ContextVar("batch_evaluators", default=None)
 
 
 @contextmanager
-def shared_evaluators(evaluators: dict | None = None, remember_rows: bool = False) -> Iterator[None]:
-    """Within the block, analyses share the evaluators in `evaluators` (a new set when none is given); with
-    `remember_rows`, every request's evaluator (what-ifs or not) is the block's own and keeps its evaluated rows."""
-    token = _shared.set(({} if evaluators is None else evaluators, remember_rows))
+def shared_evaluators(evaluators: dict | None = None) -> Iterator[None]:
+    """Within the block, analyses share the evaluators in `evaluators` (a new set when none is given)."""
+    token = _batch_evaluators.set({} if evaluators is None else evaluators)
     try:
         yield
     finally:
-        _shared.reset(token)
+        _batch_evaluators.reset(token)
 
 
 # One evaluator per catalog device, measured roofs and roof mode serves every request without what-ifs, in this
-# process, outside a row-remembering block: its roofs are looked up once. Few: a device's measured roofs are
-# replaced on each submission.
+# process: its roofs are looked up once and an identical row (the same shape on the same device, from any
+# request) is evaluated once. Few: a device's measured roofs are replaced on each submission, and each evaluator
+# keeps up to 2,048 rows (about a megabyte).
 _plain_evaluator = ByIdentity(Evaluator, objects=2, limit=32)
 
 
@@ -112,15 +112,14 @@ def evaluator_for(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> Eval
     """Places a request's rows on its device's roofs, with the request's what-ifs."""
     device = catalog.get(request.device_id)
     measured = catalog.measured(device.id)
-    shared, remember_rows = _shared.get() or (None, False)
-    what_ifs = request.sustained_clock_hz is not None or request.collective_latency_s is not None
-    if not what_ifs and not remember_rows:
+    if request.sustained_clock_hz is None and request.collective_latency_s is None:
         return _plain_evaluator(device, measured, RoofMode(request.roofs))
     key = (request.device_id, request.roofs, request.sustained_clock_hz, request.collective_latency_s)
+    shared = _batch_evaluators.get()
     if shared is not None and key in shared:
         return shared[key]
     evaluator = Evaluator(device, measured, RoofMode(request.roofs), request.sustained_clock_hz,
-                          request.collective_latency_s, remember_rows)
+                          request.collective_latency_s)
     if shared is not None:
         shared[key] = evaluator
     return evaluator

@@ -161,7 +161,7 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
     rows: list[SweepRow] = []
     margins: list[float] = []  # compute time minus memory time: its sign is the bound
     model = None  # resolved once, unless the sweep changes the model itself
-    with shared_evaluators(remember_rows=True):  # points on one device share its roofs and evaluated rows
+    with shared_evaluators():  # points on one device share its roofs and evaluated rows
         for index, value in enumerate(values):
             point = _point_request(request_model, request.request, path, value, index)
             if request.endpoint == "model" and index == 0:

@@ -125,7 +125,7 @@ def analyze_fusion_route(
         "Up to 1,000 items, each `{id, analysis, request}` with `analysis` one of operator, model, kv-capacity, fusion, training, "
         "sweep, compare, plan-serving, plan-training and `request` the body that endpoint takes. Answers one result per item in "
         "order: `{id, status: 200, result}` or `{id, status, error}` in the service's error shape; one bad item never "
-        "fails the batch. Items on one device share its roofs, and steps of one model shape their rows' costs. A batch may cost at most 20,000 "
+        "fails the batch. Items on one device share its roofs and evaluated rows. A batch may cost at most 20,000 "
         "units (an operator or model step 1, a sweep its points, a comparison its devices, a serving plan 50, a training "
         "step or plan 3)."
     ),

@@ -80,39 +80,32 @@ class ModelAnalysisResult(NamedTuple):
 @dataclass
 class Evaluator:
     """Places rows on the device's roofs. The roof for each (dtype, unit) is looked up once per evaluator,
-    so a model's rows cost a division or two each. With `remember_rows`, each evaluated row is kept for the next
-    step that has the same one: worth it where steps share most rows (a sweep's points differ in attention alone),
-    a loss where they share few (a batch of distinct steps found 8 % of its rows again and paid a sixth more)."""
+    so a model's rows cost a division or two each."""
 
     device: DeviceSpec
     measured: MeasuredRoofs = NO_MEASUREMENTS
     mode: RoofMode = RoofMode.effective
     sustained_clock_hz: float | None = None
     collective_latency_s: float | None = None  # overrides the device's
-    remember_rows: bool = False
 
     def __post_init__(self):
         self._compute: dict[tuple[str, str], tuple[float, float | None, str]] = {}
         self._hbm: MemoryRoof | None = None
-        # Evaluated rows by their cost object's identity (the entry holds the object, so the id stays its own):
-        # the memoised cost models hand the same object to every step of the same shape, and an identity key costs
-        # a fraction of one built from the cost's fields.
-        self._rows: dict[tuple, tuple[OperatorCost | None, RowResult]] = {}
+        self._rows: dict[tuple, RowResult] = {}  # identical rows recur across the points of a sweep
 
     def evaluate(self, row: Row, group: str, layers: int) -> RowResult:
-        if not self.remember_rows:
-            return self._evaluate(row, group, layers)
         cost = row.cost
-        key = (id(cost), row.name, group, layers, row.count) if cost is not None else (row.name, group, layers,
-                                                                                           row.count, row.comm_bytes)
+        if cost is None:
+            key = (row.name, group, layers, row.count, row.comm_bytes)
+        else:
+            key = (row.name, group, layers, row.count, cost.flops, cost.bytes_read, cost.bytes_written,
+                   cost.compute_dtype, cost.unit, cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written)
         found = self._rows.get(key)
-        if found is not None and found[0] is cost:
-            return found[1]
-        if len(self._rows) > 2048:
-            self._rows.clear()
-        result = self._evaluate(row, group, layers)
-        self._rows[key] = (cost, result)
-        return result
+        if found is None:
+            if len(self._rows) > 2048:
+                self._rows.clear()
+            found = self._rows[key] = self._evaluate(row, group, layers)
+        return found
 
     def compute_roof(self, cost: OperatorCost) -> tuple[float, float | None, str]:
         """(FLOP/s, nominal FLOP/s, source) of the roof the cost runs at."""
@@ -180,17 +173,14 @@ def model_step(arch: Architecture, phase: str, batch: int, seq_len: int, tensor_
     return Step(batch, 1, seq_len + 1, tensor_parallel, attention_implementation)
 
 
-def step_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> Iterator[tuple[Row, str, int]]:
-    """A step's rows in the answer's order, each with its group's label and the layers that repeat it."""
+def step_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> Iterator[tuple[list[Row], str, int]]:
+    """A step's rows in the answer's order, a list at a time (the embedding, each layer group's, the head), each
+    with its group's label and the layers that repeat it."""
     before, after = model_level_rows(arch, step, dtypes)
-    for row in before:
-        yield row, "model", 1
+    yield before, "model", 1
     for group in arch.groups:
-        label = group_label(group)
-        for row in layer_rows(arch, group, step, dtypes):
-            yield row, label, group.count
-    for row in after:
-        yield row, "model", 1
+        yield layer_rows(arch, group, step, dtypes), group_label(group), group.count
+    yield after, "model", 1
 
 
 def first_matmul(placed: list[tuple[Row, str, int]]) -> OperatorCost:
@@ -225,12 +215,13 @@ def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch
                   output_len: int | None = None, explain: bool = True) -> ModelAnalysisResult:
     """`explain=False` skips writing the assumptions (sweeps read only the numbers)."""
     step = model_step(arch, phase, batch, seq_len, tensor_parallel, attention_implementation)
-    placed = []
-    results = []
-    for row, label, layers in step_rows(arch, step, dtypes):  # evaluated as built: the first error is the first row's
-        placed.append((row, label, layers))
-        results.append(evaluator.evaluate(row, label, layers))
-    matmul_cost = first_matmul(placed)
+    results: list[RowResult] = []
+    matmul_cost = None
+    for rows, label, layers in step_rows(arch, step, dtypes):  # evaluated as built: the first error is the first row's
+        for row in rows:
+            results.append(evaluator.evaluate(row, label, layers))
+            if matmul_cost is None and row.kind == "matmul":
+                matmul_cost = row.cost
     totals = _totals(results)
     _, peak, compute_source = evaluator.compute_roof(matmul_cost)
     mfu = totals.flops / (totals.time_s * peak) if peak and totals.time_s else None

@@ -72,7 +72,7 @@ class SteppedRows:
         steps = model_step(arch, phase, np.asarray(batch, dtype=float), np.asarray(seq_len, dtype=float),
                            tensor_parallel, attention_implementation)
         with costing_arrays():
-            placed = list(step_rows(arch, steps, dtypes))
+            placed = [(row, label, layers) for rows, label, layers in step_rows(arch, steps, dtypes) for row in rows]
         self.shapes = [RowShape(row.name, row.kind, label, layers, row.count, row.is_comm) for row, label, layers in placed]
         matmul_cost = first_matmul(placed)
         # A device without a roof these rows need (or without a link for their collectives) leaves its own steps out.
