@@ -162,3 +162,14 @@ def pytest_collection_modifyitems(items):
         path = str(item.path).replace("\\", "/")
         if "tests/core/" in path or ("tests/fuzz/" in path and ("/plot/" in item.name or "roofline.svg" in item.name)):
             item.add_marker(pytest.mark.dialect_free)
+
+
+@pytest.fixture
+def catalog_with_measurements(client):
+    """The catalog after one measured HBM and one measured bf16 roof, so that some answers cite measured roofs."""
+    for body in ({"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3.0e12, "tool": "nvbandwidth"},
+                 {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 7.0e14, "tool": "cublas"}):
+        assert client.post("/v1/devices/nvidia-h100-sxm/benchmarks", json=body, headers=AUTH).status_code == 201
+    catalog = client.app.state.catalog
+    catalog.refresh()  # as a request's freshness check would before its analysis
+    return catalog

@@ -13,7 +13,6 @@ from schemas.models import ModelAnalysisRequest
 from service.api.examples import MODEL_EXAMPLES, OPERATOR_EXAMPLES
 from service.translation.model_analyses import analyze_model_request, model_answer_json
 from service.translation.operator_analyses import analyze_operator_request, operator_answer_json
-from tests.conftest import AUTH
 
 DEVICES = ["nvidia-h100-sxm", "nvidia-a100-80gb-sxm", "amd-mi300x", "nvidia-l4", "nvidia-b200"]
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "deepseek-v3", "gemma-2-9b", "qwen3-30b-a3b"]
@@ -53,17 +52,6 @@ def model_requests(rng: random.Random) -> list[dict]:
             body["dtypes"] = {"weights": "int4", "kv_cache": "fp8_e4m3"}
         bodies.append(body)
     return bodies
-
-
-@pytest.fixture
-def catalog_with_measurements(client):
-    """The catalog after one measured HBM and one measured bf16 roof, so that some answers cite measured roofs."""
-    for body in ({"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3.0e12, "tool": "nvbandwidth"},
-                 {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 7.0e14, "tool": "cublas"}):
-        assert client.post("/v1/devices/nvidia-h100-sxm/benchmarks", json=body, headers=AUTH).status_code == 201
-    catalog = client.app.state.catalog
-    catalog.refresh()  # as a request's freshness check would before its analysis
-    return catalog
 
 
 def same_bytes(bodies: list[dict], request_model, answer_json, answer_model, catalog) -> int:

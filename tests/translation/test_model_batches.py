@@ -5,13 +5,11 @@ options and what-ifs, and whatever the arrays cannot answer exactly must be left
 import json
 import random
 
-import pytest
 
 from schemas.models import ModelAnalysisRequest
 from service.runtime.errors import ServiceError
 from service.translation.model_analyses import model_answer_json
 from service.translation.model_batches import MIN_GROUP, ModelStepAnswers, is_plain_model_step
-from tests.conftest import AUTH
 
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mistral-7b-v0.1", "gemma-2-9b", "qwen3-8b", "tinyllama-1.1b-chat",
           "phi-3-mini-4k-instruct", "mixtral-8x7b"]
@@ -44,17 +42,6 @@ def step_bodies(rng: random.Random, count: int) -> list[dict]:
     return bodies
 
 
-@pytest.fixture
-def catalog(client):
-    """The catalog, with measured HBM and bf16 roofs on the H100 (steps there name them as their source)."""
-    for body in ({"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3.0e12, "tool": "nvbandwidth"},
-                 {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 7.0e14, "tool": "cublas"}):
-        assert client.post("/v1/devices/nvidia-h100-sxm/benchmarks", json=body, headers=AUTH).status_code == 201
-    catalog = client.app.state.catalog
-    catalog.refresh()
-    return catalog
-
-
 def outcome(answer) -> bytes | tuple | None:
     """An answer's bytes, or the error it raised (a speedup whose target matches no row is refused either way)."""
     try:
@@ -67,7 +54,8 @@ def alone(request, catalog) -> bytes | tuple:
     return outcome(lambda: model_answer_json(request, catalog))
 
 
-def test_every_step_from_the_arrays_is_the_per_step_answer(catalog):
+def test_every_step_from_the_arrays_is_the_per_step_answer(catalog_with_measurements):
+    catalog = catalog_with_measurements
     bodies = step_bodies(random.Random(11), 2500)
     requests = [ModelAnalysisRequest.model_validate(body) for body in bodies]
     answers = ModelStepAnswers(((i, r) for i, r in enumerate(requests) if is_plain_model_step(r)), catalog)
@@ -90,7 +78,8 @@ def test_every_step_from_the_arrays_is_the_per_step_answer(catalog):
     assert measured > 20 and with_what_ifs > 20 and interconnect > 100, (measured, with_what_ifs, interconnect)
 
 
-def test_what_the_arrays_leave_is_answered_one_by_one(catalog):
+def test_what_the_arrays_leave_is_answered_one_by_one(catalog_with_measurements):
+    catalog = catalog_with_measurements
     step = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "prefill", "batch_size": 2}
     bodies = [
         *({**step, "seq_len": 200_000 + i} for i in range(MIN_GROUP)),  # past the model's 131,072 positions: a 422
