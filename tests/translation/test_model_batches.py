@@ -5,7 +5,6 @@ options and what-ifs, and whatever the arrays cannot answer exactly must be left
 import json
 import random
 
-
 from schemas.models import ModelAnalysisRequest
 from service.runtime.errors import ServiceError
 from service.translation.model_analyses import model_answer_json
