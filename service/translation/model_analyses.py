@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -16,7 +16,7 @@ from schemas.models import (
 from service.persistence.catalog import DeviceCatalog
 from service.core.dtypes import weight_group_size
 from service.core.errors import CostModelError
-from service.core.memo import ByIdentity
+from service.core.memo import ByIdentity, by_identity
 from service.core.roofs import RoofMode
 from service.core.transformer import layers
 from service.core.transformer.analysis import Evaluator, RowResult, analyze_model
@@ -189,10 +189,25 @@ def peak_context(request: ModelAnalysisRequest) -> tuple[int, str]:
 
 def memory_budget_for(request, arch: Architecture, device) -> tuple[MemoryBudget, str]:
     """The device's budget for a request's model, dtypes, parallelism and MemoryOptions, and its basis."""
-    usable, basis = usable_memory(device, request)
-    return memory_budget(arch, core_dtypes(request), capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
-                         workspace_bytes=request.workspace_bytes, tensor_parallel=request.tensor_parallel,
-                         block_size=request.block_size), basis
+    return _budget(arch, device, core_dtypes(request), request.memory_capacity_bytes, request.memory_utilization,
+                   request.workspace_bytes, request.tensor_parallel, request.block_size)
+
+
+@by_identity(objects=2)
+def _budget(arch: Architecture, device, dtypes: layers.ModelDTypes, memory_capacity_bytes: float | None,
+            memory_utilization: float | None, workspace_bytes: float, tensor_parallel: int,
+            block_size: int) -> tuple[MemoryBudget, str]:
+    # Remembered: the steps of a batch or of several requests ask the same few (the weights' bytes walk the model).
+    usable, basis = usable_memory(device, MemoryChoice(memory_capacity_bytes, memory_utilization))
+    return memory_budget(arch, dtypes, capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
+                         workspace_bytes=workspace_bytes, tensor_parallel=tensor_parallel, block_size=block_size), basis
+
+
+class MemoryChoice(NamedTuple):
+    """The MemoryOptions usable_memory reads."""
+
+    memory_capacity_bytes: float | None
+    memory_utilization: float | None
 
 
 def step_memory_at(budget: MemoryBudget, request: ModelAnalysisRequest, **changes) -> StepMemory:
