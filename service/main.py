@@ -19,7 +19,7 @@ from service.runtime.config import Settings, get_settings
 from service.persistence.db import make_engine
 from service.runtime.errors import install_error_handlers
 from service.runtime.limits import AdmissionMiddleware, BodySizeLimitMiddleware, GZipWhenAccepted
-from service.persistence.migrate import pending_migration, upgrade
+from service.persistence.migrate import at_head, pending_migration, upgrade
 from service.runtime.observability import ObservabilityMiddleware, configure_logging
 
 log = logging.getLogger("roofline.startup")
@@ -66,7 +66,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         if settings.migrate_on_start:
-            upgrade(settings.database_url)
+            if not at_head(settings.database_url):  # read without alembic: see service.persistence.migrate
+                upgrade(settings.database_url)
         elif (behind := pending_migration(settings.database_url)) is not None:
             current, head = behind
             # Said plainly and once: a replica on an un-migrated database would otherwise fail on its

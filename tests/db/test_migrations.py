@@ -76,3 +76,33 @@ def test_upgrade_from_the_previous_revision_keeps_rows(tmp_path):
         assert tuple(row) == ("Lab card", None)
         assert "benchmarks" in inspect(connection).get_table_names()
     engine.dispose()
+
+
+def test_the_head_read_from_the_revision_files_is_alembics():
+    from alembic.script import ScriptDirectory
+
+    from service.persistence.migrate import alembic_config, head_revision
+
+    assert head_revision() == ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def test_a_worker_on_a_migrated_database_starts_without_alembic(empty_database_url):
+    """The start-up check reads the revision with SQLAlchemy: alembic (11 MB a worker, for good) is imported only
+    when there is something to migrate."""
+    import os
+    import subprocess
+    import sys
+
+    from service.persistence.migrate import at_head
+
+    assert not at_head(empty_database_url)
+    upgrade(empty_database_url)
+    assert at_head(empty_database_url)
+    script = ("import asyncio, sys\nfrom service.main import create_app\napp = create_app()\n"
+              "async def start():\n    async with app.router.lifespan_context(app):\n        pass\n"
+              "asyncio.run(start())\nprint('alembic' in sys.modules)")
+    environment = {**os.environ, "ROOFLINE_DATABASE_URL": empty_database_url, "ROOFLINE_MIGRATE_ON_START": "true",
+                   "ROOFLINE_LOG_LEVEL": "WARNING"}
+    started = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip().splitlines()[-1] == "False"
