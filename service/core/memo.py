@@ -81,6 +81,5 @@ def by_value(maxsize: int) -> Callable[[Callable[P, R]], Callable[P, R]]:
             return cached(*arguments, **keywords)
 
         update_wrapper(call, compute)
-        call.cache_info = cached.cache_info  # type: ignore[attr-defined]
         return call
     return decorate

@@ -7,7 +7,7 @@ Time is the sum of per-operator lower bounds (kernels run one after another; eac
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -183,9 +183,12 @@ def step_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> Iterator[t
     yield after, "model", 1
 
 
-def first_matmul(placed: list[tuple[Row, str, int]]) -> OperatorCost:
-    """The cost of a step's first matmul: its dtype's roof is the one MFU and the notes speak of."""
-    return next(row.cost for row, _, _ in placed if row.kind == "matmul")
+def first_matmul(rows: Iterable[Row]) -> OperatorCost | None:
+    """The cost of the first matmul among a step's rows: its dtype's roof is the one MFU and the notes speak of."""
+    for row in rows:
+        if row.kind == "matmul":
+            return row.cost
+    return None
 
 
 def _totals(rows: list[RowResult]) -> Totals:
@@ -218,10 +221,9 @@ def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch
     results: list[RowResult] = []
     matmul_cost = None
     for rows, label, layers in step_rows(arch, step, dtypes):  # evaluated as built: the first error is the first row's
-        for row in rows:
-            results.append(evaluator.evaluate(row, label, layers))
-            if matmul_cost is None and row.kind == "matmul":
-                matmul_cost = row.cost
+        results += [evaluator.evaluate(row, label, layers) for row in rows]
+        if matmul_cost is None:
+            matmul_cost = first_matmul(rows)
     totals = _totals(results)
     _, peak, compute_source = evaluator.compute_roof(matmul_cost)
     mfu = totals.flops / (totals.time_s * peak) if peak and totals.time_s else None

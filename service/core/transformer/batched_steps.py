@@ -32,6 +32,7 @@ NUMBERS = ("flops", "bytes", "arithmetic_intensity", "bound", "time_s", "total_t
            "kv_bytes_read", "kv_bytes_written", "compute_time_s", "memory_time_s")
 BOUNDS = ("memory", "compute", "interconnect")
 _FLOPS, _BYTES, _INTENSITY, _BOUND, _TIME, _TOTAL, _WEIGHTS, _KV_READ, _KV_WRITTEN, _COMPUTE, _MEMORY = range(len(NUMBERS))
+_TOTALS_TIME = Totals._fields.index("time_s")
 
 
 class NotVectorisable(Exception):
@@ -74,7 +75,7 @@ class SteppedRows:
         with costing_arrays():
             placed = [(row, label, layers) for rows, label, layers in step_rows(arch, steps, dtypes) for row in rows]
         self.shapes = [RowShape(row.name, row.kind, label, layers, row.count, row.is_comm) for row, label, layers in placed]
-        matmul_cost = first_matmul(placed)
+        matmul_cost = first_matmul(row for row, _, _ in placed)
         # A device without a roof these rows need (or without a link for their collectives) leaves its own steps out.
         self._usable = [self._has_roofs(evaluator, placed) for evaluator in evaluators]
         self._peaks = [evaluator.compute_roof(matmul_cost) if usable else None
@@ -97,7 +98,7 @@ class SteppedRows:
             on_hbm = [not shape.interconnect for shape in self.shapes]
             exact &= (numbers[on_hbm, _BYTES] > 0).all(axis=0)  # the scalar path refuses a row that moves nothing
             totals = self._sum(numbers)
-        self.exact = exact & (totals[6] > 0)
+        self.exact = exact & (totals[_TOTALS_TIME] > 0)
         self.numbers = numbers.transpose(2, 0, 1)  # step, row, number
         self.totals = np.stack(totals, axis=-1).tolist()
 
