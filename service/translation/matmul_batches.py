@@ -9,7 +9,6 @@ per-operator path, which answers or refuses them in its own words.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Iterable
 from operator import attrgetter
 
@@ -28,7 +27,7 @@ from service.core.roofs import (
 )
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError
-from service.runtime.observability import log_unexpected
+from service.translation.batch_groups import built_groups
 from service.translation.operator_analyses import (
     answer_fields, compute_roof_fields, level_fields, memory_roof_fields, operator_fields, shape_fields,
 )
@@ -196,21 +195,11 @@ class MatmulAnswers:
     per-operator path must answer it."""
 
     def __init__(self, items: Iterable[tuple[int, OperatorAnalysisRequest]], catalog: DeviceCatalog):
-        grouped: dict[tuple, list[tuple[int, OperatorAnalysisRequest]]] = defaultdict(list)
-        for index, request in items:
-            grouped[_group_key(request)].append((index, request))
         self._at: dict[int, tuple[_Group, int]] = {}
-        for key, members in grouped.items():
-            if len(members) < 2:
-                continue  # one matmul costs less one by one
-            try:
-                group = _Group(key, [request for _, request in members], catalog)
-            except (ServiceError, CostModelError):
-                continue  # refused one by one, in the per-operator path's words
-            except Exception as exc:  # a defect here must not cost the batch: logged, and answered one by one
-                log_unexpected(exc)
-                continue
-            self._at.update((index, (group, at)) for at, (index, _) in enumerate(members) if group.exact[at])
+        # A lone matmul costs less one by one; a refused group is answered one by one, in the per-operator path's words.
+        for group, indices in built_groups(items, _group_key, lambda key, requests: _Group(key, requests, catalog),
+                                           min_members=2, refusals=(ServiceError, CostModelError)):
+            self._at.update((index, (group, at)) for at, index in enumerate(indices) if group.exact[at])
 
     def __len__(self) -> int:
         return len(self._at)

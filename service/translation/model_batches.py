@@ -10,7 +10,6 @@ model's positions are left to the per-step path, which answers or refuses them i
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 
 import orjson
@@ -21,7 +20,7 @@ from service.core.transformer.batched_steps import BOUNDS, NUMBERS, NotVectorisa
 from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError
-from service.runtime.observability import log_unexpected
+from service.translation.batch_groups import built_groups
 from service.translation.model_analyses import (
     ROW_FIELDS, catalog_model, core_dtypes, evaluator_for, model_answer_json, peak_context,
 )
@@ -114,21 +113,12 @@ class ModelStepAnswers:
     def __init__(self, items: Iterable[tuple[int, ModelAnalysisRequest]], catalog: DeviceCatalog,
                  min_group: int = MIN_GROUP):
         self._catalog = catalog
-        grouped: dict[tuple, list[tuple[int, ModelAnalysisRequest]]] = defaultdict(list)
-        for index, request in items:
-            grouped[_group_key(request)].append((index, request))
         self._at: dict[int, tuple[_Group, int]] = {}
-        for members in grouped.values():
-            if len(members) < min_group:
-                continue
-            try:
-                group = _Group([request for _, request in members], catalog)
-            except (ServiceError, CostModelError, NotVectorisable):
-                continue  # answered or refused one by one, in the per-step path's words
-            except Exception as exc:  # a defect here must not cost the batch: logged, and answered one by one
-                log_unexpected(exc)
-                continue
-            self._at.update((index, (group, at)) for at, (index, _) in enumerate(members))
+        # A group refused here is answered or refused one by one, in the per-step path's words.
+        refusals = (ServiceError, CostModelError, NotVectorisable)
+        for group, indices in built_groups(items, _group_key, lambda _, requests: _Group(requests, catalog),
+                                           min_members=min_group, refusals=refusals):
+            self._at.update((index, (group, at)) for at, index in enumerate(indices))
 
     def __len__(self) -> int:
         return len(self._at)
