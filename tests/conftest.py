@@ -173,3 +173,19 @@ def catalog_with_measurements(client):
     catalog = client.app.state.catalog
     catalog.refresh()  # as a request's freshness check would before its analysis
     return catalog
+
+
+def assert_batch_answers_as_endpoint(client, analysis: str, bodies: list[dict], bad: int, sampled: list[int]) -> None:
+    """`bodies` posted as one batch of `analysis` items: the item at `bad` gets its own 422 and the rest are answered;
+    each sampled item (the bad one aside: its error's location differs) gets what /v1/analyze/<analysis> answers."""
+    response = client.post("/v1/analyze/batch", json={"items": [
+        {"id": str(i), "analysis": analysis, "request": body} for i, body in enumerate(bodies)]})
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert results[bad]["status"] == 422
+    for index in sampled:
+        if index == bad:
+            continue
+        single = client.post(f"/v1/analyze/{analysis}", json=bodies[index])
+        assert results[index]["status"] == single.status_code
+        assert (results[index]["result"] or results[index]["error"]) == single.json()

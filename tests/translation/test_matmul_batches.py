@@ -10,7 +10,7 @@ import pytest
 from schemas.analysis import OperatorAnalysisRequest
 from service.translation.matmul_batches import MatmulAnswers, is_plain_matmul
 from service.translation.operator_analyses import operator_answer_json
-from tests.conftest import AUTH
+from tests.conftest import AUTH, assert_batch_answers_as_endpoint
 
 DTYPES = ["bf16", "fp16", "fp32", "fp8_e4m3", "int8", "int4", "tf32", "fp64"]
 
@@ -125,17 +125,7 @@ def test_a_batch_of_matmuls_answers_each_as_its_endpoint(client):
     rng = random.Random(9)
     bodies = matmul_bodies(rng, ["nvidia-h100-sxm", "amd-mi300x", "nvidia-l40s"], 300)
     bodies[7]["operator"]["m"] = 0  # one bad item: its own 422, the rest answered
-    response = client.post("/v1/analyze/batch", json={"items": [
-        {"id": str(i), "analysis": "operator", "request": body} for i, body in enumerate(bodies)]})
-    assert response.status_code == 200
-    results = response.json()["results"]
-    assert results[7]["status"] == 422
-    for index in rng.sample(range(len(bodies)), 60):
-        if index == 7:
-            continue
-        single = client.post("/v1/analyze/operator", json=bodies[index])
-        assert results[index]["status"] == single.status_code
-        assert (results[index]["result"] or results[index]["error"]) == single.json()
+    assert_batch_answers_as_endpoint(client, "operator", bodies, bad=7, sampled=rng.sample(range(len(bodies)), 60))
 
 
 def test_a_device_named_like_a_number_gets_the_same_answers(client):

@@ -9,6 +9,7 @@ from schemas.models import ModelAnalysisRequest
 from service.runtime.errors import ServiceError
 from service.translation.model_analyses import model_answer_json
 from service.translation.model_batches import MIN_GROUP, ModelStepAnswers, is_plain_model_step
+from tests.conftest import assert_batch_answers_as_endpoint
 
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mistral-7b-v0.1", "gemma-2-9b", "qwen3-8b", "tinyllama-1.1b-chat",
           "phi-3-mini-4k-instruct", "mixtral-8x7b"]
@@ -100,12 +101,4 @@ def test_a_batch_of_steps_answers_each_as_its_endpoint(client):
     rng = random.Random(13)
     bodies = step_bodies(rng, 200)
     bodies[5]["seq_len"] = 0  # one bad item: its own 422, the rest answered
-    response = client.post("/v1/analyze/batch", json={"items": [
-        {"id": str(i), "analysis": "model", "request": body} for i, body in enumerate(bodies)]})
-    assert response.status_code == 200
-    results = response.json()["results"]
-    assert results[5]["status"] == 422
-    for index in rng.sample(range(len(bodies)), 50):
-        single = client.post("/v1/analyze/model", json=bodies[index])
-        assert results[index]["status"] == single.status_code
-        assert (results[index]["result"] or results[index]["error"]) == single.json()
+    assert_batch_answers_as_endpoint(client, "model", bodies, bad=5, sampled=rng.sample(range(len(bodies)), 50))
