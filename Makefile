@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate test test-fast clean bench bench-sweep bench-in-process bench-plan bench-access-log
+.PHONY: install install-test serve migrate test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-access-log
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ test: install-test
 
 test-fast: install-test
 	$(BIN)/python -m pytest -m "not crosscheck"
+
+# Re-records the golden answers (tests/golden): only when a change is meant to change answers; commit both files.
+golden: install-test
+	$(BIN)/python -m tests.golden.record
 
 clean:
 	rm -rf $(VENV) data .pytest_cache
