@@ -20,7 +20,8 @@ from service.core.memo import ByIdentity, by_identity
 from service.core.roofs import RoofMode
 from service.core.transformer import layers
 from service.core.transformer.analysis import Evaluator, RowResult, analyze_model
-from service.core.transformer.architecture import Architecture, ConfigError, from_generic, from_hf_config
+from service.core.transformer.architecture import Architecture, ConfigError, from_generic
+from service.core.transformer.families import from_hf_config
 from service.core.transformer.capacity import (
     MemoryBudget,
     StepMemory,

@@ -15,7 +15,7 @@ from service.core.operators import attention_cost
 from service.core.training.collectives import Topology
 from service.core.training.step import TrainingSetup, analyze_training
 from service.core.transformer.analysis import Evaluator
-from service.core.transformer.architecture import from_hf_config
+from service.core.transformer.families import from_hf_config
 from service.core.transformer.params import layer_params
 from service.persistence.catalog import nominal_device
 

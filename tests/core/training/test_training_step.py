@@ -6,7 +6,8 @@ import pytest
 
 from service.core.errors import CostModelError
 from service.core.transformer.analysis import Evaluator, analyze_model
-from service.core.transformer.architecture import from_generic, from_hf_config
+from service.core.transformer.architecture import from_generic
+from service.core.transformer.families import from_hf_config
 from service.core.transformer.layers import ModelDTypes
 from service.core.transformer.params import model_params
 from service.core.training.collectives import Link, Topology

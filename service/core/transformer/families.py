@@ -1,0 +1,209 @@
+"""One reader per model family: how a Hugging Face config.json of each `model_type` becomes an Architecture.
+
+Every family reads the same core dimensions (hidden size, layers, heads, vocabulary, activation, MLP width);
+a family is then a few choices, each a small function: which projections carry biases, which layers attend
+over a sliding window, which layers route to experts, whether attention is latent, plus a handful of
+constants (norms per layer, q/k norms, whether embeddings are tied by default). A llama-like family is one
+`Family(...)` line in FAMILIES; docs/developing.md has the recipe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from service.core.transformer.architecture import Architecture, ConfigError, LatentAttention, MoE, group_layers
+from service.core.transformer.config_reader import ConfigReader
+
+Biases = tuple[bool, bool, bool]  # q/k/v projections, output projection, MLP
+Windows = list[int | None]  # per layer: its sliding window, or None for full attention
+Experts = tuple[MoE | None, list[bool]]  # the experts, and per layer whether it routes to them
+
+
+# Which projections carry biases.
+def no_biases(r: ConfigReader) -> Biases:
+    return False, False, False
+
+
+def attention_bias(r: ConfigReader) -> Biases:
+    bias = r.flag("attention_bias", False)
+    return bias, bias, False
+
+
+def attention_and_mlp_bias(r: ConfigReader) -> Biases:
+    bias = r.flag("attention_bias", False)
+    return bias, bias, r.flag("mlp_bias", False)
+
+
+def qkv_bias_always(r: ConfigReader) -> Biases:
+    # Qwen2 projects q, k and v with biases whatever the config says.
+    return True, False, False
+
+
+# The sliding window's size, and which layers use it.
+def sliding_window(r: ConfigReader) -> int | None:
+    return r.optional_int("sliding_window")
+
+
+def sliding_window_or_size(r: ConfigReader) -> int | None:
+    # Gemma 2 alternates local and global layers, so it always has a window; older configs name it differently.
+    window = sliding_window(r) or r.optional_int("sliding_window_size")
+    if not window:
+        r.missing.append("sliding_window")
+    return window
+
+
+def full_attention(r: ConfigReader, layers: int, window: int | None) -> Windows:
+    return [None] * layers
+
+
+def window_on_every_layer(r: ConfigReader, layers: int, window: int | None) -> Windows:
+    return [window] * layers if window else [None] * layers
+
+
+def window_above_max_window_layers(r: ConfigReader, layers: int, window: int | None) -> Windows:
+    # Qwen: layers below max_window_layers attend fully, and only when use_sliding_window is set.
+    if not (window and r.flag("use_sliding_window", False)):
+        return [None] * layers
+    first = r.int("max_window_layers", layers, minimum=0)
+    return [window if i >= first else None for i in range(layers)]
+
+
+def window_on_even_layers(r: ConfigReader, layers: int, window: int | None) -> Windows:
+    return [window if i % 2 == 0 else None for i in range(layers)]
+
+
+def windows_by_layer_types(config: Mapping[str, Any], layers: int, window: int | None) -> Windows | None:
+    """Newer configs list each layer's attention (`layer_types`): that list decides, whatever the family."""
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == layers and window and all(
+            isinstance(kind, str) for kind in layer_types):
+        return [window if kind == "sliding_attention" else None for kind in layer_types]
+    return None
+
+
+# Which layers route tokens to experts.
+def dense(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    return None, [False] * layers
+
+
+def mixtral_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    return MoE(r.int("num_local_experts"), r.int("num_experts_per_tok"), intermediate), [True] * layers
+
+
+def qwen_moe_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    moe = MoE(r.int("num_experts"), r.int("num_experts_per_tok"), r.int("moe_intermediate_size"))
+    step = r.int("decoder_sparse_step", 1)
+    dense_only = set(r.int_list("mlp_only_layers"))
+    return moe, [i not in dense_only and (i + 1) % (step or 1) == 0 for i in range(layers)]
+
+
+def deepseek_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    expert_width = r.int("moe_intermediate_size")
+    shared = r.int("n_shared_experts", 0, minimum=0)
+    moe = MoE(r.int("n_routed_experts"), r.int("num_experts_per_tok"), expert_width, shared,
+              (expert_width or 0) * (shared or 0), router_bias=config.get("topk_method", "noaux_tc") == "noaux_tc")
+    if moe.experts and moe.top_k and moe.top_k > moe.experts:
+        r.missing.append("num_experts_per_tok (cannot exceed n_routed_experts)")
+    first_dense = r.int("first_k_dense_replace", 0, minimum=0)
+    freq = r.int("moe_layer_freq", 1)
+    return moe, [i >= first_dense and i % (freq or 1) == 0 for i in range(layers)]
+
+
+def deepseek_latent(r: ConfigReader) -> LatentAttention:
+    return LatentAttention(r.optional_int("q_lora_rank"), r.int("kv_lora_rank"), r.int("qk_nope_head_dim"),
+                           r.int("qk_rope_head_dim"), r.int("v_head_dim"))
+
+
+@dataclass(frozen=True)
+class Family:
+    """What sets one `model_type` apart from the llama baseline."""
+
+    name: str
+    biases: Callable[[ConfigReader], Biases] = no_biases
+    window: Callable[[ConfigReader], int | None] = sliding_window
+    windows: Callable[[ConfigReader, int, int | None], Windows] = full_attention
+    experts: Callable[[ConfigReader, int, int, Mapping[str, Any]], Experts] = dense
+    # Latent attention has its own head dimensions: head_dim is then neither read nor used.
+    latent: Callable[[ConfigReader], LatentAttention] | None = None
+    norms_per_layer: int = 2
+    qk_norm: bool = False
+    tied_by_default: bool = False
+    # Every layer is MoE in the reference configs, so the dense width may be absent (0).
+    intermediate_optional: bool = False
+
+
+FAMILIES: dict[str, Family] = {family.name: family for family in (
+    Family("llama", biases=attention_and_mlp_bias),
+    Family("mistral", windows=window_on_every_layer),
+    Family("mixtral", windows=window_on_every_layer, experts=mixtral_experts),
+    Family("qwen2", biases=qkv_bias_always, windows=window_above_max_window_layers),
+    Family("qwen3", biases=attention_bias, windows=window_above_max_window_layers, qk_norm=True),
+    Family("qwen3_moe", biases=attention_bias, windows=window_above_max_window_layers, experts=qwen_moe_experts,
+           qk_norm=True, intermediate_optional=True),
+    Family("gemma", tied_by_default=True),
+    Family("gemma2", window=sliding_window_or_size, windows=window_on_even_layers, norms_per_layer=4,
+           tied_by_default=True),
+    Family("phi3", windows=window_on_every_layer),
+    Family("deepseek_v3", biases=attention_bias, experts=deepseek_experts, latent=deepseek_latent),
+)}
+SUPPORTED_FAMILIES = tuple(FAMILIES)
+
+
+def family_of(config: Any, prefix: str) -> Family:
+    if not isinstance(config, Mapping):
+        raise ConfigError([prefix], "the model config must be a JSON object")
+    name = config.get("model_type")
+    if not isinstance(name, str) or name not in FAMILIES:
+        raise ConfigError([f"{prefix}.model_type"],
+                          f"unsupported model_type {name!r}; supported: {', '.join(SUPPORTED_FAMILIES)}, "
+                          "or describe the model with the generic schema")
+    return FAMILIES[name]
+
+
+def _check_layers(moe: MoE | None, moe_layers: list[bool], intermediate: int, prefix: str) -> MoE | None:
+    """The experts a model really has (None when no layer routes), or a refusal of an inconsistent config."""
+    if moe is not None and moe.top_k > moe.experts:
+        raise ConfigError([f"{prefix}.num_experts_per_tok"], "cannot exceed the number of experts")
+    if any(moe_layers) and moe is None:
+        raise ConfigError([f"{prefix}.model_type"], "MoE layers without expert counts")
+    if any(not m for m in moe_layers) and not intermediate:
+        raise ConfigError([f"{prefix}.intermediate_size"], "dense layers need intermediate_size")
+    return moe if any(moe_layers) else None
+
+
+def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architecture:
+    family = family_of(config, prefix)
+    r = ConfigReader(config, prefix)
+    hidden = r.int("hidden_size")
+    layers = r.int("num_hidden_layers")
+    heads = r.int("num_attention_heads")
+    vocab = r.int("vocab_size")
+    kv_heads = r.int("num_key_value_heads", heads, note=" (the config class default: num_attention_heads)") if heads else None
+    activation = r.activation()
+    intermediate = r.int("intermediate_size", 0, minimum=0) if family.intermediate_optional else r.int("intermediate_size")
+    r.fail_if_missing()
+    if family.latent is not None:
+        head_dim = hidden // heads
+    else:
+        head_dim = r.int("head_dim", hidden // heads if hidden % heads == 0 else None,
+                         note=" (the config class default: hidden_size / num_attention_heads)")
+    if heads % kv_heads:
+        r.missing.append("num_key_value_heads (must divide num_attention_heads)")
+    qkv_bias, o_bias, mlp_bias = family.biases(r)
+    window = family.window(r)
+    windows = family.windows(r, layers, window)
+    windows = windows_by_layer_types(config, layers, window) or windows
+    moe, moe_layers = family.experts(r, layers, intermediate, config)
+    latent = family.latent(r) if family.latent is not None else None
+    r.fail_if_missing()
+    moe = _check_layers(moe, moe_layers, intermediate, prefix)
+    return Architecture(
+        family=family.name, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        vocab=vocab, intermediate=intermediate, gated_mlp=True, activation=activation,
+        tied_embeddings=r.flag("tie_word_embeddings", family.tied_by_default),
+        qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias, norms_per_layer=family.norms_per_layer,
+        qk_norm=family.qk_norm, latent=latent, moe=moe, groups=group_layers(list(zip(windows, moe_layers))),
+        defaults_applied=tuple(r.defaults), max_positions=r.optional_int("max_position_embeddings"),
+    )
