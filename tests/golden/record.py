@@ -124,6 +124,21 @@ def build_requests() -> list[dict]:
     with (HERE.parent / "data" / "batch_example.jsonl").open() as lines:
         add("/v1/analyze/batch", {"items": [json.loads(line) for line in lines if line.strip()]})
 
+    # Charts (SVG, deterministic: fixed hash salt, no dates) and the refusals below are answers too.
+    from schemas.plots import PlotRequest
+    add("/v1/plot/roofline", PlotRequest.model_config["json_schema_extra"]["examples"][0])
+    add("/v1/plot/roofline", {"device_id": "amd-mi300x", "roofs": "nominal"})
+    add("/v1/plot/model-roofline", {"device_id": "nvidia-h100-sxm", "model_id": "mixtral-8x7b", "phase": "decode",
+                                    "batch_size": 16, "seq_len": 4096, "tensor_parallel": 2})
+    add("/v1/plot/step-breakdown", {"device_id": "nvidia-a100-80gb-sxm", "model_id": "llama-3.1-8b", "phase": "decode",
+                                    "batch_size": 1, "seq_len": 2048, "batch_sizes": [1, 16, 128]})
+    add("/v1/plot/sweep", {"endpoint": "model", "parameter": "batch_size", "values": [1, 4, 16, 64, 256, 1024],
+                           "request": {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "phase": "decode",
+                                       "batch_size": 1, "seq_len": 4096, "tensor_parallel": 4}})
+    add("/v1/plot/sweep", {"endpoint": "operator", "parameter": "operator.m", "range": {"start": 1, "stop": 8192, "num": 40},
+                           "metric": "mfu", "request": {"device_id": "nvidia-h200-sxm",
+                                                        "operator": {"kind": "matmul", "m": 1, "n": 8192, "k": 8192}}})
+    add("/v1/plot/serving-plan", PLAN_EXAMPLE)
     # Refusals are answers too: their bytes name the field and the reason.
     add("/v1/analyze/operator", {"device_id": "no-such-device", "operator": _operator_examples()[0]})
     add("/v1/analyze/model", {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode",
