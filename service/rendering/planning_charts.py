@@ -70,28 +70,10 @@ def sweep_figure(points: list[SweepPoint], *, parameter: str, metric_label: str,
     if log_x:
         ax.set_xscale("log")
     ax.plot([p.value for p in points], [p.metric for p in points], color="#555555", linewidth=1, gid="sweep-line")
-    for bound in sorted({p.bound for p in points}):
-        chosen = [p for p in points if p.bound == bound]
-        for fits, face in ((True, BOUND_COLOURS.get(bound, "#444444")), (False, "none")):
-            subset = [p for p in chosen if (p.fits is not False) == fits]
-            if subset:
-                ax.plot([p.value for p in subset], [p.metric for p in subset], "o", markersize=4,
-                        color=BOUND_COLOURS.get(bound, "#444444"), markerfacecolor=face,
-                        gid=f"sweep-points-{bound}-{'fits' if fits else 'does-not-fit'}",
-                        label=f"{bound}-bound" + ("" if fits else ", does not fit"))
-    labels = []
-    for index, (estimate, text) in enumerate(crossovers):
-        ax.axvline(estimate, color="#888888", linestyle=(0, (4, 3)), linewidth=0.9, gid=f"crossover-{index}")
-        label = ax.annotate(f"{text} at {estimate:,.4g}", (estimate, max(p.metric for p in points)), xytext=(3, -10),
-                            textcoords="offset points", fontsize=7.5, bbox=LABEL_BOX, gid=f"label-crossover-{index}")
-        labels.append(Label(label, [(3, -10 - 14 * k) for k in range(8)] + [(-150, -10 - 14 * k) for k in range(8)]))
+    _draw_points_by_bound(ax, points)
+    labels = _draw_crossovers(ax, points, crossovers)
     if largest_feasible is not None:
-        best = next(p for p in points if p.value == largest_feasible)
-        ax.plot([best.value], [best.metric], "*", markersize=13, color="#2ca02c", markeredgecolor="black",
-                gid="largest-feasible")
-        label = ax.annotate(f"largest that fits: {largest_feasible:,.6g}", (best.value, best.metric), xytext=(8, 8),
-                            textcoords="offset points", fontsize=8, bbox=LABEL_BOX, gid="label-largest-feasible")
-        labels.append(Label(label, around(10)))
+        labels.append(_mark_largest_feasible(ax, points, largest_feasible))
     ax.set_xlabel(parameter)
     ax.set_ylabel(metric_label)
     ax.set_title(title, fontsize=10)
@@ -103,6 +85,38 @@ def sweep_figure(points: list[SweepPoint], *, parameter: str, metric_label: str,
                    + (", ".join(f"{t} at {e:.4g}" for e, t in crossovers) or "none")
                    + (f"; largest value that fits: {largest_feasible:.6g}" if largest_feasible is not None else ""))
     return finished(fig, image_format, title, description)
+
+
+def _draw_points_by_bound(ax, points: list[SweepPoint]) -> None:
+    """Points coloured by their bound: filled where the step fits, hollow where it does not."""
+    for bound in sorted({p.bound for p in points}):
+        chosen = [p for p in points if p.bound == bound]
+        for fits, face in ((True, BOUND_COLOURS.get(bound, "#444444")), (False, "none")):
+            subset = [p for p in chosen if (p.fits is not False) == fits]
+            if subset:
+                ax.plot([p.value for p in subset], [p.metric for p in subset], "o", markersize=4,
+                        color=BOUND_COLOURS.get(bound, "#444444"), markerfacecolor=face,
+                        gid=f"sweep-points-{bound}-{'fits' if fits else 'does-not-fit'}",
+                        label=f"{bound}-bound" + ("" if fits else ", does not fit"))
+
+
+def _draw_crossovers(ax, points: list[SweepPoint], crossovers: list[tuple[float, str]]) -> list[Label]:
+    labels = []
+    for index, (estimate, text) in enumerate(crossovers):
+        ax.axvline(estimate, color="#888888", linestyle=(0, (4, 3)), linewidth=0.9, gid=f"crossover-{index}")
+        label = ax.annotate(f"{text} at {estimate:,.4g}", (estimate, max(p.metric for p in points)), xytext=(3, -10),
+                            textcoords="offset points", fontsize=7.5, bbox=LABEL_BOX, gid=f"label-crossover-{index}")
+        labels.append(Label(label, [(3, -10 - 14 * k) for k in range(8)] + [(-150, -10 - 14 * k) for k in range(8)]))
+    return labels
+
+
+def _mark_largest_feasible(ax, points: list[SweepPoint], largest_feasible: float) -> Label:
+    best = next(p for p in points if p.value == largest_feasible)
+    ax.plot([best.value], [best.metric], "*", markersize=13, color="#2ca02c", markeredgecolor="black",
+            gid="largest-feasible")
+    label = ax.annotate(f"largest that fits: {largest_feasible:,.6g}", (best.value, best.metric), xytext=(8, 8),
+                        textcoords="offset points", fontsize=8, bbox=LABEL_BOX, gid="label-largest-feasible")
+    return Label(label, around(10))
 
 
 @dataclass(frozen=True)

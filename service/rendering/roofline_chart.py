@@ -82,68 +82,58 @@ def _ridge_keys(points: list[PlotPoint], ridges: list[str] | None, computes: lis
     return {names[0].split()[0]} if names else set()
 
 
+@dataclass(frozen=True)
+class _Limits:
+    x_low: float
+    x_high: float
+    y_low: float
+    y_high: float
+
+
+def _limits(computes: list[_Roof], memories: list[_Roof], drawn: list[PlotPoint]) -> _Limits:
+    """Axes wide enough for every ridge and point (at every memory level), with a margin."""
+    all_ridges = [c.value / m.value for c in computes for m in memories]
+    intensities = all_ridges + [p.arithmetic_intensity for p in drawn] + [i for p in drawn for _, i in p.levels if i > 0]
+    x_low, x_high = min(intensities) / 8, max(intensities) * 6
+    slowest = min(m.value for m in memories)
+    perf = [p.flops_per_s for p in drawn] + [slowest * x_low]
+    return _Limits(x_low, x_high, min(perf) / 3, max(c.value for c in computes) * 3)
+
+
+def _marked_ridges(computes: list[_Roof], memories: list[_Roof], ridge_dtypes: set[str]) -> list[tuple[_Roof, _Roof]]:
+    """(compute, memory) roofs whose ridge is marked: the asked-for dtypes against HBM (else every level)."""
+    hbm = [m for m in memories if m.names == ("hbm",)] or memories
+    return [(c, m) for c in computes for m in hbm if any(n.split()[0] in ridge_dtypes for n in c.names)]
+
+
+def _numbered(drawn: list[PlotPoint]) -> list[PlotPoint]:
+    """The points keyed by number below the chart: the 24 largest shares of the time, else the first 24."""
+    ordered = sorted(drawn, key=lambda p: -(p.share or 0)) if any(p.share for p in drawn) else drawn
+    return ordered[:24]
+
+
 def roofline_figure(device: DeviceSpec, measured: MeasuredRoofs, *, dtypes: list[tuple[str, str]],
                     levels: list[str], roofs: str, points: list[PlotPoint], image_format: str,
                     ridges: list[str] | None = None, title: str | None = None) -> bytes:
     computes, memories = _roofs(device, measured, dtypes, levels, roofs)
     if not computes or not memories:
         raise ValueError("nothing to draw: no compute roof for the dtypes or no bandwidth for the levels asked for")
-    ridge_dtypes = _ridge_keys(points, ridges, computes)
-    hbm = [m for m in memories if m.names == ("hbm",)] or memories
-    marked = [(c, m) for c in computes for m in hbm
-              if any(n.split()[0] in ridge_dtypes for n in c.names)]
-
+    marked = _marked_ridges(computes, memories, _ridge_keys(points, ridges, computes))
     drawn = [p for p in points if p.arithmetic_intensity > 0 and p.flops_per_s > 0]
-    all_ridges = [c.value / m.value for c in computes for m in memories]
-    intensities = all_ridges + [p.arithmetic_intensity for p in drawn] + [i for p in drawn for _, i in p.levels if i > 0]
-    x_low, x_high = min(intensities) / 8, max(intensities) * 6
-    slowest = min(m.value for m in memories)
-    perf = [p.flops_per_s for p in drawn] + [slowest * x_low]
-    y_low, y_high = min(perf) / 3, max(c.value for c in computes) * 3
-
-    numbered = sorted(drawn, key=lambda p: -(p.share or 0)) if any(p.share for p in drawn) else drawn
-    numbered = numbered[:24]
+    limits = _limits(computes, memories, drawn)
+    numbered = _numbered(drawn)
     key_lines = len(numbered) + (1 if len(drawn) > len(numbered) else 0)
     fig = new_figure(9, 6.2 + KEY_LINE_INCHES * key_lines)
     key_fraction = KEY_LINE_INCHES * key_lines / fig.get_figheight()
     ax = fig.add_axes((0.1, 0.1 + key_fraction, 0.86, 0.8 - key_fraction))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlim(x_low, x_high)
-    ax.set_ylim(y_low / TERA, y_high / TERA)
-    peak = max(c.value for c in computes)
-    labels: list[Label] = []
-    for memory in memories:
-        end = min(peak / memory.value, x_high)
-        xs = [x_low, end]
-        ax.plot(xs, [x * memory.value / TERA for x in xs], linestyle=STYLES[memory.source], color=memory.colour,
-                linewidth=1.6, gid=f"roof-memory-{memory.key}-{memory.source}")
-    for compute in computes:
-        start = min(compute.value / m.value for m in memories)
-        ax.plot([start, x_high], [compute.value / TERA] * 2, linestyle=STYLES[compute.source], color=compute.colour,
-                linewidth=1.6, gid=f"roof-compute-{compute.key}-{compute.source}")
+    ax.set_xlim(limits.x_low, limits.x_high)
+    ax.set_ylim(limits.y_low / TERA, limits.y_high / TERA)
+    _draw_roofs(ax, computes, memories, limits)
     fig.canvas.draw()  # the axes' transform is final: slopes can be measured in display space
 
-    for memory in memories:
-        labels.append(_slope_label(ax, memory, x_low, min(peak / memory.value, x_high)))
-    for compute in sorted(computes, key=lambda c: -c.value):
-        start = min(compute.value / m.value for m in memories)
-        text = f"{_joined(compute.names)} {_tflops(compute.value)} TFLOP/s" + (" measured" if compute.source == "measured" else "")
-        anchor = (x_high, compute.value / TERA)
-        label = ax.annotate(text, anchor, xytext=(0, 0), textcoords="offset points", ha="right", va="bottom", fontsize=7.5,
-                            color=compute.colour, bbox=LABEL_BOX, gid=f"label-roof-compute-{compute.key}-{compute.source}")
-        left, right = ax.transData.transform([(start, 1), (x_high, 1)])[:, 0]
-        steps = range(int((right - left) * 72 / fig.dpi / 30) + 1)
-        labels.append(Label(label, [(-4 - 30 * k, 3) for k in steps] + [(-4 - 30 * k, -13) for k in steps],
-                            x_range=(left, right)))
-    for compute, memory in marked:
-        ridge = compute.value / memory.value
-        gid = f"ridge-{compute.key}-{memory.key}" + ("-measured" if "measured" in (compute.source, memory.source) else "")
-        ax.plot([ridge], [compute.value / TERA], "o", color="black", markersize=4, gid=gid)
-        label = ax.annotate(f"ridge {ridge:.3g}", (ridge, compute.value / TERA), xytext=(0, 0), textcoords="offset points",
-                            fontsize=7, bbox=LABEL_BOX, gid=f"label-{gid}")
-        labels.append(Label(label, around(7)))
-
+    labels = _roof_labels(fig, ax, computes, memories, limits) + _draw_ridges(ax, marked)
     for number, point in enumerate(numbered, start=1):
         _draw_point(ax, point, number, labels)
     for point in drawn[len(numbered):]:
@@ -155,13 +145,63 @@ def roofline_figure(device: DeviceSpec, measured: MeasuredRoofs, *, dtypes: list
     ax.grid(True, which="major", linewidth=0.3, color="#cccccc")
     place_labels(fig, ax, labels, obstacles=_marker_boxes(ax, drawn, marked))
     _key(fig, numbered, len(drawn), key_fraction)
-    description = (f"Axes: {x_low:.3g} to {x_high:.3g} FLOP/byte, {y_low / TERA:.3g} to {y_high / TERA:.3g} TFLOP/s. "
-                   f"Roofs of {device.id}: " + "; ".join(
-        f"{', '.join(c.names)} {c.value:.4g} FLOP/s ({c.source})" for c in computes) + "; " + "; ".join(
-        f"{m.names[0]} {m.value:.4g} bytes/s ({m.source})" for m in memories)
-        + (". Points: " + "; ".join(f"{p.name} at {p.arithmetic_intensity:.4g} FLOP/byte, {p.flops_per_s:.4g} FLOP/s, "
-                                       f"{p.bound}-bound" for p in drawn) if drawn else ""))
-    return finished(fig, image_format, title or f"Roofline of {device.name}", description)
+    return finished(fig, image_format, title or f"Roofline of {device.name}",
+                    _description(device, computes, memories, drawn, limits))
+
+
+def _draw_roofs(ax, computes: list[_Roof], memories: list[_Roof], limits: _Limits) -> None:
+    peak = max(c.value for c in computes)
+    for memory in memories:
+        end = min(peak / memory.value, limits.x_high)
+        xs = [limits.x_low, end]
+        ax.plot(xs, [x * memory.value / TERA for x in xs], linestyle=STYLES[memory.source], color=memory.colour,
+                linewidth=1.6, gid=f"roof-memory-{memory.key}-{memory.source}")
+    for compute in computes:
+        start = min(compute.value / m.value for m in memories)
+        ax.plot([start, limits.x_high], [compute.value / TERA] * 2, linestyle=STYLES[compute.source],
+                color=compute.colour, linewidth=1.6, gid=f"roof-compute-{compute.key}-{compute.source}")
+
+
+def _roof_labels(fig, ax, computes: list[_Roof], memories: list[_Roof], limits: _Limits) -> list[Label]:
+    """Each roof's label, with the places along its own line where it may go."""
+    peak = max(c.value for c in computes)
+    labels = [_slope_label(ax, memory, limits.x_low, min(peak / memory.value, limits.x_high)) for memory in memories]
+    for compute in sorted(computes, key=lambda c: -c.value):
+        start = min(compute.value / m.value for m in memories)
+        text = f"{_joined(compute.names)} {_tflops(compute.value)} TFLOP/s" + (" measured" if compute.source == "measured" else "")
+        anchor = (limits.x_high, compute.value / TERA)
+        label = ax.annotate(text, anchor, xytext=(0, 0), textcoords="offset points", ha="right", va="bottom", fontsize=7.5,
+                            color=compute.colour, bbox=LABEL_BOX, gid=f"label-roof-compute-{compute.key}-{compute.source}")
+        left, right = ax.transData.transform([(start, 1), (limits.x_high, 1)])[:, 0]
+        steps = range(int((right - left) * 72 / fig.dpi / 30) + 1)
+        labels.append(Label(label, [(-4 - 30 * k, 3) for k in steps] + [(-4 - 30 * k, -13) for k in steps],
+                            x_range=(left, right)))
+    return labels
+
+
+def _draw_ridges(ax, marked: list[tuple[_Roof, _Roof]]) -> list[Label]:
+    labels = []
+    for compute, memory in marked:
+        ridge = compute.value / memory.value
+        gid = f"ridge-{compute.key}-{memory.key}" + ("-measured" if "measured" in (compute.source, memory.source) else "")
+        ax.plot([ridge], [compute.value / TERA], "o", color="black", markersize=4, gid=gid)
+        label = ax.annotate(f"ridge {ridge:.3g}", (ridge, compute.value / TERA), xytext=(0, 0), textcoords="offset points",
+                            fontsize=7, bbox=LABEL_BOX, gid=f"label-{gid}")
+        labels.append(Label(label, around(7)))
+    return labels
+
+
+def _description(device: DeviceSpec, computes: list[_Roof], memories: list[_Roof], drawn: list[PlotPoint],
+                 limits: _Limits) -> str:
+    """The chart in words, for its <desc>: axes, every roof and every point."""
+    axes = (f"Axes: {limits.x_low:.3g} to {limits.x_high:.3g} FLOP/byte, {limits.y_low / TERA:.3g} to "
+            f"{limits.y_high / TERA:.3g} TFLOP/s. ")
+    roofs = (f"Roofs of {device.id}: " + "; ".join(f"{', '.join(c.names)} {c.value:.4g} FLOP/s ({c.source})"
+                                                  for c in computes)
+             + "; " + "; ".join(f"{m.names[0]} {m.value:.4g} bytes/s ({m.source})" for m in memories))
+    points = ". Points: " + "; ".join(f"{p.name} at {p.arithmetic_intensity:.4g} FLOP/byte, {p.flops_per_s:.4g} "
+                                      f"FLOP/s, {p.bound}-bound" for p in drawn) if drawn else ""
+    return axes + roofs + points
 
 
 def _slope_label(ax, memory: _Roof, x_low: float, x_end: float) -> Label:
