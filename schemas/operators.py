@@ -7,6 +7,7 @@ from typing import Annotated, Literal, Union
 from pydantic import ConfigDict, Field
 
 from schemas.common import Dim, DTypeName, IndexDTypeName, NonNegativeFinite, StrictModel
+from service.core.operators.registry import KINDS
 
 Shape = Annotated[list[Dim], Field(min_length=1, max_length=8, description="Tensor shape (elements per axis)")]
 
@@ -159,7 +160,13 @@ class AttentionOp(StrictModel):
     window: Dim | None = Field(None, description="Sliding window: each query sees at most this many keys (causal only)")
 
 
-OPERATOR_MODELS = (MatmulOp, GroupedMatmulOp, ElementwiseOp, LayerNormOp, RMSNormOp, SoftmaxOp, EmbeddingOp, RopeOp, AttentionOp)
-OPERATOR_KINDS = tuple(model.model_fields["kind"].annotation.__args__[0] for model in OPERATOR_MODELS)
+# The request body of each kind the core's registry holds, in the registry's order: a kind the core analyses
+# without a request model here (or one here the core does not know) fails at import, not at a client.
+_REQUEST_MODELS = {model.model_fields["kind"].annotation.__args__[0]: model for model in (
+    MatmulOp, GroupedMatmulOp, ElementwiseOp, LayerNormOp, RMSNormOp, SoftmaxOp, EmbeddingOp, RopeOp, AttentionOp)}
+if set(_REQUEST_MODELS) != set(KINDS):
+    raise ImportError(f"operator kinds without a request model or a descriptor: {set(_REQUEST_MODELS) ^ set(KINDS)}")
+OPERATOR_MODELS = tuple(_REQUEST_MODELS[kind] for kind in KINDS)
+OPERATOR_KINDS = KINDS
 
 Operator = Annotated[Union[OPERATOR_MODELS], Field(discriminator="kind")]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.backends import backend
+from service.core.operators.registry import KINDS, OPERATORS
 from service.cli.render import (
     compare_table,
     device_table,
@@ -250,8 +251,8 @@ def parser() -> argparse.ArgumentParser:
                             "(nominal); measured only (measured). Default: effective")
 
     def operator_options(p, required: bool):
-        p.add_argument("--kind", required=required, help="matmul, elementwise, layernorm, rmsnorm, softmax, "
-                                                         "embedding, rope or attention")
+        p.add_argument("--kind", required=required, choices=KINDS, metavar="KIND",
+                       help="the operator: " + "; ".join(f"{name}, {kind.summary}" for name, kind in OPERATORS.items()))
         for name, text in (("m", "rows of A and C"), ("n", "columns of B and C"), ("k", "the reduction dimension"),
                            ("batch", "batch of independent matmuls")):
             p.add_argument(f"--{name}", type=int, help=f"matmul: {text}")

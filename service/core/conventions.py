@@ -6,13 +6,10 @@ from service.core.dtypes import BYTES_PER_ELEMENT
 from service.core.hardware import DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE
 from service.core.operators.attention import SOFTMAX_FLOPS_PER_SCORE
 from service.core.operators.pointwise import ELEMENTWISE_OPS, ROW_OPS_FLOPS_PER_ELEMENT
+from service.core.operators.registry import OPERATORS
 from service.core.roofs import NOMINAL_TOLERANCE
 
-UNIT_BY_KIND = {
-    "matmul": "tensor", "grouped_matmul": "tensor", "attention": "tensor",
-    "elementwise": "vector", "layernorm": "vector", "rmsnorm": "vector", "softmax": "vector", "rope": "vector",
-    "embedding": "vector",
-}
+UNIT_BY_KIND = {name: kind.unit.value for name, kind in OPERATORS.items()}
 
 
 def conventions() -> dict:

@@ -10,31 +10,17 @@ into its prologue or epilogue. A group must be connected and convex (no path lea
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
+from service.core.operators.kind import Tensor, Wiring
+from service.core.operators.registry import OPERATORS, kinds_with
 
-ANCHORS = frozenset({"matmul", "grouped_matmul", "attention"})
-UNFUSABLE = frozenset({"embedding"})
-INDEX_DTYPES = frozenset({"int32", "int64"})
+__all__ = ["Tensor", "GraphOp", "infer_fields", "check_graph", "check_group", "unfused_traffic", "fused_traffic"]
 
-
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def elements(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def bytes(self) -> float:
-        return self.elements * bytes_per_element(self.dtype)
+ANCHORS = kinds_with(fusion_role="matrix")
+UNFUSABLE = kinds_with(fusion_role="alone")
 
 
 @dataclass(frozen=True)
@@ -49,105 +35,14 @@ def _fail(where: str, reason: str):
     raise CostModelError(where, reason)
 
 
-def _broadcast(shapes: list[tuple[int, ...]], where: str) -> tuple[int, ...]:
-    width = max(len(s) for s in shapes)
-    result = []
-    for axis in range(width):
-        sizes = {s[axis - width + len(s)] for s in shapes if axis - width + len(s) >= 0} - {1}
-        if len(sizes) > 1:
-            _fail(where, f"input shapes {[list(s) for s in shapes]} do not broadcast together")
-        result.append(sizes.pop() if sizes else 1)
-    return tuple(result)
-
-
 def infer_fields(op: GraphOp, tensors: Mapping[str, Tensor], where: str) -> dict:
-    """The operator's own fields, read off the shapes and dtypes of the tensors it reads and writes."""
-    ins = [tensors[name] for name in op.inputs]
-    outs = [tensors[name] for name in op.outputs]
-
-    def expect(count_in: Sequence[int], count_out: int = 1):
-        if len(ins) not in count_in or len(outs) != count_out:
-            _fail(f"{where}.inputs", f"{op.kind} takes {' or '.join(map(str, count_in))} input(s) and {count_out} output(s)")
-
-    def same_shape(shape: tuple[int, ...]):
-        if outs[0].shape != shape:
-            _fail(f"{where}.outputs", f"output {outs[0].name} has shape {list(outs[0].shape)}, expected {list(shape)}")
-
-    kind = op.kind
-    if kind == "elementwise":
-        expect(range(1, 17))
-        same_shape(_broadcast([t.shape for t in ins], f"{where}.inputs"))
-        return {"shape": list(outs[0].shape), "dtype": ins[0].dtype, "arity": len(ins), "out_dtype": outs[0].dtype}
-    if kind in ("layernorm", "rmsnorm"):
-        expect((1, 2, 3) if kind == "layernorm" else (1, 2))
-        x = ins[0]
-        same_shape(x.shape)
-        for param in ins[1:]:
-            if param.shape != x.shape[-1:]:
-                _fail(f"{where}.inputs", f"parameter {param.name} must have shape [{x.shape[-1]}]")
-        fields = {"shape": list(x.shape), "dtype": x.dtype, "elementwise_affine": len(ins) > 1}
-        if len(ins) > 1:
-            fields["param_dtype"] = ins[1].dtype
-        if kind == "layernorm":
-            fields["bias"] = len(ins) > 2
-        return fields
-    if kind == "softmax":
-        expect((1,))
-        same_shape(ins[0].shape)
-        return {"shape": list(ins[0].shape), "dtype": ins[0].dtype}
-    if kind == "rope":
-        expect((1,))
-        x = ins[0]
-        if len(x.shape) != 4:
-            _fail(f"{where}.inputs", "rope input must be [batch, seq_len, heads, head_dim]")
-        same_shape(x.shape)
-        return dict(zip(("batch", "seq_len", "heads", "head_dim"), x.shape)) | {"dtype": x.dtype}
-    if kind == "matmul":
-        expect((2, 3))
-        a, b = ins[0], ins[1]
-        if len(a.shape) < 2 or len(b.shape) not in (2, 3):
-            _fail(f"{where}.inputs", "matmul takes A [..., m, k] and B [k, n] or [batch, k, n]")
-        if a.shape[-1] != b.shape[-2]:
-            _fail(f"{where}.inputs", f"inner dimensions differ: A {list(a.shape)} and B {list(b.shape)}")
-        n, k = b.shape[-1], a.shape[-1]
-        same_shape(a.shape[:-1] + (n,))
-        if len(b.shape) == 3:
-            if len(a.shape) != 3 or a.shape[0] != b.shape[0]:
-                _fail(f"{where}.inputs", "a batched B [batch, k, n] needs A [batch, m, k] of the same batch")
-            fields = {"m": a.shape[1], "batch": a.shape[0], "weight_shared": False}
-        else:
-            fields = {"m": math.prod(a.shape[:-1])}
-        if len(ins) == 3 and ins[2].shape != (n,):
-            _fail(f"{where}.inputs", f"bias {ins[2].name} must have shape [{n}]")
-        return fields | {"n": n, "k": k, "bias": len(ins) == 3, "a_dtype": a.dtype, "b_dtype": b.dtype,
-                         "c_dtype": outs[0].dtype}
-    if kind == "grouped_matmul":
-        expect((2,))
-        a, w = ins
-        if len(a.shape) != 2 or len(w.shape) != 3 or a.shape[1] != w.shape[1]:
-            _fail(f"{where}.inputs", "grouped_matmul takes rows [rows, k] and weights [experts, k, n]")
-        same_shape((a.shape[0], w.shape[2]))
-        return {"n": w.shape[2], "k": a.shape[1], "a_dtype": a.dtype, "b_dtype": w.dtype, "c_dtype": outs[0].dtype,
-                "experts": w.shape[0], "rows": a.shape[0]}
-    if kind == "attention":
-        expect((3,))
-        q, k, v = ins
-        if not (len(q.shape) == len(k.shape) == len(v.shape) == 4) or q.shape[0] != k.shape[0] \
-                or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
-            _fail(f"{where}.inputs", "attention takes Q [b, heads, q, d], K [b, kv_heads, n, d], V [b, kv_heads, n, dv]")
-        same_shape(q.shape[:3] + (v.shape[3],))
-        return {"batch": q.shape[0], "heads": q.shape[1], "kv_heads": k.shape[1], "q_len": q.shape[2],
-                "kv_len": k.shape[2], "head_dim": q.shape[3], "v_head_dim": v.shape[3], "dtype": q.dtype,
-                "kv_dtype": k.dtype}
-    if kind == "embedding":
-        expect((2,))
-        ids, table = ins
-        if len(ids.shape) != 1 or len(table.shape) != 2 or ids.dtype not in INDEX_DTYPES:
-            _fail(f"{where}.inputs", "embedding takes int32/int64 ids [tokens] and a table [vocab, hidden]")
-        same_shape((ids.shape[0], table.shape[1]))
-        return {"tokens": ids.shape[0], "hidden": table.shape[1], "vocab": table.shape[0], "dtype": table.dtype,
-                "index_dtype": ids.dtype}
-    _fail(f"{where}.kind", f"operator kind {kind!r} cannot take part in a fusion graph")
+    """The operator's own fields, read off the shapes and dtypes of the tensors it reads and writes (each kind's
+    descriptor knows how)."""
+    kind = OPERATORS.get(op.kind)
+    if kind is None or kind.fusion_fields is None:
+        _fail(f"{where}.kind", f"operator kind {op.kind!r} cannot take part in a fusion graph")
+    wiring = Wiring(op.kind, [tensors[name] for name in op.inputs], [tensors[name] for name in op.outputs], where)
+    return kind.fusion_fields(wiring)
 
 
 def check_graph(ops: Sequence[GraphOp], tensors: Mapping[str, Tensor]) -> dict[str, str]:

@@ -6,15 +6,16 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
+from service.core.operators.registry import OPERATORS
+
 # One colour per memory level (cool hues) and a sequence for compute roofs (warm and dark hues), chosen from
 # the Tableau and ColorBrewer sets so that no two read alike; points are coloured by bound in two more.
 LEVEL_COLOURS = {"hbm": "#1f77b4", "l2": "#2ca02c", "smem": "#17becf"}
 COMPUTE_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#a6761d", "#e7298a",
                    "#666666", "#b15928", "#fb9a99", "#cab2d6", "#fdbf6f", "#b2df8a", "#1b9e77", "#6a3d9a")
 BOUND_COLOURS = {"memory": "#f0a500", "compute": "#5b2c83", "interconnect": "#444444"}
-KIND_COLOURS = {"matmul": "#1f77b4", "grouped_matmul": "#aec7e8", "attention": "#d62728", "elementwise": "#2ca02c",
-                "rmsnorm": "#98df8a", "layernorm": "#98df8a", "softmax": "#ff7f0e", "rope": "#9467bd",
-                "embedding": "#8c564b", "allreduce": "#7f7f7f", "optimizer": "#bcbd22"}
+# Operator kinds in their descriptors' colours; the rows of a step that are no operator kind in their own.
+KIND_COLOURS = {name: kind.colour for name, kind in OPERATORS.items()} | {"allreduce": "#7f7f7f", "optimizer": "#bcbd22"}
 LABEL_PAD = 0.15
 LABEL_BOX = dict(boxstyle=f"square,pad={LABEL_PAD}", facecolor="white", edgecolor="none", alpha=0.85)
 

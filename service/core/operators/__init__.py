@@ -1,6 +1,5 @@
-"""Operator cost models: each returns model FLOPs and ideal HBM bytes read and written."""
-
-from collections.abc import Callable
+"""Operator cost models: each returns model FLOPs and ideal HBM bytes read and written. Each kind's descriptor
+(kind.py) holds its cost model and all else the service knows of it; registry.py lists them."""
 
 from service.core.operators.attention import attention_cost
 from service.core.operators.base import OperatorCost
@@ -13,22 +12,12 @@ from service.core.operators.pointwise import (
     rope_cost,
     softmax_cost,
 )
-
-COST_MODELS: dict[str, Callable[..., OperatorCost]] = {
-    "matmul": matmul_cost,
-    "grouped_matmul": grouped_matmul_cost,
-    "elementwise": elementwise_cost,
-    "layernorm": layernorm_cost,
-    "rmsnorm": rmsnorm_cost,
-    "softmax": softmax_cost,
-    "embedding": embedding_cost,
-    "rope": rope_cost,
-    "attention": attention_cost,
-}
+from service.core.operators.registry import OPERATORS
 
 
 def operator_cost(kind: str, **fields) -> OperatorCost:
-    return COST_MODELS[kind](**fields)
+    return OPERATORS[kind].cost(**fields)
 
 
-__all__ = ["COST_MODELS", "OperatorCost", "operator_cost"]
+__all__ = ["OPERATORS", "OperatorCost", "attention_cost", "elementwise_cost", "embedding_cost", "grouped_matmul_cost",
+           "layernorm_cost", "matmul_cost", "operator_cost", "rmsnorm_cost", "rope_cost", "softmax_cost"]

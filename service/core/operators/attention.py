@@ -16,6 +16,7 @@ from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.hardware import Unit
 from service.core.operators.base import OperatorCost, any_true, at_most, element_count
+from service.core.operators.kind import OperatorKind, Wiring
 
 SOFTMAX_FLOPS_PER_SCORE = 5
 
@@ -171,3 +172,19 @@ def attention_cost(
         assumptions=tuple(assumptions),
         kv_bytes_read=kv_bytes,
     )
+
+
+def _attention_fields(wiring: Wiring) -> dict:
+    wiring.expect((3,))
+    q, k, v = wiring.inputs
+    if not (len(q.shape) == len(k.shape) == len(v.shape) == 4) or q.shape[0] != k.shape[0] \
+            or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
+        wiring.fail("attention takes Q [b, heads, q, d], K [b, kv_heads, n, d], V [b, kv_heads, n, dv]")
+    wiring.output_shape_is(q.shape[:3] + (v.shape[3],))
+    return {"batch": q.shape[0], "heads": q.shape[1], "kv_heads": k.shape[1], "q_len": q.shape[2],
+            "kv_len": k.shape[2], "head_dim": q.shape[3], "v_head_dim": v.shape[3], "dtype": q.dtype,
+            "kv_dtype": k.dtype}
+
+
+ATTENTION = OperatorKind("attention", "scaled dot-product attention (QK^T, softmax, PV), flash or naive",
+                         attention_cost, Unit.tensor, "#d62728", "matrix", _attention_fields, "attention", "attention")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from service.core.dtypes import bytes_per_element
 from service.core.hardware import Unit
 from service.core.operators.base import OperatorCost, at_most, element_count
+from service.core.operators.kind import OperatorKind, Wiring
 
 
 def embedding_cost(*, tokens: int, hidden: int, vocab: int, dtype: str = "bf16",
@@ -26,3 +27,20 @@ def embedding_cost(*, tokens: int, hidden: int, vocab: int, dtype: str = "bf16",
             "the [tokens, hidden] output written once",
         ),
     )
+
+
+INDEX_DTYPES = frozenset({"int32", "int64"})
+
+
+def _embedding_fields(wiring: Wiring) -> dict:
+    wiring.expect((2,))
+    ids, table = wiring.inputs
+    if len(ids.shape) != 1 or len(table.shape) != 2 or ids.dtype not in INDEX_DTYPES:
+        wiring.fail("embedding takes int32/int64 ids [tokens] and a table [vocab, hidden]")
+    wiring.output_shape_is((ids.shape[0], table.shape[1]))
+    return {"tokens": ids.shape[0], "hidden": table.shape[1], "vocab": table.shape[0], "dtype": table.dtype,
+            "index_dtype": ids.dtype}
+
+
+EMBEDDING = OperatorKind("embedding", "a token embedding lookup (a gather of table rows)", embedding_cost, Unit.vector,
+                         "#8c564b", "alone", _embedding_fields, "pointwise", "nothing")

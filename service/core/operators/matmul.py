@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import NamedTuple
 
 from service.core.dtypes import bytes_per_element
 from service.core.hardware import Unit
 from service.core.operators.base import OperatorCost, element_count
+from service.core.operators.kind import OperatorKind, Wiring
 
 
 class MatmulOperands(NamedTuple):
@@ -133,3 +135,43 @@ def grouped_matmul_cost(
         ),
         weight_bytes_read=weights,
     )
+
+
+def _matmul_fields(wiring: Wiring) -> dict:
+    """A [..., m, k] times B [k, n] (a weight) or [batch, k, n] (one per item), and an optional bias [n]."""
+    wiring.expect((2, 3))
+    a, b = wiring.inputs[0], wiring.inputs[1]
+    if len(a.shape) < 2 or len(b.shape) not in (2, 3):
+        wiring.fail("matmul takes A [..., m, k] and B [k, n] or [batch, k, n]")
+    if a.shape[-1] != b.shape[-2]:
+        wiring.fail(f"inner dimensions differ: A {list(a.shape)} and B {list(b.shape)}")
+    n, k = b.shape[-1], a.shape[-1]
+    wiring.output_shape_is(a.shape[:-1] + (n,))
+    if len(b.shape) == 3:
+        if len(a.shape) != 3 or a.shape[0] != b.shape[0]:
+            wiring.fail("a batched B [batch, k, n] needs A [batch, m, k] of the same batch")
+        fields = {"m": a.shape[1], "batch": a.shape[0], "weight_shared": False}
+    else:
+        fields = {"m": math.prod(a.shape[:-1])}
+    bias = wiring.inputs[2:]
+    if bias and bias[0].shape != (n,):
+        wiring.fail(f"bias {bias[0].name} must have shape [{n}]")
+    return fields | {"n": n, "k": k, "bias": bool(bias), "a_dtype": a.dtype, "b_dtype": b.dtype,
+                     "c_dtype": wiring.outputs[0].dtype}
+
+
+def _grouped_matmul_fields(wiring: Wiring) -> dict:
+    wiring.expect((2,))
+    a, w = wiring.inputs
+    if len(a.shape) != 2 or len(w.shape) != 3 or a.shape[1] != w.shape[1]:
+        wiring.fail("grouped_matmul takes rows [rows, k] and weights [experts, k, n]")
+    wiring.output_shape_is((a.shape[0], w.shape[2]))
+    return {"n": w.shape[2], "k": a.shape[1], "a_dtype": a.dtype, "b_dtype": w.dtype,
+            "c_dtype": wiring.outputs[0].dtype, "experts": w.shape[0], "rows": a.shape[0]}
+
+
+MATMUL = OperatorKind("matmul", "a dense matrix product C = A B (+ bias)", matmul_cost, Unit.tensor, "#1f77b4",
+                      "matrix", _matmul_fields, "matmul", "activations_read")
+GROUPED_MATMUL = OperatorKind("grouped_matmul", "mixture-of-experts projections in one grouped GEMM",
+                              grouped_matmul_cost, Unit.tensor, "#aec7e8", "matrix", _grouped_matmul_fields, "matmul",
+                              "activations_read")

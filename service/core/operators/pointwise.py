@@ -9,6 +9,7 @@ from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.hardware import Unit
 from service.core.operators.base import OperatorCost, element_count
+from service.core.operators.kind import OperatorKind, Wiring
 
 # FLOP per output element by default, and how many same-shaped inputs each op reads.
 ELEMENTWISE_OPS: dict[str, tuple[float, int]] = {
@@ -117,3 +118,75 @@ def rope_cost(*, batch: int = 1, seq_len: int, heads: int, head_dim: int, dtype:
             "rope: cos and sin tables of [seq_len, head_dim] read once, shared by every batch item and head",
         ),
     )
+
+
+def _broadcast(wiring: Wiring) -> tuple[int, ...]:
+    shapes = [t.shape for t in wiring.inputs]
+    width = max(len(s) for s in shapes)
+    result = []
+    for axis in range(width):
+        sizes = {s[axis - width + len(s)] for s in shapes if axis - width + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            wiring.fail(f"input shapes {[list(s) for s in shapes]} do not broadcast together")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
+
+
+def _elementwise_fields(wiring: Wiring) -> dict:
+    wiring.expect(range(1, 17))
+    wiring.output_shape_is(_broadcast(wiring))
+    ins, out = wiring.inputs, wiring.outputs[0]
+    return {"shape": list(out.shape), "dtype": ins[0].dtype, "arity": len(ins), "out_dtype": out.dtype}
+
+
+def _norm_fields(wiring: Wiring, most_inputs: int) -> dict:
+    """x, then the optional weight (and, for a layer norm, bias), each of x's last dimension."""
+    wiring.expect(range(1, most_inputs + 1))
+    x, params = wiring.inputs[0], wiring.inputs[1:]
+    wiring.output_shape_is(x.shape)
+    for param in params:
+        if param.shape != x.shape[-1:]:
+            wiring.fail(f"parameter {param.name} must have shape [{x.shape[-1]}]")
+    fields = {"shape": list(x.shape), "dtype": x.dtype, "elementwise_affine": bool(params)}
+    if params:
+        fields["param_dtype"] = params[0].dtype
+    return fields
+
+
+def _layernorm_fields(wiring: Wiring) -> dict:
+    return _norm_fields(wiring, 3) | {"bias": len(wiring.inputs) > 2}
+
+
+def _rmsnorm_fields(wiring: Wiring) -> dict:
+    return _norm_fields(wiring, 2)
+
+
+def _softmax_fields(wiring: Wiring) -> dict:
+    wiring.expect((1,))
+    x = wiring.inputs[0]
+    wiring.output_shape_is(x.shape)
+    return {"shape": list(x.shape), "dtype": x.dtype}
+
+
+def _rope_fields(wiring: Wiring) -> dict:
+    wiring.expect((1,))
+    x = wiring.inputs[0]
+    if len(x.shape) != 4:
+        wiring.fail("rope input must be [batch, seq_len, heads, head_dim]")
+    wiring.output_shape_is(x.shape)
+    return dict(zip(("batch", "seq_len", "heads", "head_dim"), x.shape)) | {"dtype": x.dtype}
+
+
+def _pointwise(name: str, summary: str, cost, colour: str, fields, saved) -> OperatorKind:
+    return OperatorKind(name, summary, cost, Unit.vector, colour, "pointwise", fields, "pointwise", saved)
+
+
+ELEMENTWISE = _pointwise("elementwise", "a map over same-shaped tensors (add, mul, silu, ...)", elementwise_cost,
+                         "#2ca02c", _elementwise_fields, "input")
+LAYERNORM = _pointwise("layernorm", "layer normalisation over the last dimension", layernorm_cost, "#98df8a",
+                       _layernorm_fields, "output")
+RMSNORM = _pointwise("rmsnorm", "RMS normalisation over the last dimension", rmsnorm_cost, "#98df8a",
+                     _rmsnorm_fields, "output")
+SOFTMAX = _pointwise("softmax", "softmax over the last dimension", softmax_cost, "#ff7f0e", _softmax_fields, "output")
+ROPE = _pointwise("rope", "rotary position embedding of queries or keys", rope_cost, "#9467bd", _rope_fields,
+                  "nothing")

@@ -24,12 +24,12 @@ from service.core.hardware import Unit
 from service.core.operators import attention_cost, softmax_cost
 from service.core.operators.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
 from service.core.operators.base import OperatorCost
+from service.core.operators.registry import OPERATORS
 from service.core.transformer.architecture import Architecture, LayerGroup
 from service.core.transformer.layers import ModelDTypes, Row, Step, layer_rows, linear_cost, model_level_rows
 
 FORWARD, BACKWARD_ACTIVATION, BACKWARD_WEIGHT, RECOMPUTE, OPTIMIZER = (
     "forward", "backward_activation", "backward_weight", "recompute", "optimizer")
-MATMUL_KINDS = ("matmul", "grouped_matmul")
 # Per parameter and update: Adam's two moment updates (3 and 4 FLOPs), the step m / (sqrt(v) + eps) x lr
 # (5); AdamW adds the decoupled weight decay (2); SGD with momentum: buf = mu buf + g, p -= lr buf.
 OPTIMIZER_FLOPS_PER_PARAMETER = {"adamw": 14, "adam": 12, "sgd_momentum": 4, "sgd": 2}
@@ -68,7 +68,8 @@ def backward_rows(row: Row, gradient_ratio: float, accumulate: bool) -> list[Pha
         # column-parallel layer in the backward, of the same [tokens, hidden] gradient.
         return [PhasedRow(BACKWARD_ACTIVATION, row._replace(name=f"{row.name}.backward"))]
     cost = row.cost
-    if row.kind in MATMUL_KINDS:
+    backward = OPERATORS[row.kind].backward
+    if backward == "matmul":
         weights, outputs = cost.weight_bytes_read, cost.bytes_written
         inputs = cost.bytes_read - weights
         gradients = weights * gradient_ratio
@@ -77,16 +78,16 @@ def backward_rows(row: Row, gradient_ratio: float, accumulate: bool) -> list[Pha
                       "dW = X^T dY: reads dY and X, writes dW" + (" (accumulated: read too)" if accumulate else ""))
         return [PhasedRow(BACKWARD_ACTIVATION, Row(f"{row.name}.dgrad", row.kind, row.count, dgrad)),
                 PhasedRow(BACKWARD_WEIGHT, Row(f"{row.name}.wgrad", row.kind, row.count, wgrad))]
-    if row.kind == "attention":
-        backward = _cost(cost, 2 * cost.flops, cost.bytes_read + 2 * cost.bytes_written, cost.bytes_read,
+    if backward == "attention":
+        gradient = _cost(cost, 2 * cost.flops, cost.bytes_read + 2 * cost.bytes_written, cost.bytes_read,
                          "attention backward: reads Q, K, V, O and dO, writes dQ, dK, dV; twice the forward's FLOPs")
     elif row.name.endswith("residual"):
-        backward = _cost(cost, cost.flops, cost.bytes_read, cost.bytes_written,
+        gradient = _cost(cost, cost.flops, cost.bytes_read, cost.bytes_written,
                          "residual backward: the branch's gradient added to the stream's")
     else:
-        backward = _cost(cost, 2 * cost.flops, cost.bytes_read + cost.bytes_written, cost.bytes_read,
+        gradient = _cost(cost, 2 * cost.flops, cost.bytes_read + cost.bytes_written, cost.bytes_read,
                          "backward: reads the inputs and dY, writes the input gradients; twice the forward's FLOPs")
-    return [PhasedRow(BACKWARD_ACTIVATION, Row(f"{row.name}.backward", row.kind, row.count, backward))]
+    return [PhasedRow(BACKWARD_ACTIVATION, Row(f"{row.name}.backward", row.kind, row.count, gradient))]
 
 
 def attention_scores_row(row: Row, activations: str) -> Row:
@@ -116,18 +117,20 @@ def saved_activation_bytes(row: Row, activations: str, keep_scores: bool) -> flo
     """Bytes of one forward row's outputs or inputs that its backward needs, held from the forward to the
     backward (tensors another row already keeps are not counted twice: a matmul keeps its input, attention
     Q, K, V and O; a residual add, RoPE, the embedding and collectives keep nothing)."""
-    if row.is_comm or row.kind in ("rope", "embedding") or row.name.endswith("residual"):
+    if row.is_comm or row.name.endswith("residual"):
         return 0.0
-    cost = row.cost
-    if row.kind in MATMUL_KINDS:
+    cost, saved = row.cost, OPERATORS[row.kind].saved_for_backward
+    if saved == "nothing":
+        return 0.0
+    if saved == "activations_read":
         return cost.bytes_read - cost.weight_bytes_read
-    if row.kind == "attention":
+    if saved == "attention":
         params = row.attention_params
         flash = attention_cost(**{**params, "implementation": "flash"})
         stats = params.get("batch", 1) * params["heads"] * params["q_len"] * LOGSUMEXP_BYTES
         naive_scores = _probabilities_bytes(params, activations) if params.get("implementation") == "naive" else 0.0
         return flash.bytes_read + flash.bytes_written + stats + (naive_scores if keep_scores else 0.0)
-    if row.kind in ("softmax", "rmsnorm", "layernorm"):
+    if saved == "output":
         # A softmax's backward needs its output; a norm's its input, the output's size (its weights are parameters).
         return cost.bytes_written
     return cost.bytes_read
