@@ -47,6 +47,12 @@ def infer_fields(op: GraphOp, tensors: Mapping[str, Tensor], where: str) -> dict
 
 def check_graph(ops: Sequence[GraphOp], tensors: Mapping[str, Tensor]) -> dict[str, str]:
     """Producer of each produced tensor; refuses undefined tensors, double producers and cycles."""
+    producer = _producers(ops, tensors)
+    _check_acyclic(ops, producer)
+    return producer
+
+
+def _producers(ops: Sequence[GraphOp], tensors: Mapping[str, Tensor]) -> dict[str, str]:
     producer: dict[str, str] = {}
     names = set()
     for index, op in enumerate(ops):
@@ -61,8 +67,12 @@ def check_graph(ops: Sequence[GraphOp], tensors: Mapping[str, Tensor]) -> dict[s
             if tensor in producer:
                 _fail(f"ops.{index}.outputs", f"tensor {tensor!r} is written by both {producer[tensor]!r} and {op.name!r}")
             producer[tensor] = op.name
-    # Kahn's algorithm: whatever cannot be ordered sits on a cycle.
-    consumers = {op.name: [] for op in ops}
+    return producer
+
+
+def _check_acyclic(ops: Sequence[GraphOp], producer: Mapping[str, str]) -> None:
+    """Kahn's algorithm: whatever cannot be ordered sits on a cycle."""
+    consumers: dict[str, list[str]] = {op.name: [] for op in ops}
     waiting = {op.name: 0 for op in ops}
     for op in ops:
         for tensor in set(op.inputs):
@@ -79,12 +89,22 @@ def check_graph(ops: Sequence[GraphOp], tensors: Mapping[str, Tensor]) -> dict[s
     cyclic = sorted(name for name, count in waiting.items() if count > 0)
     if cyclic:
         _fail("ops", f"the graph has a cycle through {', '.join(cyclic)}")
-    return producer
 
 
 def check_group(group: Sequence[str], index: int, ops: Mapping[str, GraphOp], producer: Mapping[str, str]) -> None:
     where = f"groups.{index}"
-    members = set(group)
+    _check_members(group, where, ops)
+    edges: dict[str, set[str]] = {name: set() for name in ops}
+    for op in ops.values():
+        for tensor in op.inputs:
+            if tensor in producer:
+                edges[producer[tensor]].add(op.name)
+    _check_connected(group, where, edges)
+    _check_convex(set(group), where, edges)
+
+
+def _check_members(group: Sequence[str], where: str, ops: Mapping[str, GraphOp]) -> None:
+    """Known operators, at most one matrix operator, and a gather only alone."""
     unknown = [name for name in group if name not in ops]
     if unknown:
         _fail(where, f"unknown operator(s) {', '.join(unknown)}")
@@ -95,11 +115,10 @@ def check_group(group: Sequence[str], index: int, ops: Mapping[str, GraphOp], pr
         lonely = [name for name in group if ops[name].kind in UNFUSABLE]
         if lonely:
             _fail(where, f"cannot be one kernel: {', '.join(lonely)} (a gather) does not fuse with other operators")
-    edges: dict[str, set[str]] = {name: set() for name in ops}
-    for op in ops.values():
-        for tensor in op.inputs:
-            if tensor in producer:
-                edges[producer[tensor]].add(op.name)
+
+
+def _check_connected(group: Sequence[str], where: str, edges: Mapping[str, set[str]]) -> None:
+    members = set(group)
     neighbours = {name: {n for n in edges[name] if n in members} | {p for p in members if name in edges[p]}
                   for name in members}
     seen, stack = set(), [group[0]]
@@ -110,7 +129,10 @@ def check_group(group: Sequence[str], index: int, ops: Mapping[str, GraphOp], pr
             stack.extend(neighbours[name] - seen)
     if seen != members:
         _fail(where, f"cannot be one kernel: {', '.join(sorted(members - seen))} not connected to {group[0]}")
-    # Convex: nothing reachable from the group through an outside operator leads back into it.
+
+
+def _check_convex(members: set[str], where: str, edges: Mapping[str, set[str]]) -> None:
+    """Nothing reachable from the group through an outside operator leads back into it."""
     outside = {n for m in members for n in edges[m] if n not in members}
     stack, visited = list(outside), set()
     while stack:

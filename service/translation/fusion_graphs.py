@@ -37,29 +37,26 @@ def _validated_operator(index: int, op, inferred: dict):
         raise invalid_nested(exc, ["body", "ops", str(index)], skip=1) from None
 
 
-def analyze_fusion(request: FusionRequest, catalog: DeviceCatalog) -> FusionAnalysis:
-    device = catalog.get(request.device_id)
-    measured, mode = catalog.measured(device.id), RoofMode(request.roofs)
-    tensors = {name: fusion.Tensor(name, tuple(t.shape), t.dtype) for name, t in request.tensors.items()}
-    graph = [fusion.GraphOp(op.name or f"op{i}", op.kind, tuple(op.inputs), tuple(op.outputs))
-             for i, op in enumerate(request.ops)]
+def _checked_groups(request: FusionRequest, graph: list[fusion.GraphOp], tensors: dict) -> list[list[str]]:
+    """The groups to fuse (every operator no group names is a kernel of its own), refused unless each could be
+    one kernel."""
     by_name = {op.name: op for op in graph}
-    try:
-        producer = fusion.check_graph(graph, tensors)
-        groups = request.groups if request.groups is not None else [[op.name for op in graph]]
-        grouped = [name for group in groups for name in group]
-        repeated = sorted(name for name, times in Counter(grouped).items() if times > 1)
-        if repeated:
-            raise CostModelError("groups", f"operator(s) {', '.join(repeated)} appear more than once in the groups")
-        for index, group in enumerate(groups):
-            if not group:
-                raise CostModelError(f"groups.{index}", "a group needs at least one operator")
-            fusion.check_group(group, index, by_name, producer)
-        groups = groups + [[op.name] for op in graph if op.name not in set(grouped)]
-        inferred = [fusion.infer_fields(op, tensors, f"ops.{i}") for i, op in enumerate(graph)]
-    except CostModelError as exc:
-        raise cost_model_error(exc, "body") from None
+    producer = fusion.check_graph(graph, tensors)
+    groups = request.groups if request.groups is not None else [[op.name for op in graph]]
+    grouped = [name for group in groups for name in group]
+    repeated = sorted(name for name, times in Counter(grouped).items() if times > 1)
+    if repeated:
+        raise CostModelError("groups", f"operator(s) {', '.join(repeated)} appear more than once in the groups")
+    for index, group in enumerate(groups):
+        if not group:
+            raise CostModelError(f"groups.{index}", "a group needs at least one operator")
+        fusion.check_group(group, index, by_name, producer)
+    return groups + [[op.name] for op in graph if op.name not in set(grouped)]
 
+
+def _operator_costs(request: FusionRequest, graph: list[fusion.GraphOp], inferred: list[dict], device, measured,
+                    mode: RoofMode):
+    """(cost and compute time of each operator by name, the HBM roof they were placed on)."""
     costs, compute_times = {}, {}
     hbm = None
     for index, (op, graph_op) in enumerate(zip(request.ops, graph)):
@@ -72,6 +69,22 @@ def analyze_fusion(request: FusionRequest, catalog: DeviceCatalog) -> FusionAnal
         costs[graph_op.name] = cost
         compute_times[graph_op.name] = result.compute_time_s
         hbm = next(level.roof for level in result.levels if level.roof.level == "hbm")
+    return costs, compute_times, hbm
+
+
+def analyze_fusion(request: FusionRequest, catalog: DeviceCatalog) -> FusionAnalysis:
+    device = catalog.get(request.device_id)
+    measured, mode = catalog.measured(device.id), RoofMode(request.roofs)
+    tensors = {name: fusion.Tensor(name, tuple(t.shape), t.dtype) for name, t in request.tensors.items()}
+    graph = [fusion.GraphOp(op.name or f"op{i}", op.kind, tuple(op.inputs), tuple(op.outputs))
+             for i, op in enumerate(request.ops)]
+    by_name = {op.name: op for op in graph}
+    try:
+        groups = _checked_groups(request, graph, tensors)
+        inferred = [fusion.infer_fields(op, tensors, f"ops.{i}") for i, op in enumerate(graph)]
+    except CostModelError as exc:
+        raise cost_model_error(exc, "body") from None
+    costs, compute_times, hbm = _operator_costs(request, graph, inferred, device, measured, mode)
 
     def kernel(names: list[str], traffic: fusion.KernelTraffic) -> KernelCost:
         compute = sum(compute_times[n] for n in names)
