@@ -132,31 +132,10 @@ def analyze(
         raise CostModelError("operator", "moves no bytes, so its arithmetic intensity is undefined")
     compute, notes = select_compute_roof(device, measured, cost.compute_dtype, cost.unit, mode)
     notes = list(notes)
-    if sustained_clock_hz is not None:
-        if not device.boost_clock_hz:
-            raise CostModelError("sustained_clock_hz", f"device {device.id} has no boost clock to scale from")
-        scale = sustained_clock_hz / device.boost_clock_hz
-        compute = ComputeRoof(compute.flops_per_s * scale, compute.dtype, compute.unit, compute.source,
-                              compute.citation, compute.nominal_flops_per_s)
-        notes.append(f"what-if: compute roof scaled by sustained clock {sustained_clock_hz:.4g} Hz / boost clock "
-                     f"{device.boost_clock_hz:.4g} Hz = {scale:.4f}; MFU stays against the unscaled nominal peak")
-
-    if compute_efficiency < 1.0:
-        compute = ComputeRoof(compute.flops_per_s * compute_efficiency, compute.dtype, compute.unit, compute.source,
-                              compute.citation, compute.nominal_flops_per_s)
-        notes.append(f"shape: compute roof scaled by the padding and wave efficiency {compute_efficiency:.4f}")
-
+    if sustained_clock_hz is not None or compute_efficiency < 1.0:
+        compute = _scaled_compute_roof(compute, device, sustained_clock_hz, compute_efficiency, notes)
     ceilings, level_notes = _level_ceilings(cost, device, measured, mode, compute.flops_per_s, bytes_by_level)
-    if not ceilings:
-        raise CostModelError("bytes_by_level", "no memory level with a known bandwidth carries traffic")
-    hbm = slowest = None
-    for ceiling in ceilings:
-        if ceiling.roof.level == HBM and hbm is None:
-            hbm = ceiling
-        if slowest is None or ceiling.time_s > slowest.time_s:
-            slowest = ceiling
-    if hbm is None:
-        raise CostModelError("bytes_by_level", "HBM traffic must be positive: the headline intensity is FLOPs per HBM byte")
+    hbm, slowest = _hbm_and_slowest(ceilings)
     compute_time = cost.flops / compute.flops_per_s
     time_s = max(compute_time, slowest.time_s)
     # Ties go to compute, as I >= I* does on a single roofline.
@@ -168,18 +147,7 @@ def analyze(
 
     achieved = None
     if measured_time_s is not None:
-        achieved = Achieved(
-            measured_time_s=measured_time_s,
-            flops_per_s=cost.flops / measured_time_s,
-            bandwidth_bytes_per_s=hbm.bytes / measured_time_s,
-            mfu=cost.flops / measured_time_s / nominal_peak if nominal_peak else None,
-            roof_fraction=time_s / measured_time_s,
-            compute_roof_fraction=cost.flops / measured_time_s / compute.flops_per_s,
-            bandwidth_fraction=hbm.bytes / measured_time_s / hbm.roof.bytes_per_s,
-        )
-        if measured_time_s < time_s:
-            notes.append("the measured time beats the lower bound: a roof is understated or the counts overstated")
-        _finite("measured_time_s", achieved.flops_per_s, achieved.bandwidth_bytes_per_s)
+        achieved = _achieved(cost, compute, hbm, time_s, measured_time_s, notes)
 
     notes_on_roofs = roof_notes(compute, ceilings)
     if nominal_peak is None:
@@ -203,6 +171,57 @@ def analyze(
         achieved=achieved,
         assumptions=cost.assumptions + tuple(notes) + tuple(level_notes) + notes_on_roofs,
     )
+
+
+def _scaled_compute_roof(compute: ComputeRoof, device: DeviceSpec, sustained_clock_hz: float | None,
+                         compute_efficiency: float, notes: list[str]) -> ComputeRoof:
+    """The what-ifs that slow the compute roof: a sustained clock below boost, a kernel's shape efficiency."""
+    if sustained_clock_hz is not None:
+        if not device.boost_clock_hz:
+            raise CostModelError("sustained_clock_hz", f"device {device.id} has no boost clock to scale from")
+        scale = sustained_clock_hz / device.boost_clock_hz
+        compute = ComputeRoof(compute.flops_per_s * scale, compute.dtype, compute.unit, compute.source,
+                              compute.citation, compute.nominal_flops_per_s)
+        notes.append(f"what-if: compute roof scaled by sustained clock {sustained_clock_hz:.4g} Hz / boost clock "
+                     f"{device.boost_clock_hz:.4g} Hz = {scale:.4f}; MFU stays against the unscaled nominal peak")
+    if compute_efficiency < 1.0:
+        compute = ComputeRoof(compute.flops_per_s * compute_efficiency, compute.dtype, compute.unit, compute.source,
+                              compute.citation, compute.nominal_flops_per_s)
+        notes.append(f"shape: compute roof scaled by the padding and wave efficiency {compute_efficiency:.4f}")
+    return compute
+
+
+def _hbm_and_slowest(ceilings: list[LevelCeiling]) -> tuple[LevelCeiling, LevelCeiling]:
+    """HBM's ceiling (the headline intensity's) and the level that takes longest."""
+    if not ceilings:
+        raise CostModelError("bytes_by_level", "no memory level with a known bandwidth carries traffic")
+    hbm = slowest = None
+    for ceiling in ceilings:
+        if ceiling.roof.level == HBM and hbm is None:
+            hbm = ceiling
+        if slowest is None or ceiling.time_s > slowest.time_s:
+            slowest = ceiling
+    if hbm is None:
+        raise CostModelError("bytes_by_level", "HBM traffic must be positive: the headline intensity is FLOPs per HBM byte")
+    return hbm, slowest
+
+
+def _achieved(cost: OperatorCost, compute: ComputeRoof, hbm: LevelCeiling, time_s: float, measured_time_s: float,
+              notes: list[str]) -> Achieved:
+    nominal_peak = compute.nominal_flops_per_s
+    achieved = Achieved(
+        measured_time_s=measured_time_s,
+        flops_per_s=cost.flops / measured_time_s,
+        bandwidth_bytes_per_s=hbm.bytes / measured_time_s,
+        mfu=cost.flops / measured_time_s / nominal_peak if nominal_peak else None,
+        roof_fraction=time_s / measured_time_s,
+        compute_roof_fraction=cost.flops / measured_time_s / compute.flops_per_s,
+        bandwidth_fraction=hbm.bytes / measured_time_s / hbm.roof.bytes_per_s,
+    )
+    if measured_time_s < time_s:
+        notes.append("the measured time beats the lower bound: a roof is understated or the counts overstated")
+    _finite("measured_time_s", achieved.flops_per_s, achieved.bandwidth_bytes_per_s)
+    return achieved
 
 
 def analyze_nominal(cost: OperatorCost, device: DeviceSpec) -> RooflineResult:
