@@ -88,6 +88,36 @@ def keys_streamed_per_kv_head(q_len: int, kv_len: int, group: int, block_rows: i
     return blocks * (kv_len - q_len + 1) + positions
 
 
+def _check_attention(heads: int, kv_heads: int, q_len, kv_len, implementation: str, causal: bool,
+                     sram_bytes: int | None, window: int | None) -> None:
+    if window is not None and not causal:
+        raise CostModelError("window", "a sliding window applies to causal attention only")
+    if heads % kv_heads:
+        raise CostModelError("kv_heads", f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
+    if causal and any_true(q_len > kv_len):
+        raise CostModelError("q_len", f"with causal masking q_len ({q_len}) cannot exceed kv_len ({kv_len})")
+    if sram_bytes is not None and implementation != "flash":
+        raise CostModelError("sram_bytes", "applies only to implementation 'flash'")
+
+
+def _counting_notes(causal: bool, group: int, window: int | None, keys, kv_len, shared_kv: bool) -> list[str]:
+    """How the FLOPs and the keys were counted, whatever the implementation."""
+    notes = [
+        f"attention: FLOPs = batch*heads*pairs*(2*head_dim + 2*v_head_dim + {SOFTMAX_FLOPS_PER_SCORE}) "
+        "(QK^T and PV at 2 FLOP per multiply-add, softmax 5 FLOP per score)",
+        "attention: causal, pairs = q*n - q*(q-1)/2 (queries are the last q_len positions)" if causal
+        else "attention: not causal, pairs = q_len*kv_len",
+        "attention: softmax FLOPs counted at the tensor-unit peak with the two matmuls (one kernel)",
+        f"attention: grouped-query, {group} query head(s) per K/V head" if group > 1 else "attention: one K/V head per query head",
+    ]
+    if window:
+        notes.append(f"attention: sliding window of {window} keys; " + (
+            f"{keys} of {kv_len} keys are read" if isinstance(kv_len, int) else "at most that many keys are read"))
+    if shared_kv:
+        notes.append("attention: K and V are one cached latent tensor (MLA), read once")
+    return notes
+
+
 def attention_cost(
     *,
     batch: int = 1,
@@ -109,14 +139,7 @@ def attention_cost(
     kv_len = q_len if kv_len is None else kv_len
     v_dim = v_head_dim or head_dim
     kv_dtype = kv_dtype or dtype
-    if window is not None and not causal:
-        raise CostModelError("window", "a sliding window applies to causal attention only")
-    if heads % kv_heads:
-        raise CostModelError("kv_heads", f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
-    if causal and any_true(q_len > kv_len):
-        raise CostModelError("q_len", f"with causal masking q_len ({q_len}) cannot exceed kv_len ({kv_len})")
-    if sram_bytes is not None and implementation != "flash":
-        raise CostModelError("sram_bytes", "applies only to implementation 'flash'")
+    _check_attention(heads, kv_heads, q_len, kv_len, implementation, causal, sram_bytes, window)
     group = heads // kv_heads
     s, s_kv = bytes_per_element(dtype), bytes_per_element(kv_dtype)
     # With a window, only the last q_len + w - 1 keys are ever attended to.
@@ -130,19 +153,7 @@ def attention_cost(
     pairs = causal_pairs(q_len, kv_len, window) if causal else q_len * kv_len
     flops = batch * heads * pairs * (2 * head_dim + 2 * v_dim + SOFTMAX_FLOPS_PER_SCORE)
 
-    assumptions = [
-        f"attention: FLOPs = batch*heads*pairs*(2*head_dim + 2*v_head_dim + {SOFTMAX_FLOPS_PER_SCORE}) "
-        "(QK^T and PV at 2 FLOP per multiply-add, softmax 5 FLOP per score)",
-        "attention: causal, pairs = q*n - q*(q-1)/2 (queries are the last q_len positions)" if causal
-        else "attention: not causal, pairs = q_len*kv_len",
-        "attention: softmax FLOPs counted at the tensor-unit peak with the two matmuls (one kernel)",
-        f"attention: grouped-query, {group} query head(s) per K/V head" if group > 1 else "attention: one K/V head per query head",
-    ]
-    if window:
-        assumptions.append(f"attention: sliding window of {window} keys; " + (
-            f"{keys} of {kv_len} keys are read" if isinstance(kv_len, int) else "at most that many keys are read"))
-    if shared_kv:
-        assumptions.append("attention: K and V are one cached latent tensor (MLA), read once")
+    assumptions = _counting_notes(causal, group, window, keys, kv_len, shared_kv)
     kv_bytes = (k_elems + v_elems) * s_kv
     # Naive attention writes S and P once each and reads each back once.
     score_bytes_each_way = 0.0
