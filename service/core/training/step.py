@@ -251,24 +251,10 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         place_backward(rows, label, count)
     place_backward(first, FIRST_STAGE, 1)
 
-    def stage_time(rows: list[PlacedRow]) -> float:
-        by_group = {FIRST_STAGE: 0.0, LAST_STAGE: 0.0, "layers": 0.0}
-        for p in rows:
-            by_group[p.result.group if p.result.group in by_group else "layers"] += p.result.total_time_s
-        ends = (by_group[FIRST_STAGE] + by_group[LAST_STAGE] if stages == 1
-                else max(by_group[FIRST_STAGE], by_group[LAST_STAGE]))
-        return by_group["layers"] * layers.share + ends
-
     hidden_bytes = setup.micro_batch_size * setup.seq_len * arch.hidden * bytes_per_element(dtypes.activations)
     communication: list[Collective] = []
     if tp_link is not None:
-        allreduces = [p.result for p in placed if p.result.bound == "interconnect"]
-        per_micro_batch = sum(r.instances * (1 if r.group in (FIRST_STAGE, LAST_STAGE) else layers.share)
-                              for r in allreduces)
-        communication.append(Collective(
-            "tensor-parallel all-reduces (forward, backward" + (", recompute)" if setup.recompute == "full" else ")"),
-            "all_reduce", "tensor", par.tensor, hidden_bytes, ring_all_reduce_bytes(par.tensor, hidden_bytes),
-            round(per_micro_batch * micro_batches), tp_link, True))
+        communication.append(_tensor_parallel_all_reduces(placed, layers.share, setup, hidden_bytes, tp_link))
     send_time = 0.0
     if stages > 1:
         pp_link = topology.link_for(par.tensor * par.data * stages, "pipeline-parallel")
@@ -276,9 +262,10 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
                            stages, hidden_bytes, hidden_bytes, 2 * micro_batches, pp_link, True)
         communication.append(sends)
         send_time = 2 * sends.time_s
-    micro_batch_time = stage_time(placed) + send_time
+    micro_batch_time = _stage_time(placed, layers.share, stages) + send_time
     pipeline_time = (micro_batches + stages - 1) * micro_batch_time
-    backward_time = micro_batches * stage_time([p for p in placed if p.phase not in (FORWARD, RECOMPUTE)])
+    backward_time = micro_batches * _stage_time([p for p in placed if p.phase not in (FORWARD, RECOMPUTE)],
+                                                layers.share, stages)
 
     memory, params_device = _memory(arch, setup, layers, last, hidden_bytes)
     shard = params_device / par.shards(1)
@@ -292,12 +279,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     exposed = max(0.0, dp_time - backward_time) if setup.overlap_data_parallel else dp_time
     step_time = pipeline_time + optimizer_result.total_time_s + exposed
 
-    # Model FLOPs from the unsplit model: tensor parallelism replicates norms and residuals, which MFU must not count.
-    whole = Step(setup.micro_batch_size, setup.seq_len, setup.seq_len, 1, setup.attention_implementation)
-    whole_first, whole_last = forward_model_rows(arch, whole, model_dtypes)
-    whole_layers = [(g.count, forward_layer_rows(arch, g, whole, model_dtypes)) for g in arch.groups]
-    forward_flops = _flops(whole_first) + _flops(whole_last) + sum(_flops(rows, n) for n, rows in whole_layers)
-    recompute_flops = sum(_flops(_recomputed(setup.recompute, rows, dtypes.activations), n) for n, rows in whole_layers)
+    forward_flops, recompute_flops = _unsplit_flops(arch, setup, model_dtypes)
     if not math.isfinite(step_time + memory.required_bytes + forward_flops * micro_batches * par.data):
         raise CostModelError("seq_len", "the step's counts exceed the floating-point range")
     sequences = micro_batches * par.data
@@ -311,6 +293,40 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         bubble_fraction=(stages - 1) / (micro_batches + stages - 1), optimizer_time_s=optimizer_result.total_time_s,
         data_parallel_time_s=dp_time, data_parallel_exposed_s=exposed, step_time_s=step_time, peak_flops_per_s=peak,
         compute_roof_source=compute_source, devices=par.devices)
+
+
+def _stage_time(rows: list[PlacedRow], share: float, stages: int) -> float:
+    """One micro-batch's time on the fullest stage: its share of the layers, and the first and last stages'
+    own rows (both on one device without pipelining, the slower of the two with it)."""
+    by_group = {FIRST_STAGE: 0.0, LAST_STAGE: 0.0, "layers": 0.0}
+    for p in rows:
+        by_group[p.result.group if p.result.group in by_group else "layers"] += p.result.total_time_s
+    ends = (by_group[FIRST_STAGE] + by_group[LAST_STAGE] if stages == 1
+            else max(by_group[FIRST_STAGE], by_group[LAST_STAGE]))
+    return by_group["layers"] * share + ends
+
+
+def _tensor_parallel_all_reduces(placed: list[PlacedRow], share: float, setup: TrainingSetup, hidden_bytes: float,
+                                 tp_link) -> Collective:
+    allreduces = [p.result for p in placed if p.result.bound == "interconnect"]
+    per_micro_batch = sum(r.instances * (1 if r.group in (FIRST_STAGE, LAST_STAGE) else share) for r in allreduces)
+    tensor = setup.parallelism.tensor
+    return Collective(
+        "tensor-parallel all-reduces (forward, backward" + (", recompute)" if setup.recompute == "full" else ")"),
+        "all_reduce", "tensor", tensor, hidden_bytes, ring_all_reduce_bytes(tensor, hidden_bytes),
+        round(per_micro_batch * setup.gradient_accumulation_steps), tp_link, True)
+
+
+def _unsplit_flops(arch: Architecture, setup: TrainingSetup, model_dtypes) -> tuple[float, float]:
+    """(forward, recomputed) FLOPs of one micro-batch on the unsplit model: tensor parallelism replicates norms and
+    residuals, which MFU must not count."""
+    whole = Step(setup.micro_batch_size, setup.seq_len, setup.seq_len, 1, setup.attention_implementation)
+    whole_first, whole_last = forward_model_rows(arch, whole, model_dtypes)
+    whole_layers = [(g.count, forward_layer_rows(arch, g, whole, model_dtypes)) for g in arch.groups]
+    forward_flops = _flops(whole_first) + _flops(whole_last) + sum(_flops(rows, n) for n, rows in whole_layers)
+    activations = setup.dtypes.activations
+    recompute_flops = sum(_flops(_recomputed(setup.recompute, rows, activations), n) for n, rows in whole_layers)
+    return forward_flops, recompute_flops
 
 
 def _stage_parameters(arch: Architecture, tensor: int, share: float, stages: int) -> float:
