@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.in_process import ROUNDS, call, endpoint_requests, per_request_us  # noqa: E402
+from bench.in_process import ROUNDS, call, endpoint_requests, per_request_us
 
 ENDPOINT = "operator: matmul"
 

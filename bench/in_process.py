@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.ceiling import app as ceiling  # noqa: E402
-from bench.run import ENDPOINTS, endpoint_bodies  # noqa: E402
+from bench.ceiling import app as ceiling
+from bench.run import ENDPOINTS, endpoint_bodies
 
 REQUESTS_PER_ROUND = int(os.environ.get("BENCH_REQUESTS", "1000"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))

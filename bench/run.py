@@ -263,7 +263,8 @@ def main() -> None:
 
 
 def report(results: list[dict]) -> None:
-    print(f"\nwrk -t{THREADS} -c{CONNECTIONS} -d{SECONDS}s per run (batches: -c{BATCH_CONNECTIONS} -d{BATCH_SECONDS}s), {ROUNDS} rounds, medians; ratio = requests/s over "
+    print(f"\nwrk -t{THREADS} -c{CONNECTIONS} -d{SECONDS}s per run (batches: -c{BATCH_CONNECTIONS} "
+          f"-d{BATCH_SECONDS}s), {ROUNDS} rounds, medians; ratio = requests/s over "
           "the ceiling's in the same round and configuration; this machine: " + f"{os.cpu_count()} CPUs\n")
     print("| workers | endpoint | requests/s | p50 ms | p99 ms | ratio to ceiling | non-2xx | target |")
     print("|---|---|---|---|---|---|---|---|")

@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["ROOFLINE_DATABASE_URL"] = f"sqlite:///{tempfile.mkdtemp()}/groups.db"
 os.environ["ROOFLINE_LOG_LEVEL"] = "WARNING"
 
-from schemas.models import ModelAnalysisRequest  # noqa: E402
-from service.cli.backends import LocalBackend  # noqa: E402
-from service.translation.model_analyses import model_answer_json  # noqa: E402
-from service.translation.model_batches import ModelStepAnswers  # noqa: E402
+from schemas.models import ModelAnalysisRequest
+from service.cli.backends import LocalBackend
+from service.translation.model_analyses import model_answer_json
+from service.translation.model_batches import ModelStepAnswers
 
 RUNS = 7
 
@@ -45,13 +45,14 @@ def main() -> None:
                 {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "prefill", "batch_size": 1,
                  "seq_len": next(lengths)}) for _ in range(size)]
 
-            def grouped():
+            def grouped(requests=requests, size=size):
                 answers = ModelStepAnswers(enumerate(requests), catalog, min_group=1)
                 for index in range(size):
                     answers.answer(index)
 
             together.append(per_step_us(grouped, size))
-            alone.append(per_step_us(lambda: [model_answer_json(request, catalog) for request in requests], size))
+            alone.append(per_step_us(lambda requests=requests: [model_answer_json(request, catalog) for request in requests],
+                                     size))
         print(f"{size} | {statistics.median(together):.0f} | {statistics.median(alone):.0f}")
     backend.close()
 

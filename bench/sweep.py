@@ -12,8 +12,8 @@ warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testcli
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from service.runtime.config import Settings  # noqa: E402
 from service.main import create_app  # noqa: E402
+from service.runtime.config import Settings  # noqa: E402
 
 REQUEST = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "phase": "decode", "batch_size": 32,
            "seq_len": 4096, "tensor_parallel": 4}

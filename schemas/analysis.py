@@ -7,7 +7,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from schemas.common import (
-    BoundName, DeviceId, MemoryLevelName, RoofSourceName, StrictModel, UnitName,
+    BoundName,
+    DeviceId,
+    MemoryLevelName,
+    RoofSourceName,
+    StrictModel,
+    UnitName,
 )
 from schemas.operators import Operator
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, Union
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 
@@ -26,10 +26,10 @@ def _plausible_time(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    if not (datetime(1970, 1, 1, tzinfo=timezone.utc) <= value <= datetime(2200, 1, 1, tzinfo=timezone.utc)):
+        value = value.replace(tzinfo=UTC)
+    if not (datetime(1970, 1, 1, tzinfo=UTC) <= value <= datetime(2200, 1, 1, tzinfo=UTC)):
         raise ValueError("must lie between 1970-01-01 and 2200-01-01")
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 MeasuredAt = Annotated[datetime | None, AfterValidator(_plausible_time)]
@@ -87,7 +87,7 @@ class LinkBenchmarkCreate(BenchmarkMetadata):
 
 
 BENCHMARK_KINDS = ("compute", "memory_bandwidth", "link_bandwidth")
-BenchmarkCreate = Annotated[Union[ComputeBenchmarkCreate, BandwidthBenchmarkCreate, LinkBenchmarkCreate],
+BenchmarkCreate = Annotated[ComputeBenchmarkCreate | BandwidthBenchmarkCreate | LinkBenchmarkCreate,
                             Field(discriminator="kind")]
 
 

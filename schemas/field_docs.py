@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 FIELD_DOCS: dict[str, str] = {
     # identity and provenance
     "id": "Identifier (lower-case letters, digits, '.', '_' and '-')",

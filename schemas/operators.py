@@ -169,4 +169,5 @@ if set(_REQUEST_MODELS) != set(KINDS):
 OPERATOR_MODELS = tuple(_REQUEST_MODELS[kind] for kind in KINDS)
 OPERATOR_KINDS = KINDS
 
-Operator = Annotated[Union[OPERATOR_MODELS], Field(discriminator="kind")]
+# A union over a tuple built at run time: only Union[...] can spell it.
+Operator = Annotated[Union[OPERATOR_MODELS], Field(discriminator="kind")]  # noqa: UP007

@@ -19,7 +19,8 @@ SweepEnd = Annotated[FiniteFloat, Field(ge=-MAX_SWEEP_MAGNITUDE, le=MAX_SWEEP_MA
 class SweepRange(StrictModel):
     start: SweepEnd
     stop: SweepEnd
-    step: Annotated[FiniteFloat, Field(gt=0, le=2 * MAX_SWEEP_MAGNITUDE)] | None = Field(None, description="Linear step (inclusive of stop)")
+    step: Annotated[FiniteFloat, Field(gt=0, le=2 * MAX_SWEEP_MAGNITUDE)] | None = Field(
+        None, description="Linear step (inclusive of stop)")
     num: Annotated[int, Field(ge=2, le=MAX_SWEEP_POINTS)] | None = Field(None, description="Number of points")
     scale: Literal["linear", "log"] = "linear"
 

@@ -15,14 +15,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from schemas.plots import (  # noqa: E402
-    ModelRooflinePlotRequest, PlotRequest, ServingPlanPlotRequest, StepBreakdownPlotRequest, SweepPlotRequest,
+    ModelRooflinePlotRequest,
+    PlotRequest,
+    ServingPlanPlotRequest,
+    StepBreakdownPlotRequest,
+    SweepPlotRequest,
 )
 from service.persistence import repository  # noqa: E402
 from service.persistence.catalog import DeviceCatalog  # noqa: E402
 from service.persistence.db import make_engine  # noqa: E402
 from service.persistence.migrate import upgrade  # noqa: E402
 from service.translation.charts import (  # noqa: E402
-    plot_model_roofline, plot_request, plot_serving_plan, plot_step_breakdown, plot_sweep,
+    plot_model_roofline,
+    plot_request,
+    plot_serving_plan,
+    plot_step_breakdown,
+    plot_sweep,
 )
 
 STEP = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 32,

@@ -15,11 +15,11 @@ from service.api.hot_path import HotPathMiddleware
 from service.api.responses import INVALID, UNAVAILABLE
 from service.api.routes import analyze, benchmarks, devices, docs, explorer, health, models, plans, plots
 from service.persistence.catalog import DeviceCatalog
-from service.runtime.config import Settings, get_settings
 from service.persistence.db import make_engine
+from service.persistence.migrate import at_head, pending_migration, upgrade
+from service.runtime.config import Settings, get_settings
 from service.runtime.errors import install_error_handlers
 from service.runtime.limits import AdmissionMiddleware, BodySizeLimitMiddleware, GZipWhenAccepted
-from service.persistence.migrate import at_head, pending_migration, upgrade
 from service.runtime.observability import ObservabilityMiddleware, configure_logging
 
 log = logging.getLogger("roofline.startup")

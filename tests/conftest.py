@@ -19,9 +19,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from service.runtime.config import Settings
 from service.main import create_app
 from service.persistence.migrate import upgrade
+from service.runtime.config import Settings
 
 TOKEN = "test-token-7f3a"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

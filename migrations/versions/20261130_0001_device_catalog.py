@@ -5,7 +5,7 @@ Revises:
 Create Date: 2026-11-30
 """
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -45,7 +45,7 @@ def upgrade() -> None:
     # Seeding happens here, once per database: a device a user later deletes stays deleted.
     from service.persistence.catalog import nominal_catalog
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     columns = set(devices.c.keys())
     rows = [{name: value for name, value in entry.items() if name in columns} for entry in nominal_catalog()]
     op.bulk_insert(devices, [{**row, "origin": "catalog", "created_at": now, "updated_at": now} for row in rows])

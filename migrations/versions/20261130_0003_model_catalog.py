@@ -5,7 +5,7 @@ Revises: 0002
 Create Date: 2026-11-30
 """
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -31,7 +31,7 @@ def upgrade() -> None:
     )
     from service.persistence.catalog import model_catalog
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     op.bulk_insert(models, [
         {"id": entry["id"], "name": entry["name"], "family": entry["config"]["model_type"], "config": entry["config"],
          "source": entry["source"], "origin": "catalog", "created_at": now, "updated_at": now}

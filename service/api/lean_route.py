@@ -26,7 +26,6 @@ from schemas.batch import BatchRequest, TypedBatchRequest
 from service.api.deps import get_catalog
 from service.runtime.errors import is_json_content_type
 
-
 # A body this large takes milliseconds to validate (a 1,000-matmul batch about 10 ms, 1,000 model steps with inline
 # configs near the 1 MiB body limit about 27): it is validated in the thread pool, so that /healthz and small
 # requests are not held behind it on the event loop.

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi import routing as fastapi_routing
 from fastapi.dependencies.models import Dependant
 from fastapi.openapi.utils import get_openapi
-from fastapi import routing as fastapi_routing
 from fastapi.routing import APIRoute
 
 from schemas.field_docs import describe

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.backends import backend
-from service.core.operators.registry import KINDS, OPERATORS
 from service.cli.render import (
     compare_table,
     device_table,
@@ -27,6 +26,7 @@ from service.cli.render import (
     training_plan_table,
     training_table,
 )
+from service.core.operators.registry import KINDS, OPERATORS
 
 # Sweeps of more points than one request allows are sent in chunks of this many.
 SWEEP_CHUNK = 256

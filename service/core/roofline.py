@@ -19,7 +19,13 @@ from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec, MemoryLevelName
 from service.core.operators.base import OperatorCost
 from service.core.roofs import (
-    NO_MEASUREMENTS, ComputeRoof, MeasuredRoofs, MemoryRoof, RoofMode, require_memory_roof, select_compute_roof,
+    NO_MEASUREMENTS,
+    ComputeRoof,
+    MeasuredRoofs,
+    MemoryRoof,
+    RoofMode,
+    require_memory_roof,
+    select_compute_roof,
     select_memory_roof,
 )
 

@@ -10,10 +10,9 @@ import math
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from collections.abc import Mapping
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -22,13 +21,22 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
+from service.core.dtypes import peak_dtype
+from service.core.hardware import (
+    DEFAULT_COLLECTIVE_LATENCY_S,
+    DEFAULT_LAUNCH_OVERHEAD_S,
+    DEFAULT_MATMUL_TILE,
+    ComputePeak,
+    DeviceSpec,
+    MemoryLevel,
+    MemoryLevelName,
+    Unit,
+)
+from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
 from service.persistence import repository
 from service.persistence.change_probe import SqliteCommitProbe
-from service.core.dtypes import peak_dtype
-from service.core.hardware import DEFAULT_COLLECTIVE_LATENCY_S, DEFAULT_LAUNCH_OVERHEAD_S, DEFAULT_MATMUL_TILE, ComputePeak, DeviceSpec, MemoryLevel, MemoryLevelName, Unit
-from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
-from service.runtime.errors import DeviceNotFound, ModelNotFound
 from service.persistence.tables import Benchmark, ModelConfig
+from service.runtime.errors import DeviceNotFound, ModelNotFound
 
 # After the database failed, analyses are served from the loaded catalog for this long before it is
 # tried again.

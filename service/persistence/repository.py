@@ -9,8 +9,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from service.persistence.db import database_file_intact
-from service.runtime.errors import AlreadyExists, DatabaseUnavailable, BenchmarkNotFound, DeviceNotFound, ModelNotFound
 from service.persistence.tables import Benchmark, CatalogState, Device, ModelConfig, utcnow
+from service.runtime.errors import AlreadyExists, BenchmarkNotFound, DatabaseUnavailable, DeviceNotFound, ModelNotFound
 
 
 def _require_intact_file(session: Session) -> None:

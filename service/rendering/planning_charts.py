@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.rendering.figures import (
-    BOUND_COLOURS, KIND_COLOURS, LABEL_BOX, Label, around, finished, new_figure, place_labels, slug,
+    BOUND_COLOURS,
+    KIND_COLOURS,
+    LABEL_BOX,
+    Label,
+    around,
+    finished,
+    new_figure,
+    place_labels,
+    slug,
 )
 
 FALLBACK_KIND_COLOURS = ("#17becf", "#e377c2", "#bcbd22", "#c5b0d5", "#c49c94")

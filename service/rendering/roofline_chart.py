@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from service.core.hardware import DeviceSpec
 from service.core.roofs import MeasuredRoofs, RoofMode, select_compute_roof, select_memory_roof
 from service.rendering.figures import (
-    BOUND_COLOURS, COMPUTE_COLOURS, LABEL_BOX, LEVEL_COLOURS, Label, around, finished, new_figure, place_labels, slug,
+    BOUND_COLOURS,
+    COMPUTE_COLOURS,
+    LABEL_BOX,
+    LEVEL_COLOURS,
+    Label,
+    around,
+    finished,
+    new_figure,
+    place_labels,
+    slug,
 )
 
 TERA = 1e12

@@ -9,7 +9,6 @@ from functools import lru_cache
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
 # Shorter secrets are guessable, and a short "token" is more often a label whose token was left out ("ops=").
 MIN_TOKEN_LENGTH = 8
 LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")

@@ -21,10 +21,13 @@ from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
 from service.runtime.observability import INTERNAL_ERROR, log_unexpected
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.matmul_batches import MatmulAnswers, is_plain_matmul
-from service.translation.model_batches import ModelStepAnswers, is_plain_model_step
 from service.translation.model_analyses import (
-    analyze_model_request, kv_capacity_request, model_answer_json, shared_evaluators,
+    analyze_model_request,
+    kv_capacity_request,
+    model_answer_json,
+    shared_evaluators,
 )
+from service.translation.model_batches import ModelStepAnswers, is_plain_model_step
 from service.translation.operator_analyses import analyze_operator_request, operator_answer_json
 from service.translation.plain_fields import json_bytes
 from service.translation.serving_plans import plan_serving

@@ -10,12 +10,21 @@ from pydantic import ValidationError
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.models import ModelAnalysisRequest
 from schemas.plots import (
-    ModelRooflinePlotRequest, PlotRequest, ServingPlanPlotRequest, StepBreakdownPlotRequest, SweepPlotRequest,
+    ModelRooflinePlotRequest,
+    PlotRequest,
+    ServingPlanPlotRequest,
+    StepBreakdownPlotRequest,
+    SweepPlotRequest,
 )
 from service.core.hardware import DeviceSpec
 from service.persistence.catalog import DeviceCatalog
 from service.rendering.planning_charts import (
-    ServingPoint, StepBar, SweepPoint, pareto_figure, sweep_figure, time_by_kind_figure,
+    ServingPoint,
+    StepBar,
+    SweepPoint,
+    pareto_figure,
+    sweep_figure,
+    time_by_kind_figure,
 )
 from service.rendering.roofline_chart import PlotPoint, roofline_figure
 from service.runtime.errors import Unprocessable, invalid_nested

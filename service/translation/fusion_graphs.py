@@ -9,21 +9,21 @@ from pydantic import TypeAdapter, ValidationError
 
 from schemas.fusion import FusionAnalysis, FusionRequest, FusionSavings, FusionSide, KernelCost
 from schemas.operators import Operator
-from service.translation.operator_analyses import operator_fields
-from service.persistence.catalog import DeviceCatalog
 from service.core import fusion
 from service.core.errors import CostModelError
 from service.core.operators import operator_cost
 from service.core.roofline import analyze
 from service.core.roofs import RoofMode
+from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
+from service.translation.operator_analyses import operator_fields
 
 OPERATOR = TypeAdapter(Operator)
 GRAPH_KEYS = {"name", "kind", "inputs", "outputs"}
 
 
 def _validated_operator(index: int, op, inferred: dict):
-    explicit = {k: v for k, v in (op.model_extra or {}).items()}
+    explicit = dict((op.model_extra or {}).items())
     if op.kind == "grouped_matmul":
         experts, rows = inferred.pop("experts"), inferred.pop("rows")
         tokens = explicit.get("tokens_per_expert")

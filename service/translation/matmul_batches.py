@@ -23,13 +23,23 @@ from service.core.memo import ByIdentity
 from service.core.operators.matmul import matmul_notes, matmul_operands
 from service.core.roofline import HBM, Bound, LevelCeiling, roof_notes
 from service.core.roofs import (
-    ComputeRoof, MeasuredRoofs, RoofMode, require_memory_roof, select_compute_roof, select_memory_roof,
+    ComputeRoof,
+    MeasuredRoofs,
+    RoofMode,
+    require_memory_roof,
+    select_compute_roof,
+    select_memory_roof,
 )
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError
 from service.translation.batch_groups import built_groups
 from service.translation.operator_analyses import (
-    answer_fields, compute_roof_fields, level_fields, memory_roof_fields, operator_fields, shape_fields,
+    answer_fields,
+    compute_roof_fields,
+    level_fields,
+    memory_roof_fields,
+    operator_fields,
+    shape_fields,
 )
 from service.translation.plain_fields import json_bytes
 

@@ -7,7 +7,13 @@ from typing import Any
 from schemas.benchmarks import ComputeRoofView, DeviceRoofs, LinkRoofView, MeasuredStats, MemoryRoofView, RidgePoint
 from service.core.hardware import DeviceSpec, MemoryLevelName
 from service.core.roofs import (
-    MeasuredRoof, MeasuredRoofs, RoofMode, nominal_mismatch, nominal_value, select_compute_roof, select_memory_roof,
+    MeasuredRoof,
+    MeasuredRoofs,
+    RoofMode,
+    nominal_mismatch,
+    nominal_value,
+    select_compute_roof,
+    select_memory_roof,
 )
 from service.runtime.errors import Unprocessable
 

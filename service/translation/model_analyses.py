@@ -10,10 +10,19 @@ from typing import Any, NamedTuple
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.models import (
-    GenericArchitecture, KvCapacity, KvCapacityRequest, KvMix, ModelAnalysis, ModelAnalysisRequest,
-    ModelChoice, ModelPublic, ModelTotals, RowOut, StepMemoryOut, WhatIf,
+    GenericArchitecture,
+    KvCapacity,
+    KvCapacityRequest,
+    KvMix,
+    ModelAnalysis,
+    ModelAnalysisRequest,
+    ModelChoice,
+    ModelPublic,
+    ModelTotals,
+    RowOut,
+    StepMemoryOut,
+    WhatIf,
 )
-from service.persistence.catalog import DeviceCatalog
 from service.core.dtypes import weight_group_size
 from service.core.errors import CostModelError
 from service.core.memo import ByIdentity, by_identity
@@ -21,7 +30,6 @@ from service.core.roofs import RoofMode
 from service.core.transformer import layers
 from service.core.transformer.analysis import Evaluator, RowResult, analyze_model
 from service.core.transformer.architecture import Architecture, ConfigError, from_generic
-from service.core.transformer.families import from_hf_config
 from service.core.transformer.capacity import (
     MemoryBudget,
     StepMemory,
@@ -31,10 +39,12 @@ from service.core.transformer.capacity import (
     memory_budget,
     mix_capacity,
 )
+from service.core.transformer.families import from_hf_config
 from service.core.transformer.params import model_params
 from service.core.whatif import amdahl
-from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
+from service.persistence.catalog import DeviceCatalog
 from service.persistence.tables import ModelConfig
+from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
 from service.translation.plain_fields import json_bytes, json_bytes_around, plain_fields
 
 ROWS = TypeAdapter(list[RowOut])

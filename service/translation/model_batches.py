@@ -22,7 +22,12 @@ from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError
 from service.translation.batch_groups import built_groups
 from service.translation.model_analyses import (
-    ROW_FIELDS, catalog_model, core_dtypes, evaluator_for, model_answer_json, peak_context,
+    ROW_FIELDS,
+    catalog_model,
+    core_dtypes,
+    evaluator_for,
+    model_answer_json,
+    peak_context,
 )
 from service.translation.plain_fields import json_bytes
 

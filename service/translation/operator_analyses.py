@@ -8,9 +8,7 @@ cost three times as much; tests/api/test_answer_json.py holds the two byte for b
 
 from __future__ import annotations
 
-
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
-from service.persistence.catalog import DeviceCatalog
 from service.core.dtypes import bytes_per_element, quantized_bytes_per_element, weight_group_size
 from service.core.efficiency import grouped_rows, matmul_efficiency
 from service.core.errors import CostModelError
@@ -18,6 +16,7 @@ from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
 from service.core.roofline import RooflineResult, analyze
 from service.core.roofs import ComputeRoof, MeasuredRoofs, MemoryRoof, RoofMode
+from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import cost_model_error
 from service.translation.plain_fields import json_bytes
 

@@ -10,16 +10,24 @@ from pydantic import BaseModel, ValidationError
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.models import ModelAnalysisRequest
 from schemas.sweeps import (
-    MAX_SWEEP_POINTS, CompareEntry, CompareError, CompareInfeasible, CompareRequest, CompareResult, CriticalM, Crossover, SweepRequest,
-    SweepResult, SweepRow,
+    MAX_SWEEP_POINTS,
+    CompareEntry,
+    CompareError,
+    CompareInfeasible,
+    CompareRequest,
+    CompareResult,
+    CriticalM,
+    Crossover,
+    SweepRequest,
+    SweepResult,
+    SweepRow,
 )
-from service.translation.operator_analyses import analyze_operator
-from service.persistence.catalog import DeviceCatalog
 from service.core.dtypes import bytes_per_element
-from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
 from service.core.errors import CostModelError
+from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
 from service.core.transformer.analysis import Totals, affine_sweep
 from service.core.transformer.capacity import check_positions
+from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError, Unprocessable, client_path, invalid_nested
 from service.translation.model_analyses import (
     core_dtypes,
@@ -34,6 +42,7 @@ from service.translation.model_analyses import (
     step_memory_for,
     unprocessable,
 )
+from service.translation.operator_analyses import analyze_operator
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
 

@@ -8,8 +8,18 @@ from pydantic import TypeAdapter, ValidationError
 
 from schemas.models import ParamCounts
 from schemas.training import (
-    CollectiveOut, RecomputeAdvice, RecomputeOptionOut, TrainingAnalysis, TrainingEstimate, TrainingMemoryOut,
-    TrainingPlan, TrainingPlanRequest, TrainingRequest, TrainingRowOut, TrainingStepOptions, TrainingTime,
+    CollectiveOut,
+    RecomputeAdvice,
+    RecomputeOptionOut,
+    TrainingAnalysis,
+    TrainingEstimate,
+    TrainingMemoryOut,
+    TrainingPlan,
+    TrainingPlanRequest,
+    TrainingRequest,
+    TrainingRowOut,
+    TrainingStepOptions,
+    TrainingTime,
 )
 from service.core.errors import CostModelError
 from service.core.hardware import DEFAULT_INTER_NODE_LATENCY_S, DeviceSpec

@@ -6,8 +6,8 @@ import hashlib
 import pytest
 from fastapi.testclient import TestClient
 
-from service.runtime.config import Settings
 from service.main import create_app
+from service.runtime.config import Settings
 from tests.conftest import AUTH
 
 NEW_DEVICE = {

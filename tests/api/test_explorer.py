@@ -5,14 +5,17 @@ import os
 from pathlib import Path
 
 import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.api.test_browser import CHROMEDRIVER, CHROMIUM, requested_urls  # noqa: F401  (skips without Chromium)
-from tests.api.test_browser import browser  # noqa: F401  (the fixture)
+from tests.api.test_browser import (  # noqa: F401  (skips without Chromium)
+    CHROMEDRIVER,
+    CHROMIUM,
+    browser,
+    requested_urls,
+)
 from tests.conftest import record_artifact
-
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 pytestmark = pytest.mark.dialect_free  # the page reads the API, not the dialect: the SQLite run covers it
 ARTIFACTS = Path(os.environ.get("ROOFLINE_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))

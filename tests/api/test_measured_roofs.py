@@ -1,7 +1,7 @@
 """Measured roofs end to end: submissions override nominal roofs, with provenance in every answer."""
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -222,7 +222,7 @@ def test_concurrent_submissions_all_persist(live_server):
         with httpx.Client(base_url=base, headers=AUTH, timeout=30) as http:
             for n in range(10):
                 body = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 2.0e12 + index * 1e10 + n * 1e8,
-                        "tool": f"writer-{index}", "measured_at": datetime.now(timezone.utc).isoformat()}
+                        "tool": f"writer-{index}", "measured_at": datetime.now(UTC).isoformat()}
                 response = http.post(f"/v1/devices/{H100}/benchmarks", json=body)
                 statuses.append(response.status_code)
                 if response.status_code != 201:

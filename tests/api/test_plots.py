@@ -74,7 +74,7 @@ def test_default_chart_of_every_device_reads_without_a_legend(client, device_id)
     assert all(left <= b[0] and b[2] <= right and top <= b[1] and b[3] <= bottom for b in labels.values())
     assert root.find(f"{SVG}title").text and "Axes:" in root.find(f"{SVG}desc").text
     # An id on every drawn element (definitions, styles and metadata aside), none repeated.
-    drawn = [e for e in drawn_elements(root)]
+    drawn = list(drawn_elements(root))
     assert drawn and all(e.get("id") for e in drawn)
     assert len({e.get("id") for e in drawn}) == len(drawn)
 

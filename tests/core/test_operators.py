@@ -5,7 +5,13 @@ import pytest
 from service.core.errors import CostModelError
 from service.core.hardware import Unit
 from service.core.operators import (
-    attention_cost, elementwise_cost, embedding_cost, layernorm_cost, matmul_cost, rmsnorm_cost, rope_cost,
+    attention_cost,
+    elementwise_cost,
+    embedding_cost,
+    layernorm_cost,
+    matmul_cost,
+    rmsnorm_cost,
+    rope_cost,
     softmax_cost,
 )
 from service.core.operators.attention import causal_pairs

@@ -6,10 +6,9 @@ so the service's extra terms are subtracted before comparing.
 
 import pytest
 
-from tests.conftest import import_torch
-
 from service.core.operators import attention_cost, matmul_cost
 from service.core.operators.attention import SOFTMAX_FLOPS_PER_SCORE
+from tests.conftest import import_torch
 
 torch = import_torch()
 pytestmark = pytest.mark.crosscheck

@@ -8,10 +8,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
+from service.main import create_app
 from service.persistence import repository
 from service.persistence.catalog import DeviceCatalog
 from service.persistence.db import is_sqlite, make_engine
-from service.main import create_app
 from tests.conftest import AUTH
 
 DEVICE = "nvidia-h100-sxm"

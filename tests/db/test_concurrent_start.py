@@ -6,8 +6,8 @@ import multiprocessing
 import pytest
 from sqlalchemy import create_engine, text
 
-from service.persistence.migrate import pending_migration, upgrade
 from service.main import create_app
+from service.persistence.migrate import pending_migration, upgrade
 from service.runtime.config import Settings
 
 

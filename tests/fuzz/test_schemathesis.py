@@ -14,12 +14,15 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import (
-    content_type_conformance, not_a_server_error, response_schema_conformance, status_code_conformance,
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
 )
 from schemathesis.generation import GenerationMode
 
-from service.runtime.config import Settings
 from service.main import create_app
+from service.runtime.config import Settings
 from tests.conftest import AUTH, TOKEN, fresh_database
 
 EXAMPLES_PER_OPERATION = 30

@@ -61,7 +61,7 @@ def test_every_step_from_the_arrays_is_the_per_step_answer(catalog_with_measurem
     answers = ModelStepAnswers(((i, r) for i, r in enumerate(requests) if is_plain_model_step(r)), catalog)
     compared = measured = with_what_ifs = interconnect = 0
     for index, request in enumerate(requests):
-        answer = outcome(lambda: answers.answer(index))
+        answer = outcome(lambda index=index: answers.answer(index))
         if answer is None:
             continue
         assert answer == alone(request, catalog), bodies[index]

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
-from fastapi.responses import StreamingResponse
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
+from schemas.batch import BatchRequest, BatchResponse
 from schemas.fusion import SWIGLU_EXAMPLE, FusionAnalysis, FusionRequest
 from schemas.models import (
     KvCapacity,
@@ -17,18 +18,17 @@ from schemas.models import (
     ModelAnalysis,
     ModelAnalysisRequest,
 )
-from schemas.batch import BatchRequest, BatchResponse
 from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepResult
 from schemas.training import TRAINING_EXAMPLE, TrainingAnalysis, TrainingRequest
-from service.translation.operator_analyses import operator_answer_json
 from service.api.deps import CatalogDep
-from service.api.lean_route import LeanAnalysisRoute
 from service.api.examples import KV_EXAMPLES, MODEL_EXAMPLES, OPERATOR_EXAMPLES
+from service.api.lean_route import LeanAnalysisRoute
 from service.api.responses import INVALID, NOT_FOUND
+from service.runtime.observability import count_analysis
 from service.translation.analyses import batch_json_chunks
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.model_analyses import kv_capacity_request, model_answer_json
-from service.runtime.observability import count_analysis
+from service.translation.operator_analyses import operator_answer_json
 from service.translation.sweeps import compare_devices, run_sweep
 from service.translation.training_analyses import analyze_training_request
 

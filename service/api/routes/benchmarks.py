@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import TypeAdapter, ValidationError
 from fastapi import APIRouter, Body, Query, Response, status
+from pydantic import TypeAdapter, ValidationError
 
 from schemas.benchmarks import (
-    BandwidthBenchmarkCreate, BenchmarkCreate, BenchmarkPublic, ComputeBenchmarkCreate, DeviceRoofs, ErtImport,
+    BandwidthBenchmarkCreate,
+    BenchmarkCreate,
+    BenchmarkPublic,
+    ComputeBenchmarkCreate,
+    DeviceRoofs,
+    ErtImport,
     ErtImportResult,
 )
 from schemas.common import DTypeName, MemoryLevelName, UnitName
-from service.persistence import repository
 from service.api.deps import BenchmarkPath, CatalogDep, DevicePath, SessionDep, WriterDep
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
-from service.core.ert import ert_records
 from service.core.errors import CostModelError
+from service.core.ert import ert_records
+from service.persistence import repository
 from service.runtime.errors import cost_model_error, invalid_nested
 from service.translation.measured_roofs import device_roofs, validate_against_nominal
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from schemas.devices import DeviceCreate, DevicePublic, DeviceSummary, DeviceUpdate, ProfileCreate
-from service.persistence import repository
 from service.api.deps import DevicePath, SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
-from service.translation.device_views import device_public, device_summary, profile_spec, with_derived_peaks
+from service.persistence import repository
 from service.persistence.catalog import nominal_catalog
 from service.runtime.errors import DeviceNotFound
+from service.translation.device_views import device_public, device_summary, profile_spec, with_derived_peaks
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
 

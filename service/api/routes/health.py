@@ -3,9 +3,9 @@
 from fastapi import APIRouter, Response
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.persistence import repository
 from service.api.deps import SessionDep
 from service.core.conventions import conventions
+from service.persistence import repository
 from service.runtime.errors import DatabaseUnavailable
 from service.runtime.observability import metrics_payload
 

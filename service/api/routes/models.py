@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from schemas.models import ModelCreate, ModelPublic, ModelSummary
-from service.persistence import repository
 from service.api.deps import CatalogDep, ModelPath, SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.errors import CostModelError
 from service.core.transformer.params import model_params
+from service.persistence import repository
 from service.translation.model_analyses import architecture_of, catalog_model, model_public, unprocessable
 
 router = APIRouter(prefix="/v1/models", tags=["models"])

@@ -8,12 +8,22 @@ from fastapi import APIRouter, Query, Response
 
 from schemas.common import DTypeName, MemoryLevelName
 from schemas.plots import (
-    ModelRooflinePlotRequest, PlotRequest, ServingPlanPlotRequest, StepBreakdownPlotRequest, SweepPlotRequest,
+    ModelRooflinePlotRequest,
+    PlotRequest,
+    ServingPlanPlotRequest,
+    StepBreakdownPlotRequest,
+    SweepPlotRequest,
 )
 from service.api.deps import CatalogDep, DevicePath
 from service.api.responses import INVALID, NOT_FOUND
 from service.translation.charts import (
-    MEDIA_TYPES, chart, plot_model_roofline, plot_request, plot_serving_plan, plot_step_breakdown, plot_sweep,
+    MEDIA_TYPES,
+    chart,
+    plot_model_roofline,
+    plot_request,
+    plot_serving_plan,
+    plot_step_breakdown,
+    plot_sweep,
 )
 
 router = APIRouter(tags=["plots"])

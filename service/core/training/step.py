@@ -14,15 +14,23 @@ from typing import NamedTuple
 
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
+from service.core.training.collectives import Collective, Link, Topology, ring_all_reduce_bytes, ring_shard_bytes
+from service.core.training.rows import (
+    FORWARD,
+    OPTIMIZER,
+    OPTIMIZER_STATES_PER_PARAMETER,
+    RECOMPUTE,
+    attention_scores_row,
+    backward_rows,
+    forward_layer_rows,
+    forward_model_rows,
+    optimizer_cost,
+    saved_activation_bytes,
+)
 from service.core.transformer.analysis import Evaluator, RowResult, group_label
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.layers import ModelDTypes, Row, Step
 from service.core.transformer.params import layer_params, norm_params
-from service.core.training.collectives import Collective, Link, Topology, ring_all_reduce_bytes, ring_shard_bytes
-from service.core.training.rows import (
-    FORWARD, OPTIMIZER, OPTIMIZER_STATES_PER_PARAMETER, RECOMPUTE, attention_scores_row, backward_rows,
-    forward_layer_rows, forward_model_rows, optimizer_cost, saved_activation_bytes,
-)
 
 FIRST_STAGE, LAST_STAGE = "first stage", "last stage"
 RECOMPUTE_POLICIES = ("none", "selective", "full")

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from service.core.errors import CostModelError
-from service.core.hardware import DeviceSpec
+from service.core.hardware import DeviceSpec, MemoryLevelName
 from service.core.operators import attention_cost
-from service.core.hardware import MemoryLevelName
 from service.core.operators.base import OperatorCost
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, MemoryRoof, RoofMode, require_memory_roof, select_compute_roof
 from service.core.transformer.architecture import Architecture, LayerGroup

@@ -21,7 +21,15 @@ import numpy as np
 from service.core.errors import CostModelError
 from service.core.memo import costing_arrays
 from service.core.transformer.analysis import (
-    Evaluator, ModelAnalysisResult, RowResult, Totals, explain_model, first_matmul, model_step, step_note, step_rows,
+    Evaluator,
+    ModelAnalysisResult,
+    RowResult,
+    Totals,
+    explain_model,
+    first_matmul,
+    model_step,
+    step_note,
+    step_rows,
 )
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.layers import ModelDTypes
@@ -111,7 +119,7 @@ class SteppedRows:
                         return False
                 else:
                     evaluator.compute_roof(row.cost)
-            evaluator.hbm
+            _ = evaluator.hbm  # raises where the device has no HBM roof
         except CostModelError:
             return False
         return True

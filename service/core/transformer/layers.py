@@ -12,10 +12,17 @@ from typing import NamedTuple
 
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
-from service.core.memo import by_value
 from service.core.hardware import Unit
+from service.core.memo import by_value
 from service.core.operators import (
-    attention_cost, elementwise_cost, embedding_cost, layernorm_cost, matmul_cost, rmsnorm_cost, rope_cost, softmax_cost,
+    attention_cost,
+    elementwise_cost,
+    embedding_cost,
+    layernorm_cost,
+    matmul_cost,
+    rmsnorm_cost,
+    rope_cost,
+    softmax_cost,
 )
 from service.core.operators.base import OperatorCost, at_most
 from service.core.transformer.architecture import Architecture, LayerGroup
@@ -47,7 +54,7 @@ class ModelDTypes(NamedTuple):
             return self.lm_head
         return self.activations if tied or self.quantised() else self.weights
 
-    def head(self, tied: bool) -> "ModelDTypes":
+    def head(self, tied: bool) -> ModelDTypes:
         """These dtypes as the LM head's matmul sees them: its own type, no group scales unless it is the weights'."""
         dtype = self.head_dtype(tied)
         if dtype == self.weights and not tied:

@@ -9,8 +9,6 @@ and the softmax; its attention backward is twice its forward, as torch's four sc
 
 import pytest
 
-from tests.conftest import import_crosscheck, import_torch
-
 from service.core.operators import attention_cost
 from service.core.training.collectives import Topology
 from service.core.training.step import TrainingSetup, analyze_training
@@ -18,6 +16,7 @@ from service.core.transformer.analysis import Evaluator
 from service.core.transformer.families import from_hf_config
 from service.core.transformer.params import layer_params
 from service.persistence.catalog import nominal_device
+from tests.conftest import import_crosscheck, import_torch
 
 torch = import_torch()
 transformers = import_crosscheck("transformers")

@@ -5,13 +5,13 @@ import math
 import pytest
 
 from service.core.errors import CostModelError
+from service.core.training.collectives import Link, Topology
+from service.core.training.step import Parallelism, TrainingDTypes, TrainingSetup, analyze_training
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.architecture import from_generic
 from service.core.transformer.families import from_hf_config
 from service.core.transformer.layers import ModelDTypes
 from service.core.transformer.params import model_params
-from service.core.training.collectives import Link, Topology
-from service.core.training.step import Parallelism, TrainingDTypes, TrainingSetup, analyze_training
 from service.persistence.catalog import model_catalog, nominal_device
 
 H100 = nominal_device("nvidia-h100-sxm")

@@ -10,8 +10,8 @@ import pytest
 from service.core.errors import CostModelError
 from service.core.memo import by_value, costing_arrays
 from service.core.transformer.analysis import Evaluator, analyze_model
-from service.core.transformer.families import from_hf_config
 from service.core.transformer.batched_steps import NotVectorisable, SteppedRows, vectorisable
+from service.core.transformer.families import from_hf_config
 from service.core.transformer.layers import ModelDTypes
 from service.persistence.catalog import model_catalog, nominal_device
 

@@ -4,12 +4,12 @@ import math
 
 import pytest
 
-from service.persistence.catalog import model_catalog, nominal_device
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.architecture import from_generic
-from service.core.transformer.families import from_hf_config
 from service.core.transformer.capacity import kv_bytes_per_request, kv_bytes_per_token_per_layer, kv_capacity, weight_bytes
+from service.core.transformer.families import from_hf_config
 from service.core.transformer.layers import ModelDTypes
+from service.persistence.catalog import model_catalog, nominal_device
 
 CONFIGS = {entry["id"]: entry["config"] for entry in model_catalog()}
 H100 = Evaluator(nominal_device("nvidia-h100-sxm"))

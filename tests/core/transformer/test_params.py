@@ -7,9 +7,9 @@ and is stated as 7.61B; DeepSeek-V3 activates 37.55B and states 37B), so theirs 
 
 import pytest
 
-from service.persistence.catalog import model_catalog
 from service.core.transformer.families import from_hf_config
 from service.core.transformer.params import layer_params, model_params
+from service.persistence.catalog import model_catalog
 
 CONFIGS = {entry["id"]: entry["config"] for entry in model_catalog()}
 

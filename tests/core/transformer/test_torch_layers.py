@@ -7,14 +7,13 @@ elementwise work; the service's matmul rows and the non-causal matmul part of at
 
 import pytest
 
-from tests.conftest import import_torch
-
-from service.persistence.catalog import nominal_device
 from service.core.operators import attention_cost
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.architecture import from_generic
 from service.core.transformer.layers import ModelDTypes
 from service.core.transformer.params import layer_params
+from service.persistence.catalog import nominal_device
+from tests.conftest import import_torch
 
 torch = import_torch()
 pytestmark = pytest.mark.crosscheck
