@@ -4,6 +4,7 @@ taken is recorded for the answer's `defaults_applied`."""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,28 +22,30 @@ class ConfigReader:
         self.missing: list[str] = []
         self.defaults: list[str] = []
 
-    def int(self, key: str, default: int | None = None, *, minimum: int = 1, note: str = "") -> int | None:
+    def int(self, key: str, default: int | None = None, *, minimum: int = 1, note: str = "") -> int:
         """An integer within [minimum, MAX_DIMENSION] (MAX_LAYERS for layer counts): bounds far above any real
-        model that keep the per-layer bookkeeping and the counts small."""
+        model that keep the per-layer bookkeeping and the counts small. A missing or invalid key reads as 0 and is
+        recorded: fail_if_missing refuses the config before any such 0 reaches a cost."""
         maximum = MAX_LAYERS if key in LAYER_KEYS else MAX_DIMENSION
         value = self.config.get(key)
         if value is None:
             if default is None:
                 self.missing.append(key)
-                return None
+                return 0
             self.defaults.append(f"{key} = {default}{note}")
             return default
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
             self.missing.append(f"{key} (must be an integer from {minimum} to {maximum})")
-            return None
+            return 0
         return value
 
-    def optional_int(self, key: str, *, minimum: int = 1) -> int | None:
+    # Inside the class `int` names the method above: the annotations below spell the type as builtins.int.
+    def optional_int(self, key: str, *, minimum: builtins.int = 1) -> builtins.int | None:
         if self.config.get(key) is None:
             return None
         return self.int(key, minimum=minimum)
 
-    def int_list(self, key: str) -> list[int]:
+    def int_list(self, key: str) -> list[builtins.int]:
         value = self.config.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             self.missing.append(f"{key} (must be a list of integers)")

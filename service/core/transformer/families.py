@@ -102,8 +102,8 @@ def qwen_moe_experts(r: ConfigReader, layers: int, intermediate: int, config: Ma
 def deepseek_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
     expert_width = r.int("moe_intermediate_size")
     shared = r.int("n_shared_experts", 0, minimum=0)
-    moe = MoE(r.int("n_routed_experts"), r.int("num_experts_per_tok"), expert_width, shared,
-              (expert_width or 0) * (shared or 0), router_bias=config.get("topk_method", "noaux_tc") == "noaux_tc")
+    moe = MoE(r.int("n_routed_experts"), r.int("num_experts_per_tok"), expert_width, shared, expert_width * shared,
+              router_bias=config.get("topk_method", "noaux_tc") == "noaux_tc")
     if moe.experts and moe.top_k and moe.top_k > moe.experts:
         r.missing.append("num_experts_per_tok (cannot exceed n_routed_experts)")
     first_dense = r.int("first_k_dense_replace", 0, minimum=0)
@@ -180,7 +180,7 @@ def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architec
     layers = r.int("num_hidden_layers")
     heads = r.int("num_attention_heads")
     vocab = r.int("vocab_size")
-    kv_heads = r.int("num_key_value_heads", heads, note=" (the config class default: num_attention_heads)") if heads else None
+    kv_heads = r.int("num_key_value_heads", heads, note=" (the config class default: num_attention_heads)") if heads else 0
     activation = r.activation()
     intermediate = r.int("intermediate_size", 0, minimum=0) if family.intermediate_optional else r.int("intermediate_size")
     r.fail_if_missing()
