@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-access-log
+.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-access-log
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ TORCH_CPU := torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 install-test: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,dev]'
 	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet '$(TORCH_CPU)' 2>/dev/null \
 		|| $(BIN)/pip install --quiet --retries 1 --timeout 20 '$(TORCH_CPU)' --extra-index-url $(TORCH_CPU_INDEX) \
 		|| echo "torch (CPU build) could not be installed: the FLOP cross-checks will be skipped"
@@ -38,9 +38,20 @@ serve: migrate
 
 POSTGRES_TEST_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 
-# The whole suite on SQLite (torch FLOP cross-checks included), then again on PostgreSQL when a server
+# What machines check in the code (the rule sets are in pyproject.toml; docs/developing.md says why):
+# lint, types, and no function in service/ above a cyclomatic complexity of 20.
+check: install-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/xenon --max-absolute C service
+
+# The manual (docs/) as a static site in build/site, offline; a warning (a broken link, a page off the nav) fails it.
+docs: install-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The checks and the manual, then the whole suite on SQLite (torch FLOP cross-checks included), then again on PostgreSQL when a server
 # answers at POSTGRES_TEST_URL (REQUIRE_POSTGRES=1 turns a missing server into a failure, as in CI).
-test: install-test
+test: check docs
 	$(BIN)/python -m pytest
 	@if $(BIN)/python -c "import psycopg, sys; psycopg.connect('$(POSTGRES_TEST_URL)'.replace('+psycopg', ''), connect_timeout=3).close()" 2>/dev/null; then \
 		echo "== the suite again on PostgreSQL"; \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every `$ .venv/bin/roofline ...` line of the README in a fresh virtual environment that has the
+# Runs every `$ .venv/bin/roofline ...` line of the README and of the manual (docs/) in a fresh virtual environment that has the
 # runtime dependencies only (no test extras), against a fresh SQLite database: the CLI must work after
 # the README's `pip install -e .`. `serve` is started in the background; the `--url` lines talk to it.
 set -euo pipefail
@@ -20,7 +20,10 @@ export ROOFLINE_DATABASE_URL="sqlite:///$work/cli.db"
 mkdir -p "$work/tests/data" && cp "$root/tests/data/batch_example.jsonl" "$work/tests/data/"
 cd "$work"
 port=18765
-grep -E '^\$ \.venv/bin/roofline ' "$root/README.md" | sed -E 's/^\$ \.venv\/bin\/roofline //; s/ +#.*$//' | while read -r line; do
+# The README first, then the manual's pages in the order its navigation lists them.
+pages=("$root/README.md")
+for page in $(sed -nE 's/^  - [^:]+: ([a-z-]+\.md)$/\1/p' "$root/mkdocs.yml"); do pages+=("$root/docs/$page"); done
+grep -hE '^\$ \.venv/bin/roofline ' "${pages[@]}" | sed -E 's/^\$ \.venv\/bin\/roofline //; s/ +#.*$//' | while read -r line; do
     # shellcheck disable=SC2086
     set -- $line
     case "$1" in

@@ -1,4 +1,4 @@
-"""The folders of service/ are layers, and imports point down only (README: "How the code is laid out").
+"""The folders of service/ are layers, and imports point down only (docs/developing.md: "How the code is laid out").
 
 Every import statement of every module is read from its source, those inside functions included, so a
 late import cannot slip past the rule. The entry point service.main wires the layers into the app and
