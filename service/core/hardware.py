@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from service.core.memo import read_only
+
 
 class Unit(StrEnum):
     tensor = "tensor"  # matrix engines: tensor cores, MFMA units, MXUs
@@ -67,6 +69,10 @@ class DeviceSpec:
     usable_memory_bytes: float | None = None  # what the runtime exposes; None: not published
     node_size: int | None = None  # devices that share the scale-up link (interconnect_bandwidth_bytes_per_s)
     inter_node_bandwidth_bytes_per_s: float | None = None  # per device, per direction, between nodes
+
+    def __post_init__(self):
+        # Frozen all the way down: memos key devices by identity (service/core/memo.py).
+        object.__setattr__(self, "citations", read_only(self.citations))
 
     def peak(self, dtype: str, unit: Unit) -> ComputePeak | None:
         for peak in self.compute_peaks:

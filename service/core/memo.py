@@ -1,21 +1,58 @@
 """Memos of pure functions over the catalog's objects (devices, measured roofs, architectures).
 
-Those objects are immutable and replaced, not changed, when the catalog reloads, and an analysis asks the
-same questions of the same few of them thousands of times a second; hashing one (a device's peaks, an
-architecture's layer groups) would cost about what the answer does. So they are keyed by identity, and
-each entry holds its objects, so a freed object's id reused by a new one can never hit.
+An analysis asks the same questions of the same few catalog objects thousands of times a second, and hashing
+one (a device's peaks, an architecture's layer groups) would cost about what the answer does. So they are keyed
+by identity, and each entry holds its objects, so a freed object's id reused by a new one can never hit.
+
+Keying by identity is only sound because those objects cannot change in place: each is a frozen dataclass whose
+fields are themselves immutable (tuples, read-only mappings, other frozen dataclasses), and the catalog replaces
+them, never edits them, when it reloads. `deeply_frozen` states that rule as code, and a test runs the golden
+requests and checks it on every object any ByIdentity memo holds (tests/core/test_memo.py). Every memo is
+bounded (`limit`), so inline configs, a new architecture per request, cannot pile up.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache, update_wrapper
+from types import MappingProxyType
 from typing import Any, Generic, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+_SCALARS = (type(None), bool, int, float, complex, str, bytes, enum.Enum, datetime.datetime, datetime.date)
+
+
+def deeply_frozen(value: Any) -> bool:
+    """Whether nothing reachable from `value` can be changed in place: scalars, tuples and frozensets of such,
+    read-only mappings of such, and frozen dataclasses whose every field is such."""
+    if isinstance(value, _SCALARS):
+        return True
+    if isinstance(value, (tuple, frozenset)):
+        return all(deeply_frozen(item) for item in value)
+    if isinstance(value, MappingProxyType):
+        return all(deeply_frozen(key) and deeply_frozen(item) for key, item in value.items())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return type(value).__dataclass_params__.frozen and all(  # type: ignore[attr-defined]
+            deeply_frozen(getattr(value, f.name)) for f in dataclasses.fields(value))
+    return False
+
+
+def read_only(mapping: Any) -> MappingProxyType:
+    """A read-only copy of a mapping, for a frozen dataclass's field (set in __post_init__)."""
+    return mapping if isinstance(mapping, MappingProxyType) else MappingProxyType(dict(mapping))
+
+
+# Every ByIdentity memo, for the test that checks what they hold.
+MEMOS: weakref.WeakSet[ByIdentity] = weakref.WeakSet()
 
 
 class ByIdentity(Generic[P, R]):
@@ -29,6 +66,12 @@ class ByIdentity(Generic[P, R]):
         self._compute, self._objects, self._limit = compute, objects, limit
         self._entries: dict[tuple, tuple[tuple, R]] = {}
         update_wrapper(self, compute)
+        MEMOS.add(self)
+
+    def held(self) -> Iterator[Any]:
+        """The objects its entries are keyed by (for tests)."""
+        for objects, _ in self._entries.values():
+            yield from objects
 
     def __call__(self, *arguments: Any, **keywords: Any) -> R:
         objects = self._objects

@@ -11,7 +11,7 @@ from enum import StrEnum
 from service.core.dtypes import DType, peak_dtype
 from service.core.errors import CostModelError, NoComputePeakError
 from service.core.hardware import DeviceSpec, Unit
-from service.core.memo import by_identity
+from service.core.memo import by_identity, read_only
 
 
 class RoofMode(StrEnum):
@@ -46,6 +46,11 @@ class MeasuredRoofs:
     compute: Mapping[tuple[str, str], MeasuredRoof] = field(default_factory=dict)
     memory: Mapping[str, MeasuredRoof] = field(default_factory=dict)
     links: Mapping[str, MeasuredRoof] = field(default_factory=dict)  # "intra_node", "inter_node"
+
+    def __post_init__(self):
+        # Frozen all the way down: memos key measured roofs by identity (service/core/memo.py).
+        for name in ("compute", "memory", "links"):
+            object.__setattr__(self, name, read_only(getattr(self, name)))
 
 
 NO_MEASUREMENTS = MeasuredRoofs()

@@ -50,3 +50,33 @@ def test_errors_are_raised_and_not_kept_and_the_memo_is_bounded():
     assert memo(thing) == 1 and len(attempts) == 2
     held = [Thing(i) for i in range(10)]
     assert [memo(t) for t in held] == list(range(10)) and len(memo._entries) <= 4
+
+
+def test_deeply_frozen_tells_a_mutable_field_apart():
+    from dataclasses import dataclass
+    from types import MappingProxyType
+
+    from service.core.memo import deeply_frozen
+
+    @dataclass(frozen=True)
+    class Holder:
+        value: object
+
+    assert deeply_frozen(Holder((1, "a", MappingProxyType({"k": 2.0}))))
+    assert not deeply_frozen(Holder({"k": 2.0}))  # a dict can change under a memo keyed by identity
+    assert not deeply_frozen(Holder([1]))
+    assert not deeply_frozen(Holder(MappingProxyType({"k": [1]})))
+
+
+def test_every_object_a_memo_keys_by_identity_is_deeply_frozen():
+    """The golden requests (every analysis, on every kind of device, roofs measured and nominal) fill the memos;
+    every object they are keyed by must be immutable all the way down, or an identity key could answer stale."""
+    from service.core.memo import MEMOS, deeply_frozen
+    from tests.golden.record import answer_hashes, load_requests
+
+    answer_hashes(load_requests())
+    held = [obj for memo in list(MEMOS) for obj in memo.held()]
+    assert len(held) > 50
+    kinds = {type(obj).__name__ for obj in held}
+    assert {"DeviceSpec", "MeasuredRoofs", "Architecture"} <= kinds
+    assert [type(obj).__name__ for obj in held if not deeply_frozen(obj)] == []
