@@ -21,6 +21,7 @@ from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec, Unit
 from service.core.memo import ByIdentity
 from service.core.operators.matmul import matmul_notes, matmul_operands
+from service.core.operators.registry import OPERATORS
 from service.core.roofline import HBM, Bound, LevelCeiling, roof_notes
 from service.core.roofs import (
     ComputeRoof,
@@ -59,7 +60,7 @@ if set(MatmulOp.model_fields) != {"kind", "tile", *SHAPE_FIELDS, *OPTION_FIELDS}
 
 
 def is_plain_matmul(request) -> bool:
-    return (isinstance(request, OperatorAnalysisRequest) and request.operator.kind == "matmul"
+    return (isinstance(request, OperatorAnalysisRequest) and OPERATORS[request.operator.kind].array_path
             and request.bytes_by_level is None and request.sustained_clock_hz is None
             and request.measured_time_s is None)
 

@@ -78,3 +78,6 @@ class OperatorKind:
     fusion_fields: Callable[[Wiring], dict] | None
     backward: Backward
     saved_for_backward: Saved
+    # Whether a batch computes many requests of this kind together as arrays (service/core/batched_matmul.py);
+    # the others go one by one. tests/test_one_evaluation.py holds both paths to the same bytes.
+    array_path: bool = False

@@ -171,7 +171,7 @@ def _grouped_matmul_fields(wiring: Wiring) -> dict:
 
 
 MATMUL = OperatorKind("matmul", "a dense matrix product C = A B (+ bias)", matmul_cost, Unit.tensor, "#1f77b4",
-                      "matrix", _matmul_fields, "matmul", "activations_read")
+                      "matrix", _matmul_fields, "matmul", "activations_read", array_path=True)
 GROUPED_MATMUL = OperatorKind("grouped_matmul", "mixture-of-experts projections in one grouped GEMM",
                               grouped_matmul_cost, Unit.tensor, "#aec7e8", "matrix", _grouped_matmul_fields, "matmul",
                               "activations_read")
