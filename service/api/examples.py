@@ -1,6 +1,7 @@
 """Realistic request examples shown in the OpenAPI documentation, one per operator kind."""
 
 from schemas.operators import OPERATOR_KINDS, OPERATOR_MODELS
+from service.core.operators.registry import OPERATORS
 
 _SUMMARIES = {
     "matmul": "A 4096-cube bf16 GEMM",
@@ -16,7 +17,8 @@ _SUMMARIES = {
 
 OPERATOR_EXAMPLES = {
     kind: {
-        "summary": _SUMMARIES[kind],
+        # A kind without a summary of its example here is titled by its descriptor's.
+        "summary": _SUMMARIES.get(kind) or f"{kind}: {OPERATORS[kind].summary}",
         "value": {"device_id": "nvidia-h100-sxm", "operator": model.model_config["json_schema_extra"]["examples"][0]},
     }
     for kind, model in zip(OPERATOR_KINDS, OPERATOR_MODELS)
