@@ -122,15 +122,20 @@ _plain_evaluator = ByIdentity(Evaluator, objects=2, limit=32)
 def evaluator_for(request: ModelAnalysisRequest, catalog: DeviceCatalog) -> Evaluator:
     """Places a request's rows on its device's roofs, with the request's what-ifs."""
     device = catalog.get(request.device_id)
-    measured = catalog.measured(device.id)
-    if request.sustained_clock_hz is None and request.collective_latency_s is None:
-        return _plain_evaluator(device, measured, RoofMode(request.roofs))
-    key = (request.device_id, request.roofs, request.sustained_clock_hz, request.collective_latency_s)
+    return evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz,
+                        request.collective_latency_s)
+
+
+def evaluator_on(device, measured, roofs: str, sustained_clock_hz: float | None = None,
+                 collective_latency_s: float | None = None) -> Evaluator:
+    """Places rows on a device's roofs (measured ones per `roofs`), with what-ifs."""
+    if sustained_clock_hz is None and collective_latency_s is None:
+        return _plain_evaluator(device, measured, RoofMode(roofs))
+    key = (device.id, roofs, sustained_clock_hz, collective_latency_s)
     shared = _batch_evaluators.get()
     if shared is not None and key in shared:
         return shared[key]
-    evaluator = Evaluator(device, measured, RoofMode(request.roofs), request.sustained_clock_hz,
-                          request.collective_latency_s)
+    evaluator = Evaluator(device, measured, RoofMode(roofs), sustained_clock_hz, collective_latency_s)
     if shared is not None:
         shared[key] = evaluator
     return evaluator
@@ -200,8 +205,14 @@ def peak_context(request: ModelAnalysisRequest) -> tuple[int, str]:
 
 def memory_budget_for(request, arch: Architecture, device) -> tuple[MemoryBudget, str]:
     """The device's budget for a request's model, dtypes, parallelism and MemoryOptions, and its basis."""
-    return _budget(arch, device, core_dtypes(request), request.memory_capacity_bytes, request.memory_utilization,
-                   request.workspace_bytes, request.tensor_parallel, request.block_size)
+    return memory_budget_of(arch, device, core_dtypes(request), request, request.tensor_parallel)
+
+
+def memory_budget_of(arch: Architecture, device, dtypes: layers.ModelDTypes, options,
+                     tensor_parallel: int) -> tuple[MemoryBudget, str]:
+    """The device's budget for a model in `dtypes` split over `tensor_parallel`, under a request's MemoryOptions."""
+    return _budget(arch, device, dtypes, options.memory_capacity_bytes, options.memory_utilization,
+                   options.workspace_bytes, tensor_parallel, options.block_size)
 
 
 @by_identity(objects=2)

@@ -1,4 +1,5 @@
-"""POST /v1/plan/serving: the deployment search of service.core.planning.serving, fed by the step model.
+"""POST /v1/plan/serving: the contract mapped into the core once (the model, each device with its roofs, the
+dtypes, each size's memory budget), the core's replica models and search composed, the answer mapped out once.
 
 Per candidate device and tensor-parallel size this costs one prefill analysis and one exact affine sweep of
 the decode step over every concurrency (two analyses), so a search over one device's sizes and 512
@@ -7,21 +8,20 @@ concurrencies costs a handful of analyses, not thousands.
 
 from __future__ import annotations
 
-from schemas.models import ModelAnalysisRequest, StepMemoryOut
+from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
 from service.core.errors import CostModelError
 from service.core.planning import serving
-from service.core.transformer.analysis import analyze_model, batch_time_curve
+from service.core.planning.replica import replica_model
 from service.core.transformer.architecture import Architecture
-from service.core.transformer.capacity import check_positions, kv_bytes_per_request
+from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable
 from service.translation.model_analyses import (
     core_dtypes,
-    evaluator_for,
-    memory_budget_for,
+    evaluator_on,
+    memory_budget_of,
     resolve_model,
-    step_memory_at,
     unprocessable,
 )
 
@@ -31,60 +31,12 @@ def tensor_parallel_sizes(arch: Architecture, total_devices: int) -> list[int]:
     return [t for t in range(1, total_devices + 1) if arch.heads % t == 0 and arch.kv_heads % t == 0]
 
 
-def _step_request(request: ServingPlanRequest, device_id: str, t: int, **step) -> ModelAnalysisRequest:
-    fields = request.model_dump(include={"model_id", "model", "roofs", "sustained_clock_hz", "memory_utilization",
-                                         "memory_capacity_bytes", "workspace_bytes", "block_size", "dtypes"})
-    return ModelAnalysisRequest.model_validate({**fields, "device_id": device_id, "tensor_parallel": t, **step})
-
-
-def _replica(request: ServingPlanRequest, catalog: DeviceCatalog, arch: Architecture, device_id: str,
+def _replica(request: ServingPlanRequest, arch: Architecture, device, evaluator, dtypes, workload: serving.Workload,
              t: int) -> serving.ReplicaModel:
-    device = catalog.get(device_id)
-    mean_context = request.input_len + request.output_len // 2
-    # The caches at their largest: input_len prompt tokens plus all but the last output token.
-    peak = _step_request(request, device_id, t, phase="prefill", seq_len=request.input_len,
-                         output_len=request.output_len)
-    evaluator = evaluator_for(peak, catalog)
-    dtypes = core_dtypes(peak)
-    options = dict(dtypes=dtypes, tensor_parallel=t, attention_implementation="flash", explain=False)
-    prefill = analyze_model(arch, evaluator, phase="prefill", batch=1, seq_len=request.input_len, **options)
-
-    budget, _ = memory_budget_for(peak, arch, device)
-    context = request.input_len + request.output_len - 1
-
-    def memory(c: int):
-        return step_memory_at(budget, peak, batch_size=c, phase="decode")
-
-    # The largest concurrency whose caches fit (memory grows with it): bisect.
-    low, high = 0, MAX_PLAN_CONCURRENCY
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if memory(middle).fits else (low, middle - 1)
-    max_concurrency = low
-
-    def memory_at(c: int) -> dict:
-        return {**vars(memory(c)), "context_len": context}
-
-    decode = {}
-    if max_concurrency:
-        values = list(range(1, max_concurrency + 1))
-        curve = batch_time_curve(arch, evaluator, values=values, phase="decode", seq_len=mean_context, dtypes=dtypes,
-                                 tensor_parallel=t)
-        if curve is not None:
-            decode = dict(zip(values, curve))
-
-    def decode_s(c: int) -> float:
-        if c not in decode:  # no closed form (MoE routing): the step itself
-            decode[c] = analyze_model(arch, evaluator, phase="decode", batch=c, seq_len=mean_context,
-                                      **options).totals.time_s
-        return decode[c]
-
-    link = device.interconnect_bandwidth_bytes_per_s
-    kv_request = kv_bytes_per_request(arch, dtypes, request.input_len, t, request.block_size)
-    return serving.ReplicaModel(
-        tensor_parallel=t, prefill_s=prefill.totals.time_s, decode_s=decode_s, max_concurrency=max_concurrency,
-        memory_at=memory_at,
-        kv_transfer_s=kv_request / link if link else None)
+    budget, _ = memory_budget_of(arch, device, dtypes, request, t)
+    return replica_model(arch, evaluator, budget, dtypes, workload, tensor_parallel=t,
+                         max_concurrency=MAX_PLAN_CONCURRENCY, block_size=request.block_size,
+                         link_bytes_per_s=device.interconnect_bandwidth_bytes_per_s)
 
 
 def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> ServingPlan:
@@ -97,12 +49,14 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     workload = serving.Workload(request.input_len, request.output_len, request.target_requests_per_s,
                                 request.concurrency)
     configs, fitting, skipped, searched = [], [], [], 0
+    dtypes = core_dtypes(request)
     for device_id in dict.fromkeys(request.device_ids):
-        catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
+        device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
+        evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)
         replicas = []
         for t in tensor_parallel_sizes(arch, request.total_devices):
             try:
-                replica = _replica(request, catalog, arch, device_id, t)
+                replica = _replica(request, arch, device, evaluator, dtypes, workload, t)
             except CostModelError as exc:
                 skipped.append(f"{device_id} tensor_parallel {t}: {exc.reason}")
                 continue

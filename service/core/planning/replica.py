@@ -1,0 +1,60 @@
+"""One replica of a deployment (t devices of one kind serving a model with tensor parallelism), as the search
+sees it: composed from the core's own analyses, with no request or catalog in sight. The translation layer
+resolves the device, its roofs (the evaluator), the dtypes and the memory budget once, and hands them here."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from service.core.planning.serving import ReplicaModel, Workload
+from service.core.transformer.analysis import Evaluator, analyze_model, batch_time_curve
+from service.core.transformer.architecture import Architecture
+from service.core.transformer.capacity import MemoryBudget, kv_bytes_per_request
+from service.core.transformer.layers import ModelDTypes
+
+
+def largest_fitting(fits, most: int) -> int:
+    """The largest concurrency in 0..most whose step fits (memory grows with it): a bisection."""
+    low, high = 0, most
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
+
+
+def replica_model(arch: Architecture, evaluator: Evaluator, budget: MemoryBudget, dtypes: ModelDTypes,
+                  workload: Workload, *, tensor_parallel: int, max_concurrency: int, block_size: int,
+                  link_bytes_per_s: float | None) -> ReplicaModel:
+    t, input_len, output_len = tensor_parallel, workload.input_len, workload.output_len
+    mean_context = input_len + output_len // 2
+    step = partial(analyze_model, arch, evaluator, dtypes=dtypes, tensor_parallel=t, attention_implementation="flash",
+                   explain=False)
+    prefill = step(phase="prefill", batch=1, seq_len=input_len)
+    # The caches at their largest: input_len prompt tokens plus all but the last output token.
+    context = input_len + output_len - 1
+
+    def memory(c: int):
+        return budget.at(batch=c, context=context, step_tokens=c)
+
+    fitting = largest_fitting(lambda c: memory(c).fits, max_concurrency)
+
+    def memory_at(c: int) -> dict:
+        return {**vars(memory(c)), "context_len": context}
+
+    decode: dict[int, float] = {}
+    if fitting:
+        values = list(range(1, fitting + 1))
+        curve = batch_time_curve(arch, evaluator, values=values, phase="decode", seq_len=mean_context, dtypes=dtypes,
+                                 tensor_parallel=t)
+        if curve is not None:
+            decode = dict(zip(values, curve))
+
+    def decode_s(c: int) -> float:
+        if c not in decode:  # no closed form (MoE routing): the step itself
+            decode[c] = step(phase="decode", batch=c, seq_len=mean_context).totals.time_s
+        return decode[c]
+
+    kv_request = kv_bytes_per_request(arch, dtypes, input_len, t, block_size)
+    return ReplicaModel(tensor_parallel=t, prefill_s=prefill.totals.time_s, decode_s=decode_s,
+                        max_concurrency=fitting, memory_at=memory_at,
+                        kv_transfer_s=kv_request / link_bytes_per_s if link_bytes_per_s else None)
