@@ -81,6 +81,11 @@ class Row(NamedTuple):
     cost: OperatorCost | None = None
     comm_bytes: float = 0.0  # interconnect bytes per device, for all-reduce rows
     attention_params: dict | None = None  # how an attention row was built, to re-cost it at other lengths
+    # The parameters the operator owns (weights, biases, norm scales), per instance, on this row's device; the
+    # parameter counts and weight bytes of a model are sums of these (params.py). active_params: those one token
+    # uses, where that is fewer (routed experts); None: all of them.
+    params: int = 0
+    active_params: int | None = None
 
     @property
     def is_comm(self) -> bool:
@@ -146,7 +151,17 @@ def _allreduce(name: str, tokens: int, arch: Architecture, dtypes: ModelDTypes, 
     return Row(name, "allreduce", 1, comm_bytes=2 * (tp - 1) / tp * buffer)
 
 
-def _attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
+def linear_params(n: int, k: int, bias: bool = False) -> int:
+    """A [k, n] weight and its optional bias."""
+    return n * k + (n if bias else 0)
+
+
+def norm_weights(arch: Architecture) -> int:
+    """A norm's scale (and a layer norm's shift) over the hidden size."""
+    return arch.hidden * (2 if arch.norm == "layernorm" else 1)
+
+
+def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
     tp, tokens, h = step.tensor_parallel, step.tokens, arch.hidden
     heads = _split(arch.heads, tp, "num_attention_heads")
     act = dtypes.activations
@@ -154,17 +169,20 @@ def _attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: M
         return _latent_attention_rows(arch, step, dtypes, heads)
     kv_heads = _split(arch.kv_heads, tp, "num_key_value_heads")
     d = arch.head_dim
-    rows = [Row("qkv_proj", "matmul", 1, linear_cost(tokens, (heads + 2 * kv_heads) * d, h, dtypes, arch.qkv_bias))]
+    qkv = (heads + 2 * kv_heads) * d
+    rows = [Row("qkv_proj", "matmul", 1, linear_cost(tokens, qkv, h, dtypes, arch.qkv_bias),
+                params=linear_params(qkv, h, arch.qkv_bias))]
     if arch.qk_norm:
-        rows += [Row("q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act)),
-                 Row("k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, d], dtype=act))]
+        rows += [Row("q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act), params=d),
+                 Row("k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, d], dtype=act), params=d)]
     rows += [
         Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + kv_heads, d, act)),
         Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, 2 * kv_heads * d, dtypes)),
         _attention_row(batch=step.batch, heads=heads, kv_heads=kv_heads, head_dim=d, q_len=step.q_len,
                        kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
                        window=group.sliding_window, implementation=step.attention_implementation),
-        Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * d, dtypes, arch.o_bias)),
+        Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * d, dtypes, arch.o_bias),
+            params=linear_params(h, heads * d, arch.o_bias)),
     ]
     return rows
 
@@ -196,21 +214,28 @@ def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, 
     qk_head = lat.qk_nope_head_dim + lat.qk_rope_head_dim
     rows = []
     if lat.q_lora_rank:
-        rows += [Row("q_a_proj", "matmul", 1, linear_cost(tokens, lat.q_lora_rank, h, dtypes)),
-                 Row("q_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, lat.q_lora_rank], dtype=act)),
-                 Row("q_b_proj", "matmul", 1, linear_cost(tokens, heads * qk_head, lat.q_lora_rank, dtypes))]
+        rows += [Row("q_a_proj", "matmul", 1, linear_cost(tokens, lat.q_lora_rank, h, dtypes),
+                     params=linear_params(lat.q_lora_rank, h)),
+                 Row("q_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, lat.q_lora_rank], dtype=act),
+                     params=lat.q_lora_rank),
+                 Row("q_b_proj", "matmul", 1, linear_cost(tokens, heads * qk_head, lat.q_lora_rank, dtypes),
+                     params=linear_params(heads * qk_head, lat.q_lora_rank))]
     else:
-        rows.append(Row("q_proj", "matmul", 1, linear_cost(tokens, heads * qk_head, h, dtypes)))
+        rows.append(Row("q_proj", "matmul", 1, linear_cost(tokens, heads * qk_head, h, dtypes),
+                        params=linear_params(heads * qk_head, h)))
     rows += [
-        Row("kv_a_proj", "matmul", 1, linear_cost(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, h, dtypes)),
-        Row("kv_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, lat.kv_lora_rank], dtype=act)),
+        Row("kv_a_proj", "matmul", 1, linear_cost(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, h, dtypes),
+            params=linear_params(lat.kv_lora_rank + lat.qk_rope_head_dim, h)),
+        Row("kv_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, lat.kv_lora_rank], dtype=act),
+            params=lat.kv_lora_rank),
         Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + 1, lat.qk_rope_head_dim, act)),
         Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, dtypes)),
     ]
     if step.q_len > 1:
+        kv_b = heads * (lat.qk_nope_head_dim + lat.v_head_dim)
         rows += [
-            Row("kv_b_proj", "matmul", 1, linear_cost(step.batch * step.kv_len, heads * (lat.qk_nope_head_dim + lat.v_head_dim),
-                                                  lat.kv_lora_rank, dtypes)),
+            Row("kv_b_proj", "matmul", 1, linear_cost(step.batch * step.kv_len, kv_b, lat.kv_lora_rank, dtypes),
+                params=linear_params(kv_b, lat.kv_lora_rank)),
             _attention_row(batch=step.batch, heads=heads, head_dim=qk_head, v_head_dim=lat.v_head_dim, q_len=step.q_len,
                            kv_len=step.kv_len, dtype=act, kv_dtype=act, causal=True,
                            implementation=step.attention_implementation),
@@ -220,24 +245,30 @@ def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, 
         # Each head has its own absorbed up-projection: per-item B, but weights all the same.
         per_head = dict(batch=heads, weight_shared=False, b_is_weight=True, a_dtype=act, b_dtype=dtypes.weights, c_dtype=act)
         rows += [
-            Row("q_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.kv_lora_rank, k=lat.qk_nope_head_dim, **per_head)),
+            # The absorbed up-projections are kv_b_proj's weights, its key half and its value half.
+            Row("q_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.kv_lora_rank, k=lat.qk_nope_head_dim, **per_head),
+                params=heads * lat.qk_nope_head_dim * lat.kv_lora_rank),
             _attention_row(batch=step.batch, heads=heads, kv_heads=1, head_dim=latent_dim, v_head_dim=lat.kv_lora_rank,
                            q_len=1, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
                            shared_kv=True, implementation=step.attention_implementation),
-            Row("out_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.v_head_dim, k=lat.kv_lora_rank, **per_head)),
+            Row("out_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.v_head_dim, k=lat.kv_lora_rank, **per_head),
+                params=heads * lat.kv_lora_rank * lat.v_head_dim),
         ]
-    rows.append(Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * lat.v_head_dim, dtypes)))
+    rows.append(Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * lat.v_head_dim, dtypes),
+                    params=linear_params(h, heads * lat.v_head_dim)))
     return rows
 
 
 def _mlp_rows(prefix: str, arch: Architecture, tokens: int, width: int, dtypes: ModelDTypes) -> list[Row]:
     act, h = dtypes.activations, arch.hidden
+    up = (2 if arch.gated_mlp else 1) * width
     rows = [Row(f"{prefix}gate_up_proj" if arch.gated_mlp else f"{prefix}up_proj", "matmul", 1,
-                linear_cost(tokens, (2 if arch.gated_mlp else 1) * width, h, dtypes, arch.mlp_bias)),
+                linear_cost(tokens, up, h, dtypes, arch.mlp_bias), params=linear_params(up, h, arch.mlp_bias)),
             Row(f"{prefix}{arch.activation}", "elementwise", 1, _elementwise(arch.activation, (tokens, width), act))]
     if arch.gated_mlp:
         rows.append(Row(f"{prefix}gate_mul", "elementwise", 1, _elementwise("mul", (tokens, width), act)))
-    rows.append(Row(f"{prefix}down_proj", "matmul", 1, linear_cost(tokens, h, width, dtypes, arch.mlp_bias)))
+    rows.append(Row(f"{prefix}down_proj", "matmul", 1, linear_cost(tokens, h, width, dtypes, arch.mlp_bias),
+                    params=linear_params(h, width, arch.mlp_bias)))
     return rows
 
 
@@ -247,18 +278,22 @@ def _moe_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
     active = expected_active_experts(tokens, moe.experts, moe.top_k)
     routed = tokens * moe.top_k
     gate_up = (2 if arch.gated_mlp else 1) * width
+    expert_up, expert_down = linear_params(gate_up, h, arch.mlp_bias), linear_params(h, width, arch.mlp_bias)
     rows = [
-        Row("router", "matmul", 1, linear_cost(tokens, moe.experts, h, dtypes, weight_dtype=act)),
+        Row("router", "matmul", 1, linear_cost(tokens, moe.experts, h, dtypes, weight_dtype=act),
+            params=moe.experts * h + (moe.experts if moe.router_bias else 0)),
         Row("router_softmax", "softmax", 1, softmax_cost(shape=[tokens, moe.experts], dtype=act)),
         Row("experts_gate_up_proj", "grouped_matmul", 1,
-            grouped_expert_matmul(token_rows=routed, active_experts=active, n=gate_up, k=h, dtypes=dtypes)),
+            grouped_expert_matmul(token_rows=routed, active_experts=active, n=gate_up, k=h, dtypes=dtypes),
+            params=moe.experts * expert_up, active_params=moe.top_k * expert_up),
         Row(f"experts_{arch.activation}", "elementwise", 1, _elementwise(arch.activation, (routed, width), act)),
     ]
     if arch.gated_mlp:
         rows.append(Row("experts_gate_mul", "elementwise", 1, _elementwise("mul", (routed, width), act)))
     rows += [
         Row("experts_down_proj", "grouped_matmul", 1,
-            grouped_expert_matmul(token_rows=routed, active_experts=active, n=h, k=width, dtypes=dtypes)),
+            grouped_expert_matmul(token_rows=routed, active_experts=active, n=h, k=width, dtypes=dtypes),
+            params=moe.experts * expert_down, active_params=moe.top_k * expert_down),
         Row("experts_combine", "elementwise", 1,
             _elementwise("combine", (tokens, h), act, moe.top_k, 2 * moe.top_k)),
     ]
@@ -267,19 +302,24 @@ def _moe_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
     return rows
 
 
+def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
+    """The layer's MLP: routed experts (and shared ones) on a MoE layer, else the dense MLP."""
+    if group.moe:
+        return _moe_rows(arch, step, dtypes)
+    return _mlp_rows("", arch, step.tokens, _split(arch.intermediate, step.tensor_parallel, "intermediate_size"), dtypes)
+
+
 def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
     tokens, tp, act = step.tokens, step.tensor_parallel, dtypes.activations
     norms_each = arch.norms_per_layer // 2
-    rows = [Row("attn_norm", arch.norm, norms_each, _norm(arch, [tokens, arch.hidden], dtypes))]
-    rows += _attention_rows(arch, group, step, dtypes)
+    norm = _norm(arch, [tokens, arch.hidden], dtypes)
+    rows = [Row("attn_norm", arch.norm, norms_each, norm, params=norm_weights(arch))]
+    rows += attention_rows(arch, group, step, dtypes)
     if tp > 1:
         rows.append(_allreduce("attn_allreduce", tokens, arch, dtypes, tp))
     rows += [Row("attn_residual", "elementwise", 1, _elementwise("add", (tokens, arch.hidden), act)),
-             Row("mlp_norm", arch.norm, norms_each, _norm(arch, [tokens, arch.hidden], dtypes))]
-    if group.moe:
-        rows += _moe_rows(arch, step, dtypes)
-    else:
-        rows += _mlp_rows("", arch, tokens, _split(arch.intermediate, tp, "intermediate_size"), dtypes)
+             Row("mlp_norm", arch.norm, norms_each, norm, params=norm_weights(arch))]
+    rows += mlp_rows(arch, group, step, dtypes)
     if tp > 1:
         rows.append(_allreduce("mlp_allreduce", tokens, arch, dtypes, tp))
     rows.append(Row("mlp_residual", "elementwise", 1, _elementwise("add", (tokens, arch.hidden), act)))
@@ -291,9 +331,11 @@ def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tup
     last token of each sequence only (what serving engines compute), split over the vocabulary under TP."""
     vocab = _split(arch.vocab, step.tensor_parallel, "vocab_size") if step.tensor_parallel > 1 else arch.vocab
     embed = _embedding(step.tokens, arch.hidden, arch.vocab, dtypes.activations)
-    head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.tokens, arch.hidden], dtypes)),
-            Row("lm_head", "matmul", 1, linear_cost(step.batch, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)))]
-    return [Row("embedding", "embedding", 1, embed)], head
+    head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.tokens, arch.hidden], dtypes), params=norm_weights(arch)),
+            # A tied head is the embedding's table: the embedding row owns it.
+            Row("lm_head", "matmul", 1, linear_cost(step.batch, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)),
+                params=0 if arch.tied_embeddings else linear_params(vocab, arch.hidden))]
+    return [Row("embedding", "embedding", 1, embed, params=arch.vocab * arch.hidden)], head
 
 
 @by_value(maxsize=1024)

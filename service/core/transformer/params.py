@@ -1,4 +1,5 @@
-"""Parameter counts, per layer and for the whole model, total and active per token."""
+"""Parameter counts, per layer and for the whole model, total and active per token: sums of what the rows of
+one token own (Row.params), so a layer feature declares its parameters once, on its rows."""
 
 from __future__ import annotations
 
@@ -6,6 +7,16 @@ from dataclasses import dataclass
 
 from service.core.memo import by_identity
 from service.core.transformer.architecture import Architecture, LayerGroup
+from service.core.transformer.layers import (
+    ModelDTypes,
+    Row,
+    Step,
+    attention_rows,
+    layer_rows,
+    mlp_rows,
+    model_level_rows,
+    norm_weights,
+)
 
 
 @dataclass(frozen=True)
@@ -41,55 +52,40 @@ class ModelParams:
         return self.embedding + self.lm_head + self.final_norm + self.layers_active
 
 
-def attention_params(arch: Architecture) -> int:
-    h = arch.hidden
-    if arch.latent is not None:
-        lat = arch.latent
-        qk_head = lat.qk_nope_head_dim + lat.qk_rope_head_dim
-        if lat.q_lora_rank:
-            q = h * lat.q_lora_rank + lat.q_lora_rank + lat.q_lora_rank * arch.heads * qk_head
-        else:
-            q = h * arch.heads * qk_head
-        kv = (h * (lat.kv_lora_rank + lat.qk_rope_head_dim) + lat.kv_lora_rank
-              + lat.kv_lora_rank * arch.heads * (lat.qk_nope_head_dim + lat.v_head_dim))
-        return q + kv + arch.heads * lat.v_head_dim * h
-    q_out, kv_out = arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim
-    weights = h * q_out + 2 * h * kv_out + q_out * h
-    biases = (q_out + 2 * kv_out if arch.qkv_bias else 0) + (h if arch.o_bias else 0)
-    qk_norms = 2 * arch.head_dim if arch.qk_norm else 0
-    return weights + biases + qk_norms
+# Parameters do not depend on the step: counted on the rows of one token, unsplit, in the default dtypes.
+_ONE_TOKEN = Step(batch=1, q_len=1, kv_len=1)
+_DTYPES = ModelDTypes()
 
 
-def mlp_params(arch: Architecture, width: int) -> int:
-    projections = 3 if arch.gated_mlp else 2
-    biases = ((2 if arch.gated_mlp else 1) * width + arch.hidden) if arch.mlp_bias else 0
-    return projections * arch.hidden * width + biases
+def _owned(rows: list[Row]) -> int:
+    return sum(row.count * row.params for row in rows)
 
 
-def norm_params(arch: Architecture) -> int:
-    return arch.hidden * (2 if arch.norm == "layernorm" else 1)
+def _active(rows: list[Row]) -> int:
+    return sum(row.count * (row.params if row.active_params is None else row.active_params) for row in rows)
 
 
 def layer_params(arch: Architecture, group: LayerGroup) -> LayerParams:
-    norms = arch.norms_per_layer * norm_params(arch)
-    attention = attention_params(arch)
-    if not group.moe:
-        dense = mlp_params(arch, arch.intermediate)
-        return LayerParams(attention, dense, dense, norms)
-    moe = arch.moe
-    expert = mlp_params(arch, moe.expert_intermediate)
-    shared = mlp_params(arch, moe.shared_intermediate) if moe.shared_experts else 0
-    router = arch.hidden * moe.experts + (moe.experts if moe.router_bias else 0)
-    return LayerParams(attention, router + moe.experts * expert + shared, router + moe.top_k * expert + shared, norms)
+    """A layer's parameters, summed over the rows that own them: its attention block, its MLP (every expert, and
+    the ones a token uses) and its norms (what the layer's rows own beyond the two blocks)."""
+    attention = _owned(attention_rows(arch, group, _ONE_TOKEN, _DTYPES))
+    mlp = mlp_rows(arch, group, _ONE_TOKEN, _DTYPES)
+    whole = _owned(layer_rows(arch, group, _ONE_TOKEN, _DTYPES))
+    return LayerParams(attention, _owned(mlp), _active(mlp), whole - attention - _owned(mlp))
+
+
+def norm_params(arch: Architecture) -> int:
+    return norm_weights(arch)
 
 
 @by_identity(objects=1)
 def model_params(arch: Architecture) -> ModelParams:
     per_group = [(group.count, layer_params(arch, group)) for group in arch.groups]
+    (embedding,), (final_norm, lm_head) = model_level_rows(arch, _ONE_TOKEN, _DTYPES)
     return ModelParams(
-        embedding=arch.vocab * arch.hidden,
-        lm_head=0 if arch.tied_embeddings else arch.vocab * arch.hidden,
-        final_norm=norm_params(arch),
+        embedding=embedding.params,
+        lm_head=lm_head.params,
+        final_norm=final_norm.params,
         layers_total=sum(count * p.total for count, p in per_group),
         layers_active=sum(count * p.active for count, p in per_group),
     )
