@@ -35,7 +35,7 @@ class BatchItem(StrictModel):
     """An item whose request did not validate as its analysis's: answered with that analysis's error."""
 
     id: str | None = ITEM_ID
-    analysis: BatchAnalysisName = ANALYSIS
+    analysis: BatchAnalysisName = ANALYSIS  # type: ignore[valid-type]  # a Literal built from the registry
     request: dict[str, Any] = Field(description="The body that endpoint takes")
 
 
@@ -45,7 +45,7 @@ class BatchItem(StrictModel):
 # with the error its own endpoint would give.
 TYPED_ITEMS = tuple(
     create_model(f"Batch{''.join(part.title() for part in name.split('-'))}Item", __base__=StrictModel,
-                 id=(str | None, ITEM_ID), analysis=(Literal[name], ANALYSIS),
+                 id=(str | None, ITEM_ID), analysis=(Literal[name], ANALYSIS),  # type: ignore[arg-type]
                  request=(model, Field(description=f"The body the {name} analysis takes")))
     for name, model in BATCH_REQUEST_MODELS.items())
 # A union over a tuple built at run time: only Union[...] can spell it.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
 
@@ -50,3 +50,9 @@ class ErrorResponse(BaseModel):
     error: ErrorCode = Field(description="Stable machine-readable error code", examples=["validation_error"])
     detail: str = Field(description="Human-readable explanation")
     fields: list[FieldError] = Field(default_factory=list, description="Per-field reasons, for 422 responses")
+
+
+def example_of(model: type[BaseModel]) -> dict[str, Any]:
+    """The first example a request model documents (its json_schema_extra)."""
+    extra: Any = model.model_config.get("json_schema_extra")
+    return extra["examples"][0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -50,7 +50,7 @@ class DerivedPeakOut(BaseModel):
     datasheet_flops_per_s: float | None = Field(description="The stored peak of the same dtype and unit, if any, FLOP/s")
 
 
-H100_EXAMPLE = {
+H100_EXAMPLE: dict[str, Any] = {
     "name": "H100 SXM5 80GB",
     "vendor": "NVIDIA",
     "architecture": "Hopper (GH100)",

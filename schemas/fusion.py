@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,7 +31,7 @@ class FusionOp(BaseModel):
     outputs: list[TensorName] = Field(min_length=1, max_length=1)
 
 
-SWIGLU_EXAMPLE = {
+SWIGLU_EXAMPLE: dict[str, Any] = {
     "device_id": "nvidia-h100-sxm",
     "tensors": {"gate": {"shape": [4096, 14336]}, "up": {"shape": [4096, 14336]},
                 "act": {"shape": [4096, 14336]}, "h": {"shape": [4096, 14336]}},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import ConfigDict, Field
 
@@ -162,12 +162,14 @@ class AttentionOp(StrictModel):
 
 # The request body of each kind the core's registry holds, in the registry's order: a kind the core analyses
 # without a request model here (or one here the core does not know) fails at import, not at a client.
-_REQUEST_MODELS = {model.model_fields["kind"].annotation.__args__[0]: model for model in (
+_REQUEST_MODELS = {model.model_fields["kind"].annotation.__args__[0]: model for model in (  # type: ignore[union-attr]
     MatmulOp, GroupedMatmulOp, ElementwiseOp, LayerNormOp, RMSNormOp, SoftmaxOp, EmbeddingOp, RopeOp, AttentionOp)}
 if set(_REQUEST_MODELS) != set(KINDS):
     raise ImportError(f"operator kinds without a request model or a descriptor: {set(_REQUEST_MODELS) ^ set(KINDS)}")
 OPERATOR_MODELS = tuple(_REQUEST_MODELS[kind] for kind in KINDS)
 OPERATOR_KINDS = KINDS
 
-# A union over a tuple built at run time: only Union[...] can spell it.
-Operator = Annotated[Union[OPERATOR_MODELS], Field(discriminator="kind")]  # noqa: UP007
+if TYPE_CHECKING:  # a union built at run time from the registry, which a checker cannot follow
+    Operator = Any
+else:  # only Union[...] can spell a union over a tuple
+    Operator = Annotated[Union[OPERATOR_MODELS], Field(discriminator="kind")]  # noqa: UP007

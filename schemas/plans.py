@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -12,7 +12,7 @@ from schemas.models import Length, MemoryOptions, ModelChoice, ModelDTypes, Step
 
 MAX_PLAN_CONCURRENCY = 512
 
-PLAN_EXAMPLE = {"model_id": "llama-3.1-8b", "device_ids": ["nvidia-h100-sxm"], "total_devices": 8,
+PLAN_EXAMPLE: dict[str, Any] = {"model_id": "llama-3.1-8b", "device_ids": ["nvidia-h100-sxm"], "total_devices": 8,
                 "input_len": 4000, "output_len": 500, "slo": {"ttft_s": 1.0, "tpot_s": 0.02}}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,7 +64,7 @@ class TrainingStepOptions(RoofOptions, UsableMemory):
         None, le=1, description="Fixed cost of one collective or send that crosses nodes, seconds; default 1e-5")
 
 
-TRAINING_EXAMPLE = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "seq_len": 8192, "micro_batch_size": 1,
+TRAINING_EXAMPLE: dict[str, Any] = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "seq_len": 8192, "micro_batch_size": 1,
                     "gradient_accumulation_steps": 4, "data_parallel": 16, "tensor_parallel": 4, "zero_stage": 1}
 
 

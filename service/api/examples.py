@@ -1,5 +1,6 @@
 """Realistic request examples shown in the OpenAPI documentation, one per operator kind."""
 
+from schemas.common import example_of
 from schemas.operators import OPERATOR_KINDS, OPERATOR_MODELS
 from service.core.operators.registry import OPERATORS
 
@@ -19,7 +20,7 @@ OPERATOR_EXAMPLES = {
     kind: {
         # A kind without a summary of its example here is titled by its descriptor's.
         "summary": _SUMMARIES.get(kind) or f"{kind}: {OPERATORS[kind].summary}",
-        "value": {"device_id": "nvidia-h100-sxm", "operator": model.model_config["json_schema_extra"]["examples"][0]},
+        "value": {"device_id": "nvidia-h100-sxm", "operator": example_of(model)},
     }
     for kind, model in zip(OPERATOR_KINDS, OPERATOR_MODELS)
 }

@@ -1,19 +1,24 @@
 """Documented error responses, for the `responses=` of each route."""
 
+from typing import Any
+
 from schemas.common import ErrorResponse
 
-NOT_FOUND = {404: {"model": ErrorResponse, "description": "Unknown device, model or benchmark"}}
+# FastAPI's own type for `responses=`.
+Responses = dict[int | str, dict[str, Any]]
+
+NOT_FOUND: Responses = {404: {"model": ErrorResponse, "description": "Unknown device, model or benchmark"}}
 # Errors of a request body (service.api.openapi keeps them only on operations that take one).
-BAD_BODY = {
+BAD_BODY: Responses = {
     400: {"model": ErrorResponse, "description": "`malformed_json`: the body is not valid JSON"},
     413: {"model": ErrorResponse, "description": "`payload_too_large`: a body over ROOFLINE_MAX_BODY_BYTES"},
     415: {"model": ErrorResponse, "description": "`unsupported_media_type`: a body that is not application/json"},
 }
-INVALID = {
+INVALID: Responses = {
     **BAD_BODY,
     422: {"model": ErrorResponse, "description": "Invalid request; `fields` names each field and the reason"},
 }
-UNAUTHORIZED = {401: {"model": ErrorResponse, "description": "Missing, malformed or wrong bearer token"}}
-CONFLICT = {409: {"model": ErrorResponse, "description": "A resource with that id already exists"}}
-UNAVAILABLE = {503: {"model": ErrorResponse,
+UNAUTHORIZED: Responses = {401: {"model": ErrorResponse, "description": "Missing, malformed or wrong bearer token"}}
+CONFLICT: Responses = {409: {"model": ErrorResponse, "description": "A resource with that id already exists"}}
+UNAVAILABLE: Responses = {503: {"model": ErrorResponse,
                      "description": "The database was busy or unreachable; retry after the `Retry-After` seconds"}}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 from service.core.errors import CostModelError
 from service.core.operators.kind import Tensor, Wiring
@@ -31,7 +32,7 @@ class GraphOp:
     outputs: tuple[str, ...]
 
 
-def _fail(where: str, reason: str):
+def _fail(where: str, reason: str) -> NoReturn:
     raise CostModelError(where, reason)
 
 

@@ -74,7 +74,7 @@ class DeviceSpec:
         # Frozen all the way down: memos key devices by identity (service/core/memo.py).
         object.__setattr__(self, "citations", read_only(self.citations))
 
-    def peak(self, dtype: str, unit: Unit) -> ComputePeak | None:
+    def peak(self, dtype: str, unit: Unit | str) -> ComputePeak | None:
         for peak in self.compute_peaks:
             if peak.dtype == dtype and peak.unit == unit:
                 return peak

@@ -64,7 +64,7 @@ class RooflineResult(NamedTuple):
     arithmetic_intensity: float  # F / HBM bytes
     ridge_point: float  # compute roof / HBM bandwidth
     bound: Bound
-    binding_level: MemoryLevelName | None  # the memory level that binds; None when compute binds
+    binding_level: str | None  # the memory level that binds (a MemoryLevelName's value); None when compute binds
     attainable_flops_per_s: float
     compute_time_s: float
     memory_time_s: float
@@ -136,8 +136,8 @@ def analyze(
     _finite("operator", cost.flops, cost.bytes_total)
     if cost.bytes_total <= 0:
         raise CostModelError("operator", "moves no bytes, so its arithmetic intensity is undefined")
-    compute, notes = select_compute_roof(device, measured, cost.compute_dtype, cost.unit, mode)
-    notes = list(notes)
+    compute, roof_notes_ = select_compute_roof(device, measured, cost.compute_dtype, cost.unit, mode)
+    notes = list(roof_notes_)
     if sustained_clock_hz is not None or compute_efficiency < 1.0:
         compute = _scaled_compute_roof(compute, device, sustained_clock_hz, compute_efficiency, notes)
     ceilings, level_notes = _level_ceilings(cost, device, measured, mode, compute.flops_per_s, bytes_by_level)
@@ -201,11 +201,12 @@ def _hbm_and_slowest(ceilings: list[LevelCeiling]) -> tuple[LevelCeiling, LevelC
     """HBM's ceiling (the headline intensity's) and the level that takes longest."""
     if not ceilings:
         raise CostModelError("bytes_by_level", "no memory level with a known bandwidth carries traffic")
-    hbm = slowest = None
+    hbm: LevelCeiling | None = None
+    slowest = ceilings[0]
     for ceiling in ceilings:
         if ceiling.roof.level == HBM and hbm is None:
             hbm = ceiling
-        if slowest is None or ceiling.time_s > slowest.time_s:
+        if ceiling.time_s > slowest.time_s:
             slowest = ceiling
     if hbm is None:
         raise CostModelError("bytes_by_level", "HBM traffic must be positive: the headline intensity is FLOPs per HBM byte")

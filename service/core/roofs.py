@@ -162,7 +162,7 @@ NOMINAL_FLOOR = 0.10
 
 
 def nominal_value(device: DeviceSpec, kind: str, key: tuple[str, str] | str) -> float | None:
-    if kind == "compute":
+    if isinstance(key, tuple):  # a compute roof's (dtype, unit)
         dtype, unit = key
         peak = device.peak(peak_dtype(dtype), unit)
         return peak.flops_per_s if peak else None
@@ -177,7 +177,7 @@ def nominal_mismatch(device: DeviceSpec, kind: str, key: tuple[str, str] | str, 
     or None when it is plausible."""
     nominal = nominal_value(device, kind, key)
     if nominal is None:
-        if kind != "compute":
+        if not isinstance(key, tuple):
             return None  # bandwidths the datasheet leaves out (an H100's L2, a PCIe card's network) are welcome
         dtype, unit = key
         return ("off_nominal_reason", f"device {device.id} has no nominal {dtype} {unit} peak, so a measurement of it "

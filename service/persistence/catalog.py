@@ -126,6 +126,7 @@ def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
     for row in rows:
         if row.kind == "compute":
             # Keyed as peaks are: both fp8 encodings measure the device's one fp8 roof.
+            assert row.dtype is not None  # the contract requires a compute benchmark's dtype
             compute[row.device_id][(peak_dtype(row.dtype), row.unit)].append((row.flops_per_s, row.measured_at))
         elif row.kind == "link_bandwidth":
             links[row.device_id][row.level].append((row.bytes_per_s, row.measured_at))  # the link's name

@@ -119,7 +119,7 @@ def upgrade(url: str, revision: str = "head") -> None:
         engine.dispose()
 
 
-def pending_migration(url: str) -> tuple[str | None, str] | None:
+def pending_migration(url: str) -> tuple[str | None, str | None] | None:
     """(the database's revision, the head) when the database is behind the code; None when at head."""
     head = head_revision()
     if head is None:

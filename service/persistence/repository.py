@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import update
+from sqlalchemy import Engine, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from service.persistence.db import database_file_intact
 from service.persistence.tables import Benchmark, CatalogState, Device, ModelConfig, utcnow
@@ -14,7 +14,7 @@ from service.runtime.errors import AlreadyExists, BenchmarkNotFound, DatabaseUna
 
 
 def _require_intact_file(session: Session) -> None:
-    if not database_file_intact(session.get_bind()):
+    if not database_file_intact(cast(Engine, session.get_bind())):  # sessions are bound to the engine
         raise DatabaseUnavailable("the database file was deleted or replaced while the service ran; nothing was "
                                   "written. Restart the service against the right file")
 
@@ -23,7 +23,7 @@ def _bump_version(session: Session) -> None:
     """Every write to the catalog bumps its version in the same transaction (see catalog.py), after
     checking that the SQLite file is still the one the service opened."""
     _require_intact_file(session)
-    session.exec(update(CatalogState).where(CatalogState.id == 1).values(version=CatalogState.version + 1))
+    session.exec(update(CatalogState).where(col(CatalogState.id) == 1).values(version=col(CatalogState.version) + 1))
 
 
 def catalog_version(session: Session) -> int:
@@ -86,7 +86,7 @@ def replace_device(session: Session, *, device_id: str, spec: dict[str, Any]) ->
 def restore_catalog_device(session: Session, *, device_id: str, entry: dict[str, Any]) -> Device:
     """Puts a shipped catalog entry back as it ships (re-created if it was deleted); its benchmarks stay."""
     columns = set(Device.model_fields) - {"id", "origin", "created_at", "updated_at"}
-    spec = {name: entry.get(name) for name in columns}
+    spec: dict[str, Any] = {name: entry.get(name) for name in columns}
     device = session.get(Device, device_id)
     now = utcnow()
     if device is None:
@@ -140,7 +140,7 @@ def list_benchmarks(session: Session, *, device_id: str | None = None, kind: str
                           (Benchmark.unit, unit), (Benchmark.level, level), (Benchmark.host, host)):
         if value is not None:
             query = query.where(column == value)
-    return list(session.exec(query.order_by(Benchmark.id).offset(offset).limit(limit)))
+    return list(session.exec(query.order_by(col(Benchmark.id)).offset(offset).limit(limit)))
 
 
 def all_benchmarks(session: Session) -> list[Benchmark]:

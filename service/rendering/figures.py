@@ -4,7 +4,9 @@ that never lets two labels overlap, and the finished file (SVG with real text, a
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from service.core.operators.registry import OPERATORS
 
@@ -43,8 +45,8 @@ def slug(text: str) -> str:
 class Label:
     """A text to place near `anchor` (data coordinates) at the first offset (points) where it overlaps nothing."""
 
-    artist: object  # a matplotlib Annotation
-    offsets: list[tuple[float, float]]
+    artist: Any  # a matplotlib Annotation
+    offsets: Sequence[tuple[float, float]]
     x_range: tuple[float, float] | None = None  # display x the label must stay within (a roof's own extent)
 
 

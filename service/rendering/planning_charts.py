@@ -140,7 +140,7 @@ def pareto_figure(points: list[ServingPoint], *, title: str, image_format: str,
                   min_per_user: float | None = None) -> bytes:
     """Tokens/s per device against tokens/s per user: the frontier joined, the ranked configurations numbered
     and keyed below."""
-    ranked = sorted((p for p in points if p.ranked is not None), key=lambda p: p.ranked)
+    ranked = sorted((p for p in points if p.ranked is not None), key=lambda p: p.ranked or 0)
     fig = new_figure(9, 5.8 + 0.19 * len(ranked))
     key_fraction = 0.19 * len(ranked) / fig.get_figheight()
     ax = fig.add_axes((0.1, 0.1 + key_fraction, 0.86, 0.8 - key_fraction))

@@ -12,6 +12,7 @@ Every drawn element carries an id.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.core.hardware import DeviceSpec
@@ -57,7 +58,7 @@ class _Roof:
         return "+".join(slug(n) for n in self.names)
 
 
-def _roofs(device: DeviceSpec, measured: MeasuredRoofs, dtypes: list[tuple[str, str]], levels: list[str],
+def _roofs(device: DeviceSpec, measured: MeasuredRoofs, dtypes: Sequence[tuple[str, str]], levels: Sequence[str],
            roofs: str) -> tuple[list[_Roof], list[_Roof]]:
     """(compute roofs, memory roofs) to draw: every nominal one, and the measured ones that differ."""
     modes = [RoofMode.nominal] if roofs == "nominal" else [RoofMode.nominal, RoofMode.effective]
@@ -70,15 +71,15 @@ def _roofs(device: DeviceSpec, measured: MeasuredRoofs, dtypes: list[tuple[str, 
             if (roof.dtype, roof.unit) == (dtype, unit) and (mode == RoofMode.nominal or roof.source.value == "measured"):
                 computes.setdefault((roof.flops_per_s, roof.source.value), []).append((dtype, unit))
         for level in levels:
-            roof = select_memory_roof(device, measured, level, mode)
-            if roof and (mode == RoofMode.nominal or roof.source.value == "measured"):
-                memories.append(_Roof((level,), roof.bytes_per_s, roof.source.value, LEVEL_COLOURS[level]))
+            memory_roof = select_memory_roof(device, measured, level, mode)
+            if memory_roof and (mode == RoofMode.nominal or memory_roof.source.value == "measured"):
+                memories.append(_Roof((level,), memory_roof.bytes_per_s, memory_roof.source.value, LEVEL_COLOURS[level]))
     compute = [_Roof(tuple(f"{d} {u}" for d, u in keys), value, source, colours[keys[0]])
                for (value, source), keys in computes.items()]
     return compute, memories
 
 
-def _ridge_keys(points: list[PlotPoint], ridges: list[str] | None, computes: list[_Roof]) -> set[str]:
+def _ridge_keys(points: list[PlotPoint], ridges: Sequence[str] | None, computes: list[_Roof]) -> set[str]:
     if ridges is not None:
         return set(ridges)
     wanted = {p.dtype for p in points if p.dtype}
@@ -121,9 +122,9 @@ def _numbered(drawn: list[PlotPoint]) -> list[PlotPoint]:
     return ordered[:24]
 
 
-def roofline_figure(device: DeviceSpec, measured: MeasuredRoofs, *, dtypes: list[tuple[str, str]],
-                    levels: list[str], roofs: str, points: list[PlotPoint], image_format: str,
-                    ridges: list[str] | None = None, title: str | None = None) -> bytes:
+def roofline_figure(device: DeviceSpec, measured: MeasuredRoofs, *, dtypes: Sequence[tuple[str, str]],
+                    levels: Sequence[str], roofs: str, points: list[PlotPoint], image_format: str,
+                    ridges: Sequence[str] | None = None, title: str | None = None) -> bytes:
     computes, memories = _roofs(device, measured, dtypes, levels, roofs)
     if not computes or not memories:
         raise ValueError("nothing to draw: no compute roof for the dtypes or no bandwidth for the levels asked for")

@@ -107,7 +107,7 @@ def _loc(parts) -> str:
 def client_path(loc: tuple) -> list:
     """The error's location as the client wrote the body: pydantic adds the tag of a discriminated
     union member (body.operator.matmul.m) and validator names, neither of which is in the request."""
-    path = []
+    path: list = []
     for part in loc:
         if isinstance(part, str) and (part in UNION_TAGS and path and path[-1] in UNION_FIELDS
                                       or part.startswith(("function-", "tagged-union["))):

@@ -45,6 +45,7 @@ class Analysis:
     def answer_json(self, request: BaseModel, catalog: DeviceCatalog) -> bytes:
         if self.write_json is not None:
             return self.write_json(request, catalog)
+        assert self.run is not None  # every analysis has one or the other
         return self.run(request, catalog).model_dump_json().encode()
 
 
@@ -85,8 +86,8 @@ BATCH_SLOTS = threading.BoundedSemaphore(1)
 
 def _work(item) -> int:
     """An item's cost in units of one operator or model step, from its request alone (before it runs)."""
-    body = item.request
-    if isinstance(body, BaseModel):  # validated: its fields are known good
+    body: Any = item.request
+    if isinstance(item.request, BaseModel):  # validated: its fields are known good
         if item.analysis == "sweep":
             return max(1, len(body.values)) if body.values is not None else max(1, body.range.num or MAX_SWEEP_POINTS)
         if item.analysis == "compare":
@@ -149,7 +150,8 @@ def batch_json_chunks(request: BatchRequest | TypedBatchRequest, catalog: Device
 
 def _chunks(items: list, catalog: DeviceCatalog) -> Iterator[bytes]:
     evaluators: dict = {}  # items on one device share its roofs and evaluated rows, across the pieces
-    matmuls = steps = None
+    matmuls: MatmulAnswers | None = None
+    steps: ModelStepAnswers | None = None
     yield b'{"results":['
     index = 0
     while index < len(items):
@@ -160,7 +162,7 @@ def _chunks(items: list, catalog: DeviceCatalog) -> Iterator[bytes]:
         # 1,000 model steps in flight: 4,740-5,040 steps/s with two at once, 5,480 with one), and every one more
         # multiplied the memory (32 concurrent batches, unchunked, peaked at 750 MB in one worker).
         with BATCH_SLOTS, shared_evaluators(evaluators):
-            if matmuls is None:  # the numbers of every plain matmul at once (a few hundred kilobytes), written per piece
+            if matmuls is None or steps is None:  # the numbers of every plain matmul at once (a few hundred kilobytes), written per piece
                 matmuls = MatmulAnswers(((at, item.request) for at, item in enumerate(items)
                                          if item.analysis == "operator" and is_plain_matmul(item.request)), catalog)
                 steps = ModelStepAnswers(((at, item.request) for at, item in enumerate(items)

@@ -4,6 +4,8 @@ a step's time by operator kind, a sweep and a serving plan's frontier."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -42,9 +44,9 @@ def default_roofs(device: DeviceSpec) -> list[tuple[str, str]]:
     return [(d, "tensor") for d in tensor] + vector
 
 
-def chart(catalog: DeviceCatalog, device_id: str, *, roofs: str, compute: list[tuple[str, str]] | None,
-          levels: list[str] | None, points: list[PlotPoint], image_format: str, ridges: list[str] | None = None,
-          title: str | None = None) -> bytes:
+def chart(catalog: DeviceCatalog, device_id: str, *, roofs: str, compute: Sequence[tuple[str, str]] | None,
+          levels: Sequence[str] | None, points: list[PlotPoint], image_format: str,
+          ridges: Sequence[str] | None = None, title: str | None = None) -> bytes:
     device = catalog.get(device_id)
     # Each roof once, whatever the request repeated: repeats drew the same line again (1,000 took 16 s).
     compute = list(dict.fromkeys(compute or default_roofs(device)))
@@ -61,7 +63,8 @@ def analysed_points(request: PlotRequest, catalog: DeviceCatalog) -> list[PlotPo
     for index, point in enumerate(request.points):
         body = {**point.request, "device_id": request.device_id, "roofs": request.roofs}
         try:
-            parsed = (OperatorAnalysisRequest if point.endpoint == "operator" else ModelAnalysisRequest).model_validate(body)
+            parsed: Any = (OperatorAnalysisRequest if point.endpoint == "operator"
+                           else ModelAnalysisRequest).model_validate(body)
         except ValidationError as exc:
             raise invalid_nested(exc, ["body", "points", str(index), "request"]) from None
         if point.endpoint == "operator":
@@ -98,8 +101,10 @@ def plot_model_roofline(request: ModelRooflinePlotRequest, catalog: DeviceCatalo
                         r.flops / r.time_s, r.bound, share=r.total_time_s / total, dtype=request.dtypes.activations)
               for r in result.rows if r.bound != "interconnect" and r.flops > 0 and r.bytes > 0 and r.time_s > 0]
     device = catalog.get(request.device_id)
-    compute = [(request.dtypes.activations, "tensor")] + ([("fp32", "vector")] if device.peak("fp32", "vector") else [])
-    compute = [(d, u) for d, u in compute if device.peak(d, u)] or None
+    wanted: list[tuple[str, str]] = [(request.dtypes.activations, "tensor")]
+    if device.peak("fp32", "vector"):
+        wanted.append(("fp32", "vector"))
+    compute = [(d, u) for d, u in wanted if device.peak(d, u)] or None
     return chart(catalog, request.device_id, roofs=request.roofs, compute=compute, levels=["hbm"], points=points,
                  image_format=request.format, title=f"Operators of {_step_title(request, model)}")
 

@@ -140,7 +140,8 @@ class _Plan:
         # A matmul's numbers come as one JSON text of floats in the template's order; the count of tiles, an int,
         # and the texts made per matmul (PER_MATMUL_TEXT) go between them where `cuts` says.
         self.numeric = [name for name in names if name not in PER_MATMUL_TEXT]
-        self.cuts, start = [], 0
+        self.cuts: list[tuple[int, int, str]] = []
+        start = 0
         for position, name in enumerate(names):
             if name in PER_MATMUL_TEXT:
                 end = position - len(self.cuts)

@@ -65,9 +65,9 @@ def device_roofs(device: DeviceSpec, measured: MeasuredRoofs) -> DeviceRoofs:
         effective = select_memory_roof(device, measured, level, RoofMode.effective)
         if effective is None:
             continue
-        nominal = device.memory_level(level)
+        nominal_level = device.memory_level(level)
         memory.append(MemoryRoofView(
-            level=level, nominal_bytes_per_s=nominal.bandwidth_bytes_per_s if nominal else None,
+            level=level, nominal_bytes_per_s=nominal_level.bandwidth_bytes_per_s if nominal_level else None,
             measured=_stats(measured.memory.get(level)), effective_bytes_per_s=effective.bytes_per_s,
             source=effective.source))
     hbm = next(m for m in memory if m.level == MemoryLevelName.hbm)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import partial
 from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
@@ -84,6 +85,7 @@ def resolve_model(choice: ModelChoice, catalog: DeviceCatalog) -> tuple[str, Arc
     if choice.model_id is not None:
         row, arch = catalog_model(catalog, choice.model_id)
         return row.id, arch
+    assert choice.model is not None  # the contract takes exactly one of model_id and model
     try:
         arch = architecture_of(choice.model)
     except CostModelError as exc:
@@ -151,14 +153,14 @@ def run_model_analysis(request: ModelAnalysisRequest, catalog: DeviceCatalog, ev
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
     evaluator = evaluator or evaluator_for(request, catalog)
-    options = dict(batch=request.batch_size, seq_len=request.seq_len, dtypes=core_dtypes(request),
-                   tensor_parallel=request.tensor_parallel, attention_implementation=request.attention_implementation)
+    step = partial(analyze_model, arch, evaluator, batch=request.batch_size, seq_len=request.seq_len,
+                   dtypes=core_dtypes(request), tensor_parallel=request.tensor_parallel,
+                   attention_implementation=request.attention_implementation)
     try:
-        result = analyze_model(arch, evaluator, phase=request.phase, output_len=request.output_len, explain=explain,
-                               **options)
+        result = step(phase=request.phase, output_len=request.output_len, explain=explain)
         prefill = None
         if request.output_len and request.phase == "decode":
-            prefill = analyze_model(arch, evaluator, phase="prefill", explain=False, **options)
+            prefill = step(phase="prefill", explain=False)
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
     return name, arch, result, prefill

@@ -16,6 +16,7 @@ import orjson
 
 from schemas.models import ModelAnalysisRequest
 from service.core.errors import CostModelError
+from service.core.transformer.analysis import Evaluator
 from service.core.transformer.batched_steps import BOUNDS, NUMBERS, NotVectorisable, SteppedRows
 from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog
@@ -76,9 +77,12 @@ def _rows_template(steps: SteppedRows) -> bytes:
 class _Group:
     def __init__(self, requests: list[ModelAnalysisRequest], catalog: DeviceCatalog):
         first = requests[0]
+        assert first.model_id is not None  # a plain model step names a catalog model
         row, self.arch = catalog_model(catalog, first.model_id)
         self.name = row.id
-        evaluators, which, seen = [], [], {}
+        evaluators: list[Evaluator] = []
+        which: list[int] = []
+        seen: dict[int, int] = {}
         for request in requests:
             evaluator = evaluator_for(request, catalog)
             if id(evaluator) not in seen:

@@ -8,6 +8,8 @@ cost three times as much; tests/api/test_answer_json.py holds the two byte for b
 
 from __future__ import annotations
 
+from typing import cast
+
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
 from service.core.dtypes import bytes_per_element, quantized_bytes_per_element, weight_group_size
 from service.core.efficiency import grouped_rows, matmul_efficiency
@@ -133,7 +135,8 @@ def operator_analysis_fields(request: OperatorAnalysisRequest, device: DeviceSpe
         efficiency = shape["padding_efficiency"] * (shape["wave_efficiency"] or 1.0)
     try:
         result = analyze(cost, device, measured=measured, mode=RoofMode(request.roofs),
-                         bytes_by_level=request.bytes_by_level, sustained_clock_hz=request.sustained_clock_hz,
+                         bytes_by_level=cast(dict[str, float] | None, request.bytes_by_level),
+                         sustained_clock_hz=request.sustained_clock_hz,
                          measured_time_s=request.measured_time_s, compute_efficiency=efficiency)
     except CostModelError as exc:
         prefix = "body" if exc.field in {"roofs", "sustained_clock_hz", "measured_time_s"} else "body.operator"

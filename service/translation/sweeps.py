@@ -51,14 +51,18 @@ def sweep_values(request: SweepRequest) -> list[float]:
     if request.values is not None:
         return list(request.values)
     r = request.range
+    assert r is not None  # the contract gives exactly one of values and range
     if r.step is not None:
         count = math.floor((r.stop - r.start) / r.step + 1e-9) + 1
         values = [r.start + i * r.step for i in range(max(count, 0))]
-    elif r.scale == "log":
-        ratio = (r.stop / r.start) ** (1 / (r.num - 1))
-        values = [r.start * ratio**i for i in range(r.num)]
     else:
-        values = [r.start + (r.stop - r.start) * i / (r.num - 1) for i in range(r.num)]
+        num = r.num
+        assert num is not None  # the contract requires num without step
+        if r.scale == "log":
+            ratio = (r.stop / r.start) ** (1 / (num - 1))
+            values = [r.start * ratio**i for i in range(num)]
+        else:
+            values = [r.start + (r.stop - r.start) * i / (num - 1) for i in range(num)]
     if all(float(x).is_integer() for x in (r.start, r.stop, r.step or 1)):
         values = sorted({round(v) for v in values})  # an integer range stays integer (log spacing is rounded)
     if not values or len(values) > MAX_SWEEP_POINTS:
@@ -101,7 +105,7 @@ def _point_request(request_model: type[BaseModel], body: dict, path: list[str], 
 
 
 def _dominant(shares: dict[str, float]) -> str:
-    return max(shares, key=shares.get)
+    return max(shares, key=lambda kind: shares[kind])
 
 
 def _affine_sweep_rows(request: SweepRequest, values: list[float],
@@ -163,10 +167,10 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
     request_model = REQUEST_MODELS[request.endpoint]
     fast = _affine_sweep_rows(request, values, catalog)
     if fast is not None:
-        rows, margins = fast
-        return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=rows,
-                           crossover=_crossovers(rows, margins), critical_m=None,
-                           largest_feasible_value=_largest_feasible(rows))
+        fast_rows, fast_margins = fast
+        return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=fast_rows,
+                           crossover=_crossovers(fast_rows, fast_margins), critical_m=None,
+                           largest_feasible_value=_largest_feasible(fast_rows))
     rows: list[SweepRow] = []
     margins: list[float] = []  # compute time minus memory time: its sign is the bound
     model = None  # resolved once, unless the sweep changes the model itself
@@ -255,10 +259,12 @@ def _critical_m(request: SweepRequest, catalog: DeviceCatalog) -> CriticalM | No
 
 def compare_devices(request: CompareRequest, catalog: DeviceCatalog) -> CompareResult:
     request_model = REQUEST_MODELS[request.endpoint]
-    entries, errors, infeasible = [], [], []
+    entries: list[tuple[str, float, str, float | None, float | None]] = []
+    errors: list[CompareError] = []
+    infeasible: list[CompareInfeasible] = []
     for device_id in dict.fromkeys(request.device_ids):
         try:
-            point = request_model.model_validate({**request.request, "device_id": device_id})
+            point: Any = request_model.model_validate({**request.request, "device_id": device_id})
         except ValidationError as exc:
             raise invalid_nested(exc, ["body", "request"]) from None
         try:

@@ -40,8 +40,9 @@ GENERIC = {"format": "generic", "hidden": 1024, "layers": 8, "heads": 16, "kv_he
 
 
 def _operator_examples() -> list[dict]:
+    from schemas.common import example_of
     from schemas.operators import OPERATOR_MODELS
-    return [model.model_config["json_schema_extra"]["examples"][0] for model in OPERATOR_MODELS]
+    return [example_of(model) for model in OPERATOR_MODELS]
 
 
 def build_requests() -> list[dict]:
@@ -130,8 +131,9 @@ def build_requests() -> list[dict]:
         add("/v1/analyze/batch", {"items": [json.loads(line) for line in lines if line.strip()]})
 
     # Charts (SVG, deterministic: fixed hash salt, no dates) and the refusals below are answers too.
+    from schemas.common import example_of
     from schemas.plots import PlotRequest
-    add("/v1/plot/roofline", PlotRequest.model_config["json_schema_extra"]["examples"][0])
+    add("/v1/plot/roofline", example_of(PlotRequest))
     add("/v1/plot/roofline", {"device_id": "amd-mi300x", "roofs": "nominal"})
     add("/v1/plot/model-roofline", {"device_id": "nvidia-h100-sxm", "model_id": "mixtral-8x7b", "phase": "decode",
                                     "batch_size": 16, "seq_len": 4096, "tensor_parallel": 2})

@@ -16,7 +16,7 @@ from schemas.benchmarks import (
     ErtImport,
     ErtImportResult,
 )
-from schemas.common import DTypeName, MemoryLevelName, UnitName
+from schemas.common import DTypeName, MemoryLevelName, UnitName, example_of
 from service.api.deps import BenchmarkPath, CatalogDep, DevicePath, SessionDep, WriterDep
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.errors import CostModelError
@@ -29,9 +29,9 @@ BENCHMARK_RECORD = TypeAdapter(BenchmarkCreate)
 router = APIRouter(prefix="/v1/devices/{device_id}", tags=["measured roofs"])
 
 BENCHMARK_EXAMPLES = {
-    "hbm": {"summary": "Measured HBM bandwidth", "value": BandwidthBenchmarkCreate.model_config["json_schema_extra"]["examples"][0]},
+    "hbm": {"summary": "Measured HBM bandwidth", "value": example_of(BandwidthBenchmarkCreate)},
     "compute": {"summary": "Measured bf16 tensor throughput",
-                "value": ComputeBenchmarkCreate.model_config["json_schema_extra"]["examples"][0]},
+                "value": example_of(ComputeBenchmarkCreate)},
 }
 
 

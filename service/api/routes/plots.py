@@ -15,7 +15,7 @@ from schemas.plots import (
     SweepPlotRequest,
 )
 from service.api.deps import CatalogDep, DevicePath
-from service.api.responses import INVALID, NOT_FOUND
+from service.api.responses import INVALID, NOT_FOUND, Responses
 from service.translation.charts import (
     MEDIA_TYPES,
     chart,
@@ -27,7 +27,7 @@ from service.translation.charts import (
 )
 
 router = APIRouter(tags=["plots"])
-IMAGE = {200: {"content": {"image/svg+xml": {}, "image/png": {}}, "description": "The chart"}}
+IMAGE: Responses = {200: {"content": {"image/svg+xml": {}, "image/png": {}}, "description": "The chart"}}
 DRAWN = ("SVG keeps its labels as text, carries a <title> and a <desc> saying what it shows, and an id on every "
          "drawn element; `format: png` for a PNG.")
 

@@ -40,7 +40,7 @@ def elementwise_cost(
     if op not in ELEMENTWISE_OPS and flops_per_element is None:
         known = ", ".join(sorted(ELEMENTWISE_OPS))
         raise CostModelError("op", f"unknown elementwise op {op!r}; known: {known}, or give flops_per_element")
-    default_flops, default_arity = ELEMENTWISE_OPS.get(op, (None, 1))
+    default_flops, default_arity = ELEMENTWISE_OPS.get(op, (0.0, 1))
     fpe = default_flops if flops_per_element is None else flops_per_element
     arity = default_arity if arity is None else arity
     out_dtype = out_dtype or dtype

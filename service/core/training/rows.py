@@ -26,7 +26,16 @@ from service.core.operators.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pai
 from service.core.operators.base import OperatorCost
 from service.core.operators.registry import OPERATORS
 from service.core.transformer.architecture import Architecture, LayerGroup
-from service.core.transformer.layers import ModelDTypes, Row, Step, layer_rows, linear_cost, model_level_rows
+from service.core.transformer.layers import (
+    ModelDTypes,
+    Row,
+    Step,
+    attention_params_of,
+    cost_of,
+    layer_rows,
+    linear_cost,
+    model_level_rows,
+)
 
 FORWARD, BACKWARD_ACTIVATION, BACKWARD_WEIGHT, RECOMPUTE, OPTIMIZER = (
     "forward", "backward_activation", "backward_weight", "recompute", "optimizer")
@@ -67,7 +76,7 @@ def backward_rows(row: Row, gradient_ratio: float, accumulate: bool) -> list[Pha
         # Megatron's conjugate: the all-reduce after a row-parallel layer in the forward is one before the
         # column-parallel layer in the backward, of the same [tokens, hidden] gradient.
         return [PhasedRow(BACKWARD_ACTIVATION, row._replace(name=f"{row.name}.backward"))]
-    cost = row.cost
+    cost = cost_of(row)
     backward = OPERATORS[row.kind].backward
     if backward == "matmul":
         weights, outputs = cost.weight_bytes_read, cost.bytes_written
@@ -93,12 +102,12 @@ def backward_rows(row: Row, gradient_ratio: float, accumulate: bool) -> list[Pha
 def attention_scores_row(row: Row, activations: str) -> Row:
     """What selective recomputation reruns in the backward of naive attention: QK^T and the softmax, reading
     Q and K and writing the probabilities P again."""
-    params = row.attention_params
+    params = attention_params_of(row)
     pairs = (causal_pairs(params["q_len"], params["kv_len"], params.get("window")) if params.get("causal")
              else params["q_len"] * params["kv_len"])
     flops = params.get("batch", 1) * params["heads"] * pairs * (2 * params["head_dim"] + SOFTMAX_FLOPS_PER_SCORE)
     cost = OperatorCost("attention", flops, _qk_bytes(params, activations), _probabilities_bytes(params, activations),
-                        row.cost.compute_dtype, row.cost.unit,
+                        cost_of(row).compute_dtype, cost_of(row).unit,
                         ("selective recompute: QK^T and the softmax again, P rewritten for the backward",))
     return Row("attention_scores", "attention", row.count, cost)
 
@@ -119,13 +128,13 @@ def saved_activation_bytes(row: Row, activations: str, keep_scores: bool) -> flo
     Q, K, V and O; a residual add, RoPE, the embedding and collectives keep nothing)."""
     if row.is_comm or row.name.endswith("residual"):
         return 0.0
-    cost, saved = row.cost, OPERATORS[row.kind].saved_for_backward
+    cost, saved = cost_of(row), OPERATORS[row.kind].saved_for_backward
     if saved == "nothing":
         return 0.0
     if saved == "activations_read":
         return cost.bytes_read - cost.weight_bytes_read
     if saved == "attention":
-        params = row.attention_params
+        params = attention_params_of(row)
         flash = attention_cost(**{**params, "implementation": "flash"})
         stats = params.get("batch", 1) * params["heads"] * params["q_len"] * LOGSUMEXP_BYTES
         naive_scores = _probabilities_bytes(params, activations) if params.get("implementation") == "naive" else 0.0

@@ -29,7 +29,7 @@ from service.core.training.rows import (
 )
 from service.core.transformer.analysis import Evaluator, RowResult, group_label
 from service.core.transformer.architecture import Architecture
-from service.core.transformer.layers import ModelDTypes, Row, Step
+from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, cost_of
 from service.core.transformer.params import layer_params, norm_params
 
 FIRST_STAGE, LAST_STAGE = "first stage", "last stage"
@@ -190,11 +190,13 @@ def _place(evaluator: Evaluator, row: Row, group: str, layers: int, link: Link |
     """A row at its roofs; a collective at the tensor-parallel group's link tier (not the device's one link)."""
     if not row.is_comm:
         return evaluator.evaluate(row, group, layers)
+    if link is None:
+        raise ValueError(f"collective {row.name} without a link to place it on")
     return evaluator.collective(row, group, layers, link.bandwidth_bytes_per_s, link.latency_s)
 
 
 def _flops(rows: list[Row], layers: int = 1) -> float:
-    return sum(row.cost.flops * row.count * layers for row in rows if not row.is_comm)
+    return sum(cost_of(row).flops * row.count * layers for row in rows if not row.is_comm)
 
 
 def _recomputed(policy: str, forward: list[Row], activations: str) -> list[Row]:
@@ -202,7 +204,7 @@ def _recomputed(policy: str, forward: list[Row], activations: str) -> list[Row]:
         return forward
     if policy == "selective":
         return [attention_scores_row(row, activations) for row in forward
-                if row.kind == "attention" and row.attention_params.get("implementation") == "naive"]
+                if row.kind == "attention" and attention_params_of(row).get("implementation") == "naive"]
     return []
 
 
@@ -291,7 +293,8 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     if not math.isfinite(step_time + memory.required_bytes + forward_flops * micro_batches * par.data):
         raise CostModelError("seq_len", "the step's counts exceed the floating-point range")
     sequences = micro_batches * par.data
-    _, peak, compute_source = evaluator.compute_roof(next(r.cost for _, _, rows in layers.groups for r in rows if r.kind == "matmul"))
+    _, peak, compute_source = evaluator.compute_roof(
+        next(cost_of(r) for _, _, rows in layers.groups for r in rows if r.kind == "matmul"))
     options = _recompute_options(evaluator, setup, layers, last, memory, hidden_bytes)
     return TrainingStep(
         rows=tuple(placed), communication=tuple(communication), memory=memory, recompute_options=options,
@@ -402,8 +405,8 @@ def _recompute_options(evaluator: Evaluator, setup: TrainingSetup, layers: _Laye
                 if row.is_comm:
                     continue
                 instances = row.count * count * layers.share * micro_batches
-                flops += row.cost.flops * instances
-                recompute_time += evaluator.times(row.cost)[0] * instances
+                flops += cost_of(row).flops * instances
+                recompute_time += evaluator.times(cost_of(row))[0] * instances
         fits = memory.required_bytes - memory.activations_bytes + at_policy <= memory.usable_bytes
         options.append(RecomputeOption(policy, at_policy, max(0.0, without - at_policy), flops, recompute_time,
                                        traffic, traffic / evaluator.hbm.bytes_per_s, fits))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from service.core.errors import CostModelError
@@ -17,7 +18,7 @@ from service.core.operators import attention_cost
 from service.core.operators.base import OperatorCost
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, MemoryRoof, RoofMode, require_memory_roof, select_compute_roof
 from service.core.transformer.architecture import Architecture, LayerGroup
-from service.core.transformer.layers import ModelDTypes, Row, Step, layer_rows, model_level_rows
+from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, layer_rows, model_level_rows
 
 
 class RowResult(NamedTuple):
@@ -26,7 +27,7 @@ class RowResult(NamedTuple):
     kind: str
     group: str
     layers: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, which no row is asked for
     flops: float
     bytes: float
     arithmetic_intensity: float | None
@@ -94,6 +95,7 @@ class Evaluator:
 
     def evaluate(self, row: Row, group: str, layers: int) -> RowResult:
         cost = row.cost
+        key: tuple
         if cost is None:
             key = (row.name, group, layers, row.count, row.comm_bytes)
         else:
@@ -224,6 +226,8 @@ def analyze_model(arch: Architecture, evaluator: Evaluator, *, phase: str, batch
         if matmul_cost is None:
             matmul_cost = first_matmul(rows)
     totals = _totals(results)
+    if matmul_cost is None:
+        raise CostModelError("model", "a step with no matmul has no compute roof to measure MFU against")
     _, peak, compute_source = evaluator.compute_roof(matmul_cost)
     mfu = totals.flops / (totals.time_s * peak) if peak and totals.time_s else None
     e2e_decode = None
@@ -316,7 +320,7 @@ def decode_time_sum(arch: Architecture, evaluator: Evaluator, *, batch: int, fir
             if row.kind != "attention":
                 fixed += evaluator.evaluate(row, "", group.count).total_time_s
                 continue
-            times = [evaluator.times(attention_cost(**{**row.attention_params, "kv_len": keys, "window": None}))
+            times = [evaluator.times(attention_cost(**{**attention_params_of(row), "kv_len": keys, "window": None}))
                      for keys in (1, 2)]
             (c1, m1), (c2, m2) = times
             a, b, c, d = c1 - (c2 - c1), c2 - c1, m1 - (m2 - m1), m2 - m1  # lines through keys = 1 and 2
@@ -341,10 +345,12 @@ def _affine_lines(arch: Architecture, evaluator: Evaluator, *, parameter: str, p
                   dtypes: ModelDTypes, tensor_parallel: int, attention_implementation: str) -> tuple[list[tuple], float | None]:
     """Per row: (instances, is it a collective, then value at 1 and slope of FLOPs, bytes, compute time, memory
     time, weight bytes, KV read, KV written), from the step at 1 and at 2; and the matmuls' peak."""
-    options = dict(phase=phase, batch=batch, seq_len=seq_len, dtypes=dtypes, tensor_parallel=tensor_parallel,
+    step = partial(analyze_model, arch, evaluator, phase=phase, dtypes=dtypes, tensor_parallel=tensor_parallel,
                    attention_implementation=attention_implementation, explain=False)
-    keyword = "batch" if parameter == "batch_size" else "seq_len"
-    one, two = (analyze_model(arch, evaluator, **{**options, keyword: v}) for v in (1, 2))
+    if parameter == "batch_size":
+        one, two = (step(batch=v, seq_len=seq_len) for v in (1, 2))
+    else:
+        one, two = (step(batch=batch, seq_len=v) for v in (1, 2))
     lines = []
     for r1, r2 in zip(one.rows, two.rows, strict=True):
         lines.append((r1.instances, r1.bound == "interconnect", r1.flops, r2.flops - r1.flops, r1.bytes,

@@ -14,7 +14,7 @@ routing, latent attention) are not taken (`vectorisable`).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class RowShape(NamedTuple):
     kind: str
     group: str
     layers: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, which no shape is asked for
     interconnect: bool
 
     @property
@@ -78,18 +78,22 @@ class SteppedRows:
             raise NotVectorisable(f"{arch.family}: its cost models branch on the step's lengths")
         self._arch, self._evaluators, self._which, self._phase = arch, evaluators, which, phase
         self._batch, self._seq_len, self._options = batch, seq_len, (tensor_parallel, attention_implementation)
-        steps = model_step(arch, phase, np.asarray(batch, dtype=float), np.asarray(seq_len, dtype=float),
-                           tensor_parallel, attention_implementation)
+        # Arrays stand in for the step's counts, element by element: the cost models' expressions are the same.
+        batches, lengths = cast(int, np.asarray(batch, dtype=float)), cast(int, np.asarray(seq_len, dtype=float))
+        steps = model_step(arch, phase, batches, lengths, tensor_parallel, attention_implementation)
         with costing_arrays():
             placed = [(row, label, layers) for rows, label, layers in step_rows(arch, steps, dtypes) for row in rows]
         self.shapes = [RowShape(row.name, row.kind, label, layers, row.count, row.is_comm) for row, label, layers in placed]
         matmul_cost = first_matmul(row for row, _, _ in placed)
+        if matmul_cost is None:
+            raise NotVectorisable(f"{arch.family}: a step with no matmul")
         # A device without a roof these rows need (or without a link for their collectives) leaves its own steps out.
         self._usable = [self._has_roofs(evaluator, placed) for evaluator in evaluators]
-        self._peaks = [evaluator.compute_roof(matmul_cost) if usable else None
-                       for evaluator, usable in zip(evaluators, self._usable)]
-        self._notes = [explain_model(arch, evaluator, tensor_parallel, dtypes, matmul_cost) if usable else None
-                       for evaluator, usable in zip(evaluators, self._usable)]
+        self._peaks: list[tuple[float, float | None, str] | None] = [
+            evaluator.compute_roof(matmul_cost) if usable else None for evaluator, usable in zip(evaluators, self._usable)]
+        self._notes: list[tuple | None] = [
+            explain_model(arch, evaluator, tensor_parallel, dtypes, matmul_cost) if usable else None
+            for evaluator, usable in zip(evaluators, self._usable)]
         index = np.asarray(which)
         numbers = np.empty((len(placed), len(NUMBERS), len(batch)))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -156,7 +160,9 @@ class SteppedRows:
         """analysis._totals, element by element: the same additions in the same order. Totals' values, each a
         vector over the steps."""
         flops = hbm = weights = kv_read = kv_written = link = 0.0
-        memory = compute = interconnect = 0.0
+        memory: float | np.ndarray = 0.0
+        compute: float | np.ndarray = 0.0
+        interconnect = 0.0
         for line, shape in zip(numbers, self.shapes):
             n = shape.instances
             total = line[_TOTAL]
@@ -193,11 +199,14 @@ class SteppedRows:
         caller that writes them from `numbers`."""
         at = self._which[index]
         evaluator = self._evaluators[at]
-        flops_per_s, peak, compute_source = self._peaks[at]
+        found, notes = self._peaks[at], self._notes[at]
+        if found is None or notes is None:
+            raise ValueError(f"step {index} was left out: its device lacks a roof its rows need")
+        flops_per_s, peak, compute_source = found
         totals = Totals(*self.totals[index])
         mfu = totals.flops / (totals.time_s * peak) if peak and totals.time_s else None
         step = model_step(self._arch, self._phase, self._batch[index], self._seq_len[index], *self._options)
-        before, after = self._notes[at]
+        before, after = notes
         return ModelAnalysisResult(
             rows=self.rows(index) if with_rows else (), totals=totals, mfu=mfu, peak_flops_per_s=peak,
             compute_roof_source=compute_source, memory_roof_source=evaluator.hbm.source.value, e2e_decode_time_s=None,

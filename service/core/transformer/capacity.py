@@ -88,7 +88,8 @@ def kv_capacity(arch: Architecture, dtypes: ModelDTypes, *, context_len: int, ca
     available = usable - weights - workspace_bytes
     fits = available > 0
     max_requests = math.floor(available / per_request) if fits else 0
-    longest, bound_by = 0, "memory"
+    longest: int | None = 0
+    bound_by: str | None = "memory"
     if fits:
         longest = _longest_context(arch, dtypes, available, tensor_parallel, block_size)
         bound_by = "memory" if longest is not None else None

@@ -8,6 +8,7 @@ activations after the attention block and one after the MLP, on the device's int
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 from service.core.dtypes import bytes_per_element
@@ -25,7 +26,7 @@ from service.core.operators import (
     softmax_cost,
 )
 from service.core.operators.base import OperatorCost, at_most
-from service.core.transformer.architecture import Architecture, LayerGroup
+from service.core.transformer.architecture import Architecture, LatentAttention, LayerGroup, MoE
 
 
 # Tuples, not frozen dataclasses: every cached cost model is keyed by the dtypes (a tuple hashes in C) and a
@@ -77,7 +78,8 @@ class Step(NamedTuple):
 class Row(NamedTuple):
     name: str
     kind: str
-    count: int  # instances per layer (or 1 for the model-level rows)
+    # Instances per layer (or 1 for the model-level rows). It shadows tuple.count, which no row is asked for.
+    count: int  # type: ignore[assignment]
     cost: OperatorCost | None = None
     comm_bytes: float = 0.0  # interconnect bytes per device, for all-reduce rows
     attention_params: dict | None = None  # how an attention row was built, to re-cost it at other lengths
@@ -90,6 +92,20 @@ class Row(NamedTuple):
     @property
     def is_comm(self) -> bool:
         return self.cost is None
+
+
+def cost_of(row: Row) -> OperatorCost:
+    """The cost of a row that is an operator, not a collective."""
+    if row.cost is None:
+        raise ValueError(f"row {row.name} is a collective: it has no operator cost")
+    return row.cost
+
+
+def attention_params_of(row: Row) -> dict:
+    """How an attention row was built."""
+    if row.attention_params is None:
+        raise ValueError(f"row {row.name} is not an attention row")
+    return row.attention_params
 
 
 def expected_active_experts(tokens: int, experts: int, top_k: int) -> float:
@@ -166,7 +182,7 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     heads = _split(arch.heads, tp, "num_attention_heads")
     act = dtypes.activations
     if arch.latent is not None:
-        return _latent_attention_rows(arch, step, dtypes, heads)
+        return _latent_attention_rows(arch, arch.latent, step, dtypes, heads)
     kv_heads = _split(arch.kv_heads, tp, "num_key_value_heads")
     d = arch.head_dim
     qkv = (heads + 2 * kv_heads) * d
@@ -205,12 +221,13 @@ def _cache_write(tokens: int, width: int, dtypes: ModelDTypes) -> OperatorCost:
                         kv_bytes_written=cost.bytes_written)
 
 
-def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, heads: int) -> list[Row]:
+def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step, dtypes: ModelDTypes,
+                           heads: int) -> list[Row]:
     """Multi-head latent attention. Prefill expands the latent into per-head K and V and runs ordinary
     attention; decode absorbs the up-projections into the query and output, attending over the cached
     latent directly (one shared K/V head of kv_lora_rank + rope dims). The latent cache is not split by
     tensor parallelism: every device holds it whole."""
-    lat, h, tokens, act = arch.latent, arch.hidden, step.tokens, dtypes.activations
+    h, tokens, act = arch.hidden, step.tokens, dtypes.activations
     qk_head = lat.qk_nope_head_dim + lat.qk_rope_head_dim
     rows = []
     if lat.q_lora_rank:
@@ -243,15 +260,16 @@ def _latent_attention_rows(arch: Architecture, step: Step, dtypes: ModelDTypes, 
     else:
         latent_dim = lat.kv_lora_rank + lat.qk_rope_head_dim
         # Each head has its own absorbed up-projection: per-item B, but weights all the same.
-        per_head = dict(batch=heads, weight_shared=False, b_is_weight=True, a_dtype=act, b_dtype=dtypes.weights, c_dtype=act)
+        per_head = partial(matmul_cost, batch=heads, weight_shared=False, b_is_weight=True, a_dtype=act,
+                           b_dtype=dtypes.weights, c_dtype=act)
         rows += [
             # The absorbed up-projections are kv_b_proj's weights, its key half and its value half.
-            Row("q_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.kv_lora_rank, k=lat.qk_nope_head_dim, **per_head),
+            Row("q_absorb", "matmul", 1, per_head(m=tokens, n=lat.kv_lora_rank, k=lat.qk_nope_head_dim),
                 params=heads * lat.qk_nope_head_dim * lat.kv_lora_rank),
             _attention_row(batch=step.batch, heads=heads, kv_heads=1, head_dim=latent_dim, v_head_dim=lat.kv_lora_rank,
                            q_len=1, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
                            shared_kv=True, implementation=step.attention_implementation),
-            Row("out_absorb", "matmul", 1, matmul_cost(m=tokens, n=lat.v_head_dim, k=lat.kv_lora_rank, **per_head),
+            Row("out_absorb", "matmul", 1, per_head(m=tokens, n=lat.v_head_dim, k=lat.kv_lora_rank),
                 params=heads * lat.kv_lora_rank * lat.v_head_dim),
         ]
     rows.append(Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * lat.v_head_dim, dtypes),
@@ -272,8 +290,8 @@ def _mlp_rows(prefix: str, arch: Architecture, tokens: int, width: int, dtypes: 
     return rows
 
 
-def _moe_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
-    moe, tokens, tp, act, h = arch.moe, step.tokens, step.tensor_parallel, dtypes.activations, arch.hidden
+def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes) -> list[Row]:
+    tokens, tp, act, h = step.tokens, step.tensor_parallel, dtypes.activations, arch.hidden
     width = _split(moe.expert_intermediate, tp, "moe_intermediate_size")
     active = expected_active_experts(tokens, moe.experts, moe.top_k)
     routed = tokens * moe.top_k
@@ -305,7 +323,9 @@ def _moe_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
 def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
     """The layer's MLP: routed experts (and shared ones) on a MoE layer, else the dense MLP."""
     if group.moe:
-        return _moe_rows(arch, step, dtypes)
+        if arch.moe is None:
+            raise CostModelError("model", "a MoE layer in a model without experts")
+        return _moe_rows(arch, arch.moe, step, dtypes)
     return _mlp_rows("", arch, step.tokens, _split(arch.intermediate, step.tensor_parallel, "intermediate_size"), dtypes)
 
 
