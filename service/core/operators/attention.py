@@ -45,6 +45,17 @@ def causal_pairs(q_len: int, kv_len: int, window: int | None = None) -> int:
     return seen_up_to(kv_len - 1) - seen_up_to(kv_len - q_len - 1)
 
 
+def chunked_causal_pairs(q_len, kv_len, chunk: int):
+    """Unmasked pairs under chunked attention (Llama 4's local layers): the query at position p sees the keys of its
+    own chunk of `chunk` positions up to itself, (p mod chunk) + 1 of them. Summed over the last q_len positions of
+    kv_len, each as the whole chunks up to it (chunk (chunk + 1) / 2 each) and the part of the last."""
+    def seen_up_to(last):  # sum over positions 0..last of (p mod chunk) + 1; works element by element on arrays too
+        full, rest = (last + 1) // chunk, (last + 1) % chunk
+        return full * (chunk * (chunk + 1) // 2) + rest * (rest + 1) // 2
+
+    return seen_up_to(kv_len - 1) - seen_up_to(kv_len - q_len - 1)
+
+
 def floor_sum(count: int, step: int, divisor: int, offset: int) -> int:
     """Sum of floor((step*i + offset) / divisor) for i in [0, count), in O(log) steps (all non-negative)."""
     total = 0
@@ -89,9 +100,11 @@ def keys_streamed_per_kv_head(q_len: int, kv_len: int, group: int, block_rows: i
 
 
 def _check_attention(heads: int, kv_heads: int, q_len, kv_len, implementation: str, causal: bool,
-                     sram_bytes: int | None, window: int | None) -> None:
+                     sram_bytes: int | None, window: int | None, chunk: int | None = None) -> None:
     if window is not None and not causal:
         raise CostModelError("window", "a sliding window applies to causal attention only")
+    if chunk is not None and (not causal or window is not None):
+        raise CostModelError("chunk", "chunked attention applies to causal attention without a sliding window")
     if heads % kv_heads:
         raise CostModelError("kv_heads", f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     if causal and any_true(q_len > kv_len):
@@ -100,7 +113,8 @@ def _check_attention(heads: int, kv_heads: int, q_len, kv_len, implementation: s
         raise CostModelError("sram_bytes", "applies only to implementation 'flash'")
 
 
-def _counting_notes(causal: bool, group: int, window: int | None, keys, kv_len, shared_kv: bool) -> list[str]:
+def _counting_notes(causal: bool, group: int, window: int | None, keys, kv_len, shared_kv: bool,
+                    chunk: int | None = None) -> list[str]:
     """How the FLOPs and the keys were counted, whatever the implementation."""
     notes = [
         f"attention: FLOPs = batch*heads*pairs*(2*head_dim + 2*v_head_dim + {SOFTMAX_FLOPS_PER_SCORE}) "
@@ -113,6 +127,10 @@ def _counting_notes(causal: bool, group: int, window: int | None, keys, kv_len, 
     if window:
         notes.append(f"attention: sliding window of {window} keys; " + (
             f"{keys} of {kv_len} keys are read" if isinstance(kv_len, int) else "at most that many keys are read"))
+    if chunk:
+        notes.append(f"attention: chunked, each query sees the keys of its own chunk of {chunk} positions up to "
+                     "itself; " + (f"{keys} of {kv_len} keys are read" if isinstance(kv_len, int)
+                                   else "the current chunks' keys are read"))
     if shared_kv:
         notes.append("attention: K and V are one cached latent tensor (MLA), read once")
     return notes
@@ -134,26 +152,36 @@ def attention_cost(
     v_head_dim: int | None = None,
     shared_kv: bool = False,
     window: int | None = None,
+    chunk: int | None = None,
 ) -> OperatorCost:
     kv_heads = heads if kv_heads is None else kv_heads
     kv_len = q_len if kv_len is None else kv_len
     v_dim = v_head_dim or head_dim
     kv_dtype = kv_dtype or dtype
-    _check_attention(heads, kv_heads, q_len, kv_len, implementation, causal, sram_bytes, window)
+    _check_attention(heads, kv_heads, q_len, kv_len, implementation, causal, sram_bytes, window, chunk)
     group = heads // kv_heads
     s, s_kv = bytes_per_element(dtype), bytes_per_element(kv_dtype)
-    # With a window, only the last q_len + w - 1 keys are ever attended to.
-    keys = at_most(kv_len, q_len + window - 1) if window else kv_len
+    # With a window, only the last q_len + w - 1 keys are ever attended to; with chunks, those from the start of
+    # the first query's chunk.
+    if window:
+        keys = at_most(kv_len, q_len + window - 1)
+    elif chunk:
+        keys = kv_len - (kv_len - q_len) // chunk * chunk
+    else:
+        keys = kv_len
 
     q_elems = element_count("q_len", "Q [batch, heads, q_len, head_dim]", batch, heads, q_len, head_dim)
     o_elems = element_count("q_len", "O [batch, heads, q_len, v_head_dim]", batch, heads, q_len, v_dim)
     k_elems = element_count("kv_len", "K [batch, kv_heads, kv_len, head_dim]", batch, kv_heads, keys, head_dim)
     v_elems = 0 if shared_kv else element_count("kv_len", "V [batch, kv_heads, kv_len, v_head_dim]", batch, kv_heads, keys, v_dim)
     scores = element_count("kv_len", "S [batch, heads, q_len, kv_len]", batch, heads, q_len, kv_len)
-    pairs = causal_pairs(q_len, kv_len, window) if causal else q_len * kv_len
+    if chunk:
+        pairs = chunked_causal_pairs(q_len, kv_len, chunk)
+    else:
+        pairs = causal_pairs(q_len, kv_len, window) if causal else q_len * kv_len
     flops = batch * heads * pairs * (2 * head_dim + 2 * v_dim + SOFTMAX_FLOPS_PER_SCORE)
 
-    assumptions = _counting_notes(causal, group, window, keys, kv_len, shared_kv)
+    assumptions = _counting_notes(causal, group, window, keys, kv_len, shared_kv, chunk)
     kv_bytes = (k_elems + v_elems) * s_kv
     # Naive attention writes S and P once each and reads each back once.
     score_bytes_each_way = 0.0

@@ -164,7 +164,9 @@ class Evaluator:
 
 def group_label(group: LayerGroup) -> str:
     label = "moe layers" if group.moe else "dense layers"
-    return label + (f", window {group.sliding_window}" if group.sliding_window else "")
+    label += f", window {group.sliding_window}" if group.sliding_window else ""
+    label += f", chunk {group.chunk}" if group.chunk else ""
+    return label + ("" if group.rope else ", no rope")
 
 
 def model_step(arch: Architecture, phase: str, batch: int, seq_len: int, tensor_parallel: int,
@@ -326,13 +328,33 @@ def decode_time_sum(arch: Architecture, evaluator: Evaluator, *, batch: int, fir
             a, b, c, d = c1 - (c2 - c1), c2 - c1, m1 - (m2 - m1), m2 - m1  # lines through keys = 1 and 2
             lo, hi = first_context + 1, first_context + steps  # keys read by the first and last step
             window = group.sliding_window
-            if window and hi > window:
+            if group.chunk:
+                total += group.count * row.count * _chunked_sum(a, b, c, d, first_context, steps, group.chunk)
+            elif window and hi > window:
                 capped = hi - max(lo, window) + 1
                 per_step = max(a + b * window, c + d * window)
                 total += group.count * row.count * (_sum_max_affine(a, b, c, d, lo, min(hi, window - 1)) + capped * per_step)
             else:
                 total += group.count * row.count * _sum_max_affine(a, b, c, d, lo, hi)
     return fixed * steps + total
+
+
+def _chunked_sum(a: float, b: float, c: float, d: float, first_context: int, steps: int, chunk: int) -> float:
+    """Sum of max(a + b k, c + d k) over decode steps whose caches hold first_context, first_context + 1, ...
+    tokens under chunked attention: the step at context L reads the (L mod chunk) + 1 keys of its chunk, so the
+    keys climb 1..chunk and start again; whole chunks share one sum."""
+    total, position, last = 0.0, first_context, first_context + steps - 1
+    while position <= last:
+        start = position % chunk + 1  # keys at this position
+        run = min(chunk - start + 1, last - position + 1)  # steps before the chunk ends (or the steps do)
+        if start == 1 and run == chunk:  # whole chunks from here: the same sum each
+            whole = (last - position + 1) // chunk
+            total += whole * _sum_max_affine(a, b, c, d, 1, chunk)
+            position += whole * chunk
+            continue
+        total += _sum_max_affine(a, b, c, d, start, start + run - 1)
+        position += run
+    return total
 
 
 class StepSummary(NamedTuple):
@@ -398,7 +420,7 @@ def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, va
         q_len = seq_len if phase == "prefill" else 1
         if arch.moe is not None or max(values) * q_len >= arch.vocab:
             return None
-    elif parameter != "seq_len" or phase != "decode" or any(g.sliding_window for g in arch.groups):
+    elif parameter != "seq_len" or phase != "decode" or any(g.sliding_window or g.chunk for g in arch.groups):
         return None
     lines, peak = _affine_lines(arch, evaluator, parameter=parameter, phase=phase, batch=batch, seq_len=seq_len,
                                 dtypes=dtypes, tensor_parallel=tensor_parallel,

@@ -34,6 +34,19 @@ class LatentAttention:
 
 
 @dataclass(frozen=True)
+class Quantization:
+    """How a checkpoint stores its weights: `weights` for every quantised linear layer (or only the routed experts'
+    when `experts_only`), with one `scale_bytes` scale per `group_size` elements; `source` says where it was read."""
+
+    weights: str
+    group_size: int | None
+    scale_bytes: float
+    source: str
+    experts_only: bool = False
+    activations: str | None = None  # W8A8 schemes compute in the weights' type
+
+
+@dataclass(frozen=True)
 class MoE:
     experts: int
     top_k: int
@@ -50,6 +63,8 @@ class LayerGroup:
     count: int
     sliding_window: int | None
     moe: bool
+    chunk: int | None = None  # chunked attention (Llama 4's local layers): keys of the query's own chunk only
+    rope: bool = True  # False: a layer without positional rotation (Llama 4's global NoPE layers)
 
 
 @dataclass(frozen=True)
@@ -77,17 +92,28 @@ class Architecture:
     defaults_applied: tuple[str, ...] = field(default=())
     # The longest sequence the model's positions cover (config max_position_embeddings); None: not stated.
     max_positions: int | None = None
+    attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): one parameter per head
+    qk_norm_weights: bool = True  # q/k norms with a scale (RMSNorm); False: a plain L2 norm (Llama 4)
+    # Parameters outside the decoder the checkpoint ships (a vision tower and its projector): weights in memory,
+    # not part of a text step.
+    vision_params: int = 0
+    # The checkpoint's own weight formats (config quantization_config), the default when a request names no dtypes.
+    quantization: Quantization | None = None
 
     def layer_kinds(self) -> str:
         return ", ".join(f"{g.count} x {'MoE' if g.moe else 'dense'}"
                          + (f" (window {g.sliding_window})" if g.sliding_window else "") for g in self.groups)
 
 
-def group_layers(flags: list[tuple[int | None, bool]]) -> tuple[LayerGroup, ...]:
-    counts: dict[tuple[int | None, bool], int] = {}
-    for flag in flags:
-        counts[flag] = counts.get(flag, 0) + 1
-    return tuple(LayerGroup(count, window, moe) for (window, moe), count in counts.items())
+def group_layers(flags: list[tuple[int | None, bool]], chunks: list[int | None] | None = None,
+                 ropes: list[bool] | None = None) -> tuple[LayerGroup, ...]:
+    """Identical layers counted together, in order of first appearance: (window, MoE) per layer, and per layer its
+    attention chunk and whether it rotates positions where the family has them."""
+    counts: dict[tuple, int] = {}
+    for index, (window, moe) in enumerate(flags):
+        key = (window, moe, chunks[index] if chunks else None, ropes[index] if ropes else True)
+        counts[key] = counts.get(key, 0) + 1
+    return tuple(LayerGroup(count, window, moe, chunk, rope) for (window, moe, chunk, rope), count in counts.items())
 
 
 def from_generic(spec: Mapping[str, Any]) -> Architecture:

@@ -48,7 +48,7 @@ class NotVectorisable(Exception):
 
 
 def vectorisable(arch: Architecture) -> bool:
-    return arch.moe is None and arch.latent is None
+    return arch.moe is None and arch.latent is None and not any(group.chunk for group in arch.groups)
 
 
 class RowShape(NamedTuple):
