@@ -65,6 +65,18 @@ class ModelDTypes(StrictModel):
         None, description="Type of the LM head's weights. Default: the activations' type when the weights are "
                           "quantised to one byte or less (int8, fp8, int4, fp4: W4A16/W8A8 checkpoints keep lm_head in "
                           "16 bits) or the head is tied to the embedding table; else the weights' type")
+    experts: DTypeName | None = Field(
+        None, description="Stored type of the routed experts' weights where it differs from `weights` (gpt-oss: "
+                          "fp4 experts beside bf16 attention); their scales are weight_scale_bytes each")
+    experts_group_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
+        None, description="The experts' elements per scale (mxfp4: 32)")
+
+
+# How a request's dtypes are read: given, they are used as they are; absent, a catalog or inline model whose
+# config carries a quantization_config runs in the checkpoint's own formats (and the answer says so).
+DTYPES_DOC = ("Types of weights, activations and KV cache. Omitted: the checkpoint's own formats where its config "
+              "has a quantization_config (fp8 block-scaled, mxfp4 experts, NVFP4, compressed-tensors, AWQ/GPTQ), "
+              "else bf16 throughout; `assumptions` says which")
 
 
 class ModelChoice(StrictModel):
@@ -120,7 +132,7 @@ class ModelAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
     phase: Literal["prefill", "decode"]
     batch_size: Count = 1
     seq_len: Length = Field(description="Prompt length (prefill) or tokens already in the KV cache (decode)")
-    dtypes: ModelDTypes = Field(default_factory=ModelDTypes)
+    dtypes: ModelDTypes = Field(default_factory=ModelDTypes, description=DTYPES_DOC)
     attention_implementation: Literal["flash", "naive"] = "flash"
     tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = 1
     collective_latency_s: NonNegativeFinite | None = Field(
@@ -165,8 +177,11 @@ class ModelTotals(BaseModel):
 
 
 class ParamCounts(BaseModel):
-    total: int
-    active: int = Field(description="Used by one token (top-k routed experts plus shared ones)")
+    total: int = Field(description="The whole checkpoint, a vision tower included")
+    active: int = Field(description="Used by one text token (top-k routed experts plus shared ones and the LM head), "
+                                    "without the input embedding table, as OpenAI's gpt-oss card counts them")
+    active_with_embedding: int = Field(description="The same with the input embedding table, as Mistral's, Qwen's "
+                                                   "and DeepSeek's cards count active parameters")
 
 
 class WhatIf(BaseModel):
@@ -239,7 +254,7 @@ class KvCapacityRequest(ModelChoice, MemoryOptions):
          "memory_utilization": 0.9}]})
     device_id: DeviceId
     context_len: Length
-    dtypes: ModelDTypes = Field(default_factory=ModelDTypes)
+    dtypes: ModelDTypes = Field(default_factory=ModelDTypes, description=DTYPES_DOC)
     tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = 1
     context_mix: list[KvContextShare] | None = Field(
         None, min_length=1, max_length=64,
@@ -268,7 +283,11 @@ class KvCapacity(BaseModel):
     usable_bytes: float = Field(description="Per device, bytes")
     weights_bytes: float = Field(description="Per device, bytes")
     workspace_bytes: float
-    kv_bytes_per_token: float = Field(description="Per device, all layers, bytes")
+    kv_bytes_per_token: float = Field(description="What each further token adds per device: the layers that keep "
+                                                  "every token (not sliding-window or chunked ones), bytes")
+    kv_bytes_capped_per_request: float = Field(
+        description="What a request's sliding-window and chunked layers hold per device once its context passes their "
+                    "span (at most the window or chunk each, in blocks), whatever its length after, bytes")
     kv_bytes_per_request: float = Field(description="Per device at context_len (sliding windows capped), bytes")
     available_kv_bytes: float
     max_concurrent_requests: int = Field(description="floor(available / per request), never rounded up")

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.analysis import RoofOptions
 from schemas.common import DeviceId, PositiveFinite, StrictModel
-from schemas.models import Length, MemoryOptions, ModelChoice, ModelDTypes, StepMemoryOut
+from schemas.models import DTYPES_DOC, Length, MemoryOptions, ModelChoice, ModelDTypes, StepMemoryOut
 
 MAX_PLAN_CONCURRENCY = 512
 
@@ -34,7 +34,7 @@ class ServingPlanRequest(ModelChoice, RoofOptions, MemoryOptions):
     concurrency: Annotated[int, Field(ge=1, le=MAX_PLAN_CONCURRENCY)] | None = Field(
         None, description="Fix the concurrent requests per replica instead of searching 1..512")
     slo: ServingSlo = Field(default_factory=ServingSlo)
-    dtypes: ModelDTypes = Field(default_factory=ModelDTypes)
+    dtypes: ModelDTypes = Field(default_factory=ModelDTypes, description=DTYPES_DOC)
     modes: list[Literal["aggregated", "disaggregated"]] = Field(["aggregated"], min_length=1, max_length=2)
     top_n: Annotated[int, Field(ge=1, le=100)] = 10
     price_per_device_hour: dict[DeviceId, PositiveFinite] | None = Field(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.backends import backend
+from service.cli.models import MODEL_HELP, model_choice
 from service.cli.render import (
     compare_table,
     device_table,
@@ -65,9 +66,15 @@ def operator_body(args) -> dict[str, Any]:
     return {"operator": operator, "roofs": args.roofs}
 
 
+def dtypes_of(args) -> dict[str, Any]:
+    """The dtypes flags given, as the request's `dtypes`; none given: nothing, so a checkpoint's own formats apply."""
+    given = {name: value for name, value in (("weights", args.weights_dtype), ("activations", args.activations_dtype),
+                                             ("kv_cache", args.kv_dtype)) if value is not None}
+    return {"dtypes": given} if given else {}
+
+
 def model_body(args) -> dict[str, Any]:
-    return {"model_id": args.model, "tensor_parallel": args.tensor_parallel,
-            "dtypes": {"weights": args.weights_dtype, "activations": args.activations_dtype, "kv_cache": args.kv_dtype}}
+    return {**model_choice(args.model), "tensor_parallel": args.tensor_parallel, **dtypes_of(args)}
 
 
 def step_body(args) -> dict[str, Any]:
@@ -160,9 +167,9 @@ def cmd_plot(args) -> None:
 
 
 def cmd_plan_serving(args) -> None:
-    body = {"model_id": args.model, "device_ids": args.devices, "total_devices": args.total_devices,
+    body = {**model_choice(args.model), "device_ids": args.devices, "total_devices": args.total_devices,
             "input_len": args.input_len, "output_len": args.output_len, "modes": args.modes, "top_n": args.top_n,
-            "dtypes": {"weights": args.weights_dtype, "activations": args.activations_dtype, "kv_cache": args.kv_dtype},
+            **dtypes_of(args),
             "slo": {name: value for name, value in (("ttft_s", args.ttft), ("tpot_s", args.tpot),
                                                     ("e2e_latency_s", args.e2e)) if value is not None}}
     for name in ("target_requests_per_s", "memory_utilization"):
@@ -174,7 +181,7 @@ def cmd_plan_serving(args) -> None:
 
 
 def training_body(args) -> dict[str, Any]:
-    body = {"device_id": args.device, "model_id": args.model, "seq_len": args.seq_len,
+    body = {"device_id": args.device, **model_choice(args.model), "seq_len": args.seq_len,
             "micro_batch_size": args.micro_batch_size, "tensor_parallel": args.tensor_parallel,
             "pipeline_parallel": args.pipeline_parallel, "zero_stage": args.zero_stage, "recompute": args.recompute,
             "optimizer": args.optimizer, "roofs": args.roofs}
@@ -263,11 +270,12 @@ def parser() -> argparse.ArgumentParser:
     def model_options(p, device: bool = True):
         if device:
             p.add_argument("--device", required=True, help="device id (see `roofline devices`)")
-        p.add_argument("--model", required=device, help="a catalog model id, e.g. llama-3.1-8b")
+        p.add_argument("--model", required=device, help=MODEL_HELP)
         p.add_argument("--tensor-parallel", type=int, default=1, help="devices the model is split over (default 1)")
-        p.add_argument("--weights-dtype", default="bf16", help="weights' element type (default bf16)")
-        p.add_argument("--activations-dtype", default="bf16", help="activations' element type (default bf16)")
-        p.add_argument("--kv-dtype", default="bf16", help="KV cache's element type (default bf16)")
+        p.add_argument("--weights-dtype", help="weights' element type (default: the checkpoint's own where its config "
+                                               "has a quantization_config, else bf16)")
+        p.add_argument("--activations-dtype", help="activations' element type (default bf16)")
+        p.add_argument("--kv-dtype", help="KV cache's element type (default bf16)")
 
     def step_options(p, seq_required: bool):
         p.add_argument("--phase", required=True, choices=["prefill", "decode"],
@@ -336,7 +344,7 @@ def parser() -> argparse.ArgumentParser:
 
     def training_options(p):
         p.add_argument("--device", required=True, help="device id (see `roofline devices`)")
-        p.add_argument("--model", required=True, help="a catalog model id, e.g. llama-3.1-8b")
+        p.add_argument("--model", required=True, help=MODEL_HELP)
         p.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
         p.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch (default 1)")
         p.add_argument("--gradient-accumulation-steps", type=int, help="micro-batches per step (default 1)")

@@ -68,9 +68,12 @@ def model_table(r: dict) -> str:
 
 
 def kv_table(r: dict) -> str:
+    capped = r.get("kv_bytes_capped_per_request") or 0.0
     return table([
         ["usable memory", si(r["usable_bytes"], "B")], ["weights", si(r["weights_bytes"], "B")],
-        ["KV per token", si(r["kv_bytes_per_token"], "B")], ["KV per request", si(r["kv_bytes_per_request"], "B")],
+        ["KV per token", si(r["kv_bytes_per_token"], "B")],
+        *([["KV of window/chunk layers", si(capped, "B") + " per request at most"]] if capped else []),
+        ["KV per request", si(r["kv_bytes_per_request"], "B")],
         ["available for KV", si(r["available_kv_bytes"], "B")], ["fits", str(r["fits"])],
         ["max concurrent requests", str(r["max_concurrent_requests"])],
         ["max context (1 request)", str(r["max_context_len"])],

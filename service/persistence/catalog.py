@@ -11,6 +11,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,6 +60,19 @@ def model_catalog() -> tuple[dict[str, Any], ...]:
     """The reference model configs shipped with the service: id, name, source and the config itself."""
     index = json.loads((MODEL_CATALOG_DIR / "index.json").read_text())["models"]
     return tuple({**entry, "config": json.loads((MODEL_CATALOG_DIR / entry["file"]).read_text())} for entry in index)
+
+
+def seed_catalog_models(connection: Connection, ids: tuple[str, ...]) -> None:
+    """For a migration that ships new catalog models: those of `ids` the database does not hold yet, as shipped."""
+    models = sa.table("models", sa.column("id"), sa.column("name"), sa.column("family"), sa.column("config", sa.JSON),
+                      sa.column("source"), sa.column("origin"), sa.column("created_at"), sa.column("updated_at"))
+    present = {row[0] for row in connection.execute(sa.select(models.c.id).where(models.c.id.in_(ids)))}
+    now = datetime.now(UTC)
+    rows = [{"id": entry["id"], "name": entry["name"], "family": entry["config"]["model_type"], "config": entry["config"],
+             "source": entry["source"], "origin": "catalog", "created_at": now, "updated_at": now}
+            for entry in model_catalog() if entry["id"] in ids and entry["id"] not in present]
+    if rows:
+        connection.execute(models.insert(), rows)
 
 
 def backfill_catalog_fields(connection: Connection, fields: tuple[str, ...]) -> None:

@@ -42,6 +42,7 @@ from service.core.transformer.capacity import (
 )
 from service.core.transformer.families import from_hf_config
 from service.core.transformer.params import model_params
+from service.core.transformer.quantization import checkpoint_dtypes
 from service.core.whatif import amdahl
 from service.persistence.catalog import DeviceCatalog
 from service.persistence.tables import ModelConfig
@@ -93,10 +94,26 @@ def resolve_model(choice: ModelChoice, catalog: DeviceCatalog) -> tuple[str, Arc
     return f"inline {arch.family}", arch
 
 
-def core_dtypes(request) -> layers.ModelDTypes:
+def core_dtypes(request, arch: Architecture | None = None) -> layers.ModelDTypes:
+    """The request's dtypes; when it names none, the checkpoint's own formats (`arch.quantization`) if it has any."""
+    if arch is not None and arch.quantization is not None and "dtypes" not in request.model_fields_set:
+        return checkpoint_dtypes(arch.quantization)
     d = request.dtypes
     return layers.ModelDTypes(d.weights, d.activations, d.kv_cache, weight_group_size(d.weights, d.weight_group_size),
-                              d.weight_scale_bytes, d.lm_head)
+                              d.weight_scale_bytes, d.lm_head, d.experts,
+                              weight_group_size(d.experts, d.experts_group_size) if d.experts else None,
+                              d.weight_scale_bytes)
+
+
+def dtypes_note(request, arch: Architecture) -> str:
+    """Where the answer's dtypes came from."""
+    d = core_dtypes(request, arch)
+    kinds = f"weights {d.weights}" + (f", routed experts {d.experts}" if d.experts else "") + \
+        f", activations {d.activations}, kv cache {d.kv_cache}"
+    if arch.quantization is not None and "dtypes" not in request.model_fields_set:
+        return f"dtypes: {kinds}, the checkpoint's own ({arch.quantization.source}); a request's dtypes override"
+    return f"dtypes: {kinds}" + (" (as requested)" if "dtypes" in request.model_fields_set else
+                                 " (the default: the config states no quantisation)")
 
 
 # Within a batch of analyses or a sweep, one evaluator per (device, roofs, what-ifs) for the requests with
@@ -154,7 +171,7 @@ def run_model_analysis(request: ModelAnalysisRequest, catalog: DeviceCatalog, ev
         raise unprocessable(exc, "body") from None
     evaluator = evaluator or evaluator_for(request, catalog)
     step = partial(analyze_model, arch, evaluator, batch=request.batch_size, seq_len=request.seq_len,
-                   dtypes=core_dtypes(request), tensor_parallel=request.tensor_parallel,
+                   dtypes=core_dtypes(request, arch), tensor_parallel=request.tensor_parallel,
                    attention_implementation=request.attention_implementation)
     try:
         result = step(phase=request.phase, output_len=request.output_len, explain=explain)
@@ -207,7 +224,7 @@ def peak_context(request: ModelAnalysisRequest) -> tuple[int, str]:
 
 def memory_budget_for(request, arch: Architecture, device) -> tuple[MemoryBudget, str]:
     """The device's budget for a request's model, dtypes, parallelism and MemoryOptions, and its basis."""
-    return memory_budget_of(arch, device, core_dtypes(request), request, request.tensor_parallel)
+    return memory_budget_of(arch, device, core_dtypes(request, arch), request, request.tensor_parallel)
 
 
 def memory_budget_of(arch: Architecture, device, dtypes: layers.ModelDTypes, options,
@@ -266,6 +283,7 @@ def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog,
         basis,
         "activations: an estimate (residual stream and one layer's widest buffer for the step's tokens, fp32 logits), "
         "not a profile",
+        dtypes_note(request, arch),
     ]
     achieved = None
     if request.measured_time_s is not None:
@@ -286,7 +304,8 @@ def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog,
     return {
         "device_id": request.device_id, "model": name, "phase": request.phase, "batch_size": request.batch_size,
         "seq_len": request.seq_len, "tensor_parallel": request.tensor_parallel,
-        "params": {"total": params.total, "active": params.active},
+        "params": {"total": params.total, "active": params.active,
+                   "active_with_embedding": params.active_with_embedding},
         "fits": memory.fits, "memory": plain_fields(StepMemoryOut, memory, context_len=context),
         "achieved": achieved, "rows": result.rows,
         "totals": plain_fields(ModelTotals, result.totals), "mfu": result.mfu,
@@ -321,7 +340,7 @@ def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> K
     device = catalog.get(request.device_id)
     name, arch = resolve_model(request, catalog)
     usable, basis = usable_memory(device, request)
-    dtypes = core_dtypes(request)
+    dtypes = core_dtypes(request, arch)
     try:
         result = kv_capacity(arch, dtypes, context_len=request.context_len, capacity_bytes=usable,
                              workspace_bytes=request.workspace_bytes, tensor_parallel=request.tensor_parallel,
@@ -337,6 +356,7 @@ def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> K
         "is the floor, never rounded up",
         basis,
         f"kv blocks: each request's cache rounds up to whole blocks of {request.block_size} tokens",
+        dtypes_note(request, arch),
         "weights: every parameter (all experts) in the weights' type, the embedding table in the activations' type",
         "kv per token per layer: " + ("the MLA latent (kv_lora_rank + rope dims), replicated on every device"
                                       if arch.latent else "2 x kv_heads x head_dim x bytes (K and V)"),
@@ -346,6 +366,8 @@ def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> K
                      "(K/V heads replicated when there are fewer heads than devices)")
     if any(g.sliding_window for g in arch.groups):
         notes.append("sliding-window layers hold at most their window of tokens")
+    if any(g.chunk for g in arch.groups):
+        notes.append("chunked-attention layers hold at most one chunk of tokens")
     if arch.max_positions is not None:
         notes.append(f"model limit: max_position_embeddings {arch.max_positions:,} tokens")
     return KvCapacity(device_id=device.id, model=name, context_len=request.context_len,

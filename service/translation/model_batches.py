@@ -60,7 +60,8 @@ def is_plain_model_step(request) -> bool:
 
 
 def _group_key(request: ModelAnalysisRequest) -> tuple:
-    return (*(getattr(request, name) for name in GROUP_FIELDS), core_dtypes(request))
+    # Whether the request named its dtypes decides between them and a checkpoint's own formats.
+    return (*(getattr(request, name) for name in GROUP_FIELDS), core_dtypes(request), "dtypes" in request.model_fields_set)
 
 
 def _rows_template(steps: SteppedRows) -> bytes:
@@ -92,7 +93,7 @@ class _Group:
         self.requests = requests
         self.steps = SteppedRows(self.arch, evaluators, which, phase=first.phase,
                                  batch=[r.batch_size for r in requests], seq_len=[r.seq_len for r in requests],
-                                 dtypes=core_dtypes(first), tensor_parallel=first.tensor_parallel,
+                                 dtypes=core_dtypes(first, self.arch), tensor_parallel=first.tensor_parallel,
                                  attention_implementation=first.attention_implementation)
         self.template = _rows_template(self.steps)
 

@@ -49,7 +49,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     workload = serving.Workload(request.input_len, request.output_len, request.target_requests_per_s,
                                 request.concurrency)
     configs, fitting, skipped, searched = [], [], [], 0
-    dtypes = core_dtypes(request)
+    dtypes = core_dtypes(request, arch)
     for device_id in dict.fromkeys(request.device_ids):
         device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
         evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)

@@ -129,7 +129,7 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
         check_positions(arch, *peak_context(last))
         summaries = affine_sweep(arch, evaluator, parameter=parameter, values=[int(v) for v in values],
                                  phase=first.phase, batch=first.batch_size, seq_len=first.seq_len,
-                                 dtypes=core_dtypes(first), tensor_parallel=first.tensor_parallel,
+                                 dtypes=core_dtypes(first, arch), tensor_parallel=first.tensor_parallel,
                                  attention_implementation=first.attention_implementation)
     except CostModelError as exc:
         raise unprocessable(exc, "body.request") from None

@@ -165,7 +165,8 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
     memory = result.memory
     params = model_params(arch)
     return TrainingAnalysis(
-        device_id=request.device_id, model=name, params=ParamCounts(total=params.total, active=params.active),
+        device_id=request.device_id, model=name, params=ParamCounts(total=params.total, active=params.active,
+                                                      active_with_embedding=params.active_with_embedding),
         devices=result.devices, data_parallel=setup.parallelism.data, tensor_parallel=setup.parallelism.tensor,
         pipeline_parallel=setup.parallelism.pipeline, zero_stage=setup.parallelism.zero_stage,
         recompute=setup.recompute, seq_len=setup.seq_len, micro_batch_size=setup.micro_batch_size,

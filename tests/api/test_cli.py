@@ -159,3 +159,36 @@ def test_train_and_plan_training(local_database, capsys):
     assert plan["step"]["step_time_s"] == step["step_time_s"]  # 64 devices / TP 4 = the same 16 replicas
     assert [e["basis"] for e in plan["estimates"]] == ["roofline", "stated"]
     assert "days" in run(capsys, "plan", "training", *argv, "--num-devices", "64", "--total-tokens", "1e12").out
+
+
+def test_model_from_a_config_file_a_folder_and_the_hugging_face_cache(local_database, capsys, tmp_path, monkeypatch):
+    from service.persistence.catalog import model_catalog
+
+    config = next(m["config"] for m in model_catalog() if m["id"] == "gpt-oss-20b")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config))
+    args = ("kv-capacity", "--device", "nvidia-h200-sxm", "--context-len", "8192", "--json")
+    by_id = json.loads(run(capsys, *args, "--model", "gpt-oss-20b").out)
+    by_file = json.loads(run(capsys, *args, "--model", str(tmp_path / "ckpt" / "config.json")).out)
+    by_folder = json.loads(run(capsys, *args, "--model", str(tmp_path / "ckpt")).out)
+    # The same config three ways: the same answer, but an inline model is named by its family.
+    assert by_file == by_folder == {**by_id, "model": "inline gpt_oss"}
+    # With no dtypes flag, the checkpoint's own formats (mxfp4 experts); a flag overrides them.
+    assert any("the checkpoint's own" in note for note in by_id["assumptions"])
+    bf16 = json.loads(run(capsys, *args, "--model", "gpt-oss-20b", "--weights-dtype", "bf16").out)
+    assert bf16["weights_bytes"] > 2.5 * by_id["weights_bytes"]
+
+    # A repo id in the local Hugging Face cache is read offline; one that is not there is an error, not a download.
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--openai--gpt-oss-20b" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(config))
+    (cache / "models--openai--gpt-oss-20b" / "refs").mkdir()
+    (cache / "models--openai--gpt-oss-20b" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(cache))
+    assert json.loads(run(capsys, *args, "--model", "openai/gpt-oss-20b").out) == by_file
+    with pytest.raises(SystemExit, match="not in the local Hugging Face cache"):
+        run(capsys, *args, "--model", "openai/not-there")

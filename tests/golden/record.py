@@ -130,6 +130,19 @@ def build_requests() -> list[dict]:
     with (HERE.parent / "data" / "batch_example.jsonl").open() as lines:
         add("/v1/analyze/batch", {"items": [json.loads(line) for line in lines if line.strip()]})
 
+    # The families of 2025-26: the catalog's gpt-oss, a checkpoint's own formats, and inline configs of the others.
+    from tests.core.transformer.test_families import CASES
+    for model in ("gpt-oss-20b", "gpt-oss-120b", "deepseek-v3"):
+        for phase in ("prefill", "decode"):
+            add("/v1/analyze/model", {"device_id": "nvidia-h200-sxm", "model_id": model, "phase": phase,
+                                      "batch_size": 8, "seq_len": 4096, "tensor_parallel": 8})
+        add("/v1/analyze/kv-capacity", {"device_id": "nvidia-h200-sxm", "model_id": model, "context_len": 32768,
+                                        "tensor_parallel": 8})
+    add("/v1/analyze/model", {"device_id": "nvidia-h200-sxm", "model_id": "deepseek-v3", "phase": "decode",
+                              "batch_size": 8, "seq_len": 4096, "tensor_parallel": 8, "dtypes": {"weights": "fp8"}})
+    for *_, config in CASES[2:]:
+        add("/v1/analyze/model", {"device_id": "nvidia-h100-sxm", "phase": "decode", "batch_size": 4, "seq_len": 1000,
+                                  "output_len": 50, "model": config})
     # Charts (SVG, deterministic: fixed hash salt, no dates) and the refusals below are answers too.
     from schemas.common import example_of
     from schemas.plots import PlotRequest

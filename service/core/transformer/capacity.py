@@ -43,20 +43,24 @@ def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, 
     """K and V of one request's `context` tokens on one device; each layer holds at most its window, in
     whole blocks of `block_size` tokens (1: a contiguous cache)."""
     per_layer = kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel)
-    return sum(g.count * cached_tokens(min(context, g.sliding_window or context), block_size)
+    return sum(g.count * cached_tokens(min(context, g.sliding_window or g.chunk or context), block_size)
                for g in arch.groups) * per_layer
 
 
 @by_identity(objects=1)
 def weight_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
-    """All parameters (every expert) in the weights' type; the embedding table in the activations' type (a tied
-    head is that table); an untied LM head in its own type (ModelDTypes.head_dtype), as the analysis reads it."""
+    """All parameters (every expert) in the weights' type, the routed experts in theirs where they differ; the
+    embedding table and a vision tower in the activations' type (a tied head is that table); an untied LM head in
+    its own type (ModelDTypes.head_dtype), as the analysis reads it."""
     params = model_params(arch)
     s_w = dtypes.weight_bytes_per_element() or bytes_per_element(dtypes.weights)
+    experts = dtypes.expert_dtypes()
+    s_experts = experts.weight_bytes_per_element() or bytes_per_element(experts.weights)
     head = dtypes.head(arch.tied_embeddings)
     s_head = head.weight_bytes_per_element() or bytes_per_element(head.weights)
-    other = params.total - params.embedding - params.lm_head
-    return (other * s_w + params.embedding * bytes_per_element(dtypes.activations)
+    s_act = bytes_per_element(dtypes.activations)
+    other = params.total - params.embedding - params.lm_head - params.vision - params.routed_experts
+    return (other * s_w + params.routed_experts * s_experts + (params.embedding + params.vision) * s_act
             + params.lm_head * s_head) / tensor_parallel
 
 
@@ -65,8 +69,10 @@ class Capacity:
     usable_bytes: float
     weights_bytes: float
     workspace_bytes: float
-    kv_bytes_per_token: float
+    kv_bytes_per_token: float  # what each further token adds: the layers that keep every token
     kv_bytes_per_request: float
+    # What a request's window and chunk layers hold once its context passes their span, whatever its length after.
+    kv_bytes_capped_per_request: float
     available_kv_bytes: float
     max_concurrent_requests: int
     max_context_len: int | None  # None: neither memory (sliding windows) nor the model bounds it
@@ -97,7 +103,10 @@ def kv_capacity(arch: Architecture, dtypes: ModelDTypes, *, context_len: int, ca
             longest, bound_by = arch.max_positions, "model"
     return Capacity(
         usable_bytes=usable, weights_bytes=weights, workspace_bytes=workspace_bytes,
-        kv_bytes_per_token=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * arch.layers,
+        kv_bytes_per_token=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * sum(
+            g.count for g in arch.groups if not (g.sliding_window or g.chunk)),
+        kv_bytes_capped_per_request=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * sum(
+            g.count * cached_tokens(g.sliding_window or g.chunk or 0, block_size) for g in arch.groups),
         kv_bytes_per_request=per_request, available_kv_bytes=available, max_concurrent_requests=max_requests,
         max_context_len=longest, max_context_len_bound_by=bound_by,
         fits=fits, shortfall_bytes=0.0 if fits else -available, block_size=block_size,

@@ -10,11 +10,13 @@ constants (norms per layer, q/k norms, whether embeddings are tied by default). 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from service.core.transformer import vision
 from service.core.transformer.architecture import Architecture, ConfigError, LatentAttention, MoE, group_layers
 from service.core.transformer.config_reader import ConfigReader
+from service.core.transformer.quantization import checkpoint_quantization
 
 Biases = tuple[bool, bool, bool]  # q/k/v projections, output projection, MLP
 Windows = list[int | None]  # per layer: its sliding window, or None for full attention
@@ -34,6 +36,17 @@ def attention_bias(r: ConfigReader) -> Biases:
 def attention_and_mlp_bias(r: ConfigReader) -> Biases:
     bias = r.flag("attention_bias", False)
     return bias, bias, r.flag("mlp_bias", False)
+
+
+def qkv_bias_only(r: ConfigReader) -> Biases:
+    # GLM-4.5: attention_bias puts biases on q, k and v, never on the output projection.
+    return r.flag("attention_bias", False), False, False
+
+
+def attention_and_expert_bias(r: ConfigReader) -> Biases:
+    # gpt-oss: biases on every attention projection, and on every expert's projections.
+    bias = r.flag("attention_bias", True)
+    return bias, bias, True
 
 
 def qkv_bias_always(r: ConfigReader) -> Biases:
@@ -74,6 +87,12 @@ def window_on_even_layers(r: ConfigReader, layers: int, window: int | None) -> W
     return [window if i % 2 == 0 else None for i in range(layers)]
 
 
+def window_but_every_nth_layer(r: ConfigReader, layers: int, window: int | None) -> Windows:
+    # Gemma 3: five local layers to one global, every sliding_window_pattern-th layer global (when no layer_types).
+    pattern = r.int("sliding_window_pattern", 6, note=" (the config class default)")
+    return [None if (i + 1) % (pattern or 1) == 0 else window for i in range(layers)]
+
+
 def windows_by_layer_types(config: Mapping[str, Any], layers: int, window: int | None) -> Windows | None:
     """Newer configs list each layer's attention (`layer_types`): that list decides, whatever the family."""
     layer_types = config.get("layer_types")
@@ -99,6 +118,24 @@ def qwen_moe_experts(r: ConfigReader, layers: int, intermediate: int, config: Ma
     return moe, [i not in dense_only and (i + 1) % (step or 1) == 0 for i in range(layers)]
 
 
+def gpt_oss_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    # Every layer routes; the router has a bias; intermediate_size is each expert's width.
+    top_k = r.int("num_experts_per_tok", config.get("experts_per_token") or None)
+    return MoE(r.int("num_local_experts"), top_k, intermediate, router_bias=True), [True] * layers
+
+
+def llama4_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    # Llama 4: routed experts of intermediate_size beside one shared expert of the same width, on the layers
+    # moe_layers lists (else every interleave_moe_layer_step-th); the dense layers are intermediate_size_mlp wide.
+    width = r.int("intermediate_size")
+    moe = MoE(r.int("num_local_experts"), r.int("num_experts_per_tok", 1), width, 1, width)
+    if isinstance(config.get("moe_layers"), list):
+        chosen = set(r.int_list("moe_layers"))
+        return moe, [i in chosen for i in range(layers)]
+    step = r.int("interleave_moe_layer_step", 1)
+    return moe, [(i + 1) % (step or 1) == 0 for i in range(layers)]
+
+
 def deepseek_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
     expert_width = r.int("moe_intermediate_size")
     shared = r.int("n_shared_experts", 0, minimum=0)
@@ -109,6 +146,19 @@ def deepseek_experts(r: ConfigReader, layers: int, intermediate: int, config: Ma
     first_dense = r.int("first_k_dense_replace", 0, minimum=0)
     freq = r.int("moe_layer_freq", 1)
     return moe, [i >= first_dense and i % (freq or 1) == 0 for i in range(layers)]
+
+
+def llama4_positions(r: ConfigReader, layers: int) -> tuple[list[int | None], list[bool]]:
+    """Per layer, its attention chunk and whether it rotates positions: Llama 4's RoPE layers attend within chunks
+    of attention_chunk_size; every no_rope_layer_interval-th layer (or as no_rope_layers lists, 1 = RoPE) is a
+    global NoPE layer."""
+    if isinstance(r.config.get("no_rope_layers"), list) and len(r.config["no_rope_layers"]) == layers:
+        ropes = [bool(flag) for flag in r.int_list("no_rope_layers")]
+    else:
+        interval = r.int("no_rope_layer_interval", 4, note=" (the config class default)")
+        ropes = [(i + 1) % (interval or 1) != 0 for i in range(layers)]
+    chunk = r.optional_int("attention_chunk_size")
+    return [chunk if rope else None for rope in ropes], ropes
 
 
 def deepseek_latent(r: ConfigReader) -> LatentAttention:
@@ -129,9 +179,19 @@ class Family:
     latent: Callable[[ConfigReader], LatentAttention] | None = None
     norms_per_layer: int = 2
     qk_norm: bool = False
+    qk_norm_flag: str | None = None  # the config key that turns q/k norms on, where the family makes it optional
+    qk_norm_weights: bool = True  # False: q/k norms without a scale (Llama 4's L2 norm)
     tied_by_default: bool = False
     # Every layer is MoE in the reference configs, so the dense width may be absent (0).
     intermediate_optional: bool = False
+    intermediate_key: str = "intermediate_size"  # the dense layers' MLP width
+    attention_sinks: bool = False
+    # Per layer, its attention chunk and whether it rotates positions (Llama 4); None: no chunks, RoPE everywhere.
+    positions: Callable[[ConfigReader, int], tuple[list[int | None], list[bool]]] | None = None
+    # A multimodal checkpoint: its decoder is `text_config`, read as this family; `vision` counts the vision tower's
+    # and projector's parameters from the whole config (its vision_config) and the decoder's width.
+    text: str | None = None
+    vision: Callable[[Mapping[str, Any], str, int], int] | None = None
 
 
 FAMILIES: dict[str, Family] = {family.name: family for family in (
@@ -147,8 +207,32 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            tied_by_default=True),
     Family("phi3", windows=window_on_every_layer),
     Family("deepseek_v3", biases=attention_bias, experts=deepseek_experts, latent=deepseek_latent),
+    # DeepSeek-V3's architecture under Moonshot's name.
+    Family("kimi_k2", biases=attention_bias, experts=deepseek_experts, latent=deepseek_latent),
+    Family("glm4_moe", biases=qkv_bias_only, experts=deepseek_experts, qk_norm_flag="use_qk_norm"),
+    Family("gpt_oss", biases=attention_and_expert_bias, experts=gpt_oss_experts, attention_sinks=True),
+    Family("gemma3_text", windows=window_but_every_nth_layer, qk_norm=True, norms_per_layer=4, tied_by_default=True),
+    Family("gemma3", text="gemma3_text", vision=lambda config, prefix, hidden: vision.siglip(
+        _reader(config, "vision_config", prefix), hidden)),
+    Family("mistral3", text="mistral", vision=lambda config, prefix, hidden: vision.pixtral(
+        _reader(config, "vision_config", prefix), hidden, _top_int(config, "spatial_merge_size", 2),
+        bool(config.get("multimodal_projector_bias", False)))),
+    Family("llama4_text", experts=llama4_experts, qk_norm_flag="use_qk_norm", qk_norm_weights=False,
+           intermediate_key="intermediate_size_mlp", positions=llama4_positions),
+    Family("llama4", text="llama4_text", vision=lambda config, prefix, hidden: vision.llama4_vision(
+        _reader(config, "vision_config", prefix), hidden)),
 )}
 SUPPORTED_FAMILIES = tuple(FAMILIES)
+
+
+def _reader(config: Mapping[str, Any], key: str, prefix: str) -> ConfigReader:
+    section = config.get(key)
+    return ConfigReader(section if isinstance(section, Mapping) else {}, f"{prefix}.{key}")
+
+
+def _top_int(config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
 def family_of(config: Any, prefix: str) -> Family:
@@ -157,8 +241,9 @@ def family_of(config: Any, prefix: str) -> Family:
     name = config.get("model_type")
     if not isinstance(name, str) or name not in FAMILIES:
         raise ConfigError([f"{prefix}.model_type"],
-                          f"unsupported model_type {name!r}; supported: {', '.join(SUPPORTED_FAMILIES)}, "
-                          "or describe the model with the generic schema")
+                          f"unsupported model_type {name!r}; supported: {', '.join(SUPPORTED_FAMILIES)}; or describe the "
+                          'model in the generic form {"format": "generic", "layers", "hidden", "heads", "vocab", '
+                          '"intermediate", ...} (docs/concepts.md, "Models the readers do not know")')
     return FAMILIES[name]
 
 
@@ -175,6 +260,29 @@ def _check_layers(moe: MoE | None, moe_layers: list[bool], intermediate: int, pr
 
 def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architecture:
     family = family_of(config, prefix)
+    if family.text is not None:
+        return _multimodal(family, config, prefix)
+    arch = _decoder(family, config, prefix)
+    quantization = checkpoint_quantization(config, prefix)
+    return replace(arch, quantization=quantization) if quantization else arch
+
+
+def _multimodal(family: Family, config: Mapping[str, Any], prefix: str) -> Architecture:
+    """The decoder of `text_config` read as its own family, with the vision tower's parameters and the checkpoint's
+    quantisation (stated at the top level) beside it."""
+    text = config.get("text_config")
+    if not isinstance(text, Mapping):
+        raise ConfigError([f"{prefix}.text_config"], f"a {family.name} config describes its decoder in text_config")
+    assert family.text is not None and family.vision is not None
+    # A top-level tie_word_embeddings is the checkpoint's, whatever text_config says.
+    tied = config.get("tie_word_embeddings")
+    decoder = _decoder(FAMILIES[family.text], {**text, **({"tie_word_embeddings": tied} if isinstance(tied, bool) else {})},
+                       f"{prefix}.text_config")
+    return replace(decoder, family=family.name, vision_params=family.vision(config, prefix, decoder.hidden),
+                   quantization=checkpoint_quantization(config, prefix) or checkpoint_quantization(text, prefix))
+
+
+def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architecture:
     r = ConfigReader(config, prefix)
     hidden = r.int("hidden_size")
     layers = r.int("num_hidden_layers")
@@ -182,7 +290,8 @@ def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architec
     vocab = r.int("vocab_size")
     kv_heads = r.int("num_key_value_heads", heads, note=" (the config class default: num_attention_heads)") if heads else 0
     activation = r.activation()
-    intermediate = r.int("intermediate_size", 0, minimum=0) if family.intermediate_optional else r.int("intermediate_size")
+    intermediate = (r.int(family.intermediate_key, 0, minimum=0) if family.intermediate_optional
+                    else r.int(family.intermediate_key))
     r.fail_if_missing()
     if family.latent is not None:
         head_dim = hidden // heads
@@ -197,6 +306,8 @@ def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architec
     windows = windows_by_layer_types(config, layers, window) or windows
     moe, moe_layers = family.experts(r, layers, intermediate, config)
     latent = family.latent(r) if family.latent is not None else None
+    chunks, ropes = family.positions(r, layers) if family.positions is not None else (None, None)
+    qk_norm = family.qk_norm or bool(family.qk_norm_flag and r.flag(family.qk_norm_flag, False))
     r.fail_if_missing()
     moe = _check_layers(moe, moe_layers, intermediate, prefix)
     return Architecture(
@@ -204,6 +315,7 @@ def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architec
         vocab=vocab, intermediate=intermediate, gated_mlp=True, activation=activation,
         tied_embeddings=r.flag("tie_word_embeddings", family.tied_by_default),
         qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias, norms_per_layer=family.norms_per_layer,
-        qk_norm=family.qk_norm, latent=latent, moe=moe, groups=group_layers(list(zip(windows, moe_layers))),
+        qk_norm=qk_norm, qk_norm_weights=family.qk_norm_weights, latent=latent, moe=moe,
+        groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes), attention_sinks=family.attention_sinks,
         defaults_applied=tuple(r.defaults), max_positions=r.optional_int("max_position_embeddings"),
     )

@@ -38,11 +38,22 @@ class ModelDTypes(NamedTuple):
     weight_group_size: int | None = None  # group-quantised weights carry one scale per group
     weight_scale_bytes: float = 2.0
     lm_head: str | None = None  # default: see head_dtype
+    # The routed experts' own format where a checkpoint stores them apart (gpt-oss: mxfp4 experts, bf16 elsewhere).
+    experts: str | None = None
+    experts_group_size: int | None = None
+    experts_scale_bytes: float = 2.0
 
     def weight_bytes_per_element(self) -> float | None:
         if not self.weight_group_size:
             return None
         return bytes_per_element(self.weights) + self.weight_scale_bytes / self.weight_group_size
+
+    def expert_dtypes(self) -> ModelDTypes:
+        """These dtypes as the routed experts' matmuls see them."""
+        if self.experts is None:
+            return self
+        return self._replace(weights=self.experts, weight_group_size=self.experts_group_size,
+                             weight_scale_bytes=self.experts_scale_bytes)
 
     def quantised(self) -> bool:
         return bytes_per_element(self.weights) < min(2, bytes_per_element(self.activations))
@@ -116,6 +127,7 @@ def expected_active_experts(tokens: int, experts: int, top_k: int) -> float:
 def grouped_expert_matmul(*, token_rows: int, active_experts: float, n: int, k: int, dtypes: ModelDTypes) -> OperatorCost:
     """The routed experts' projection, all experts in one grouped kernel: every routed token row is
     multiplied by its expert's weight, and each active expert's weight is read once."""
+    dtypes = dtypes.expert_dtypes()
     s_a, s_c = bytes_per_element(dtypes.activations), bytes_per_element(dtypes.activations)
     s_w = dtypes.weight_bytes_per_element() or bytes_per_element(dtypes.weights)
     weights = active_experts * k * n * s_w
@@ -189,22 +201,27 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     rows = [Row("qkv_proj", "matmul", 1, linear_cost(tokens, qkv, h, dtypes, arch.qkv_bias),
                 params=linear_params(qkv, h, arch.qkv_bias))]
     if arch.qk_norm:
-        rows += [Row("q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act), params=d),
-                 Row("k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, d], dtype=act), params=d)]
+        scale = d if arch.qk_norm_weights else 0
+        rows += [Row("q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act), params=scale),
+                 Row("k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, d], dtype=act), params=scale)]
+    if group.rope:
+        rows.append(Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + kv_heads, d, act)))
+    chunked = {"chunk": group.chunk} if group.chunk else {}
     rows += [
-        Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + kv_heads, d, act)),
         Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, 2 * kv_heads * d, dtypes)),
-        _attention_row(batch=step.batch, heads=heads, kv_heads=kv_heads, head_dim=d, q_len=step.q_len,
-                       kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
-                       window=group.sliding_window, implementation=step.attention_implementation),
+        _attention_row(heads if arch.attention_sinks else 0, batch=step.batch, heads=heads, kv_heads=kv_heads,
+                       head_dim=d, q_len=step.q_len, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache,
+                       causal=True, window=group.sliding_window, implementation=step.attention_implementation,
+                       **chunked),
         Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * d, dtypes, arch.o_bias),
             params=linear_params(h, heads * d, arch.o_bias)),
     ]
     return rows
 
 
-def _attention_row(**params) -> Row:
-    return Row("attention", "attention", 1, attention_cost(**params), attention_params=params)
+def _attention_row(sinks: int = 0, **params) -> Row:
+    """`sinks`: learned sink logits it owns (one per head), added to each softmax's denominator."""
+    return Row("attention", "attention", 1, attention_cost(**params), attention_params=params, params=sinks)
 
 
 @by_value(maxsize=1024)

@@ -42,14 +42,25 @@ class ModelParams:
     final_norm: int
     layers_total: int
     layers_active: int
+    vision: int = 0  # a vision tower and its projector, shipped with the checkpoint
+    routed_experts: int = 0  # the routed experts' share of layers_total (stored in their own format by some checkpoints)
 
     @property
     def total(self) -> int:
-        return self.embedding + self.lm_head + self.final_norm + self.layers_total
+        """The whole checkpoint: vision tower included."""
+        return self.embedding + self.lm_head + self.final_norm + self.layers_total + self.vision
 
     @property
     def active(self) -> int:
-        return self.embedding + self.lm_head + self.final_norm + self.layers_active
+        """What one text token uses, as model cards count it: the decoder's active parameters and the LM head
+        (the embedding table when tied), not the input embedding's lookup nor the vision tower."""
+        head = self.lm_head or self.embedding
+        return head + self.final_norm + self.layers_active
+
+    @property
+    def active_with_embedding(self) -> int:
+        """The same with the input embedding table, as Mistral's, Qwen's and DeepSeek's cards count it."""
+        return self.active + (self.embedding if self.lm_head else 0)
 
 
 # Parameters do not depend on the step: counted on the rows of one token, unsplit, in the default dtypes.
@@ -82,10 +93,14 @@ def norm_params(arch: Architecture) -> int:
 def model_params(arch: Architecture) -> ModelParams:
     per_group = [(group.count, layer_params(arch, group)) for group in arch.groups]
     (embedding,), (final_norm, lm_head) = model_level_rows(arch, _ONE_TOKEN, _DTYPES)
+    routed = sum(group.count * _owned([row for row in mlp_rows(arch, group, _ONE_TOKEN, _DTYPES)
+                                       if row.kind == "grouped_matmul"]) for group in arch.groups if group.moe)
     return ModelParams(
         embedding=embedding.params,
         lm_head=lm_head.params,
         final_norm=final_norm.params,
+        vision=arch.vision_params,
+        routed_experts=routed,
         layers_total=sum(count * p.total for count, p in per_group),
         layers_active=sum(count * p.active for count, p in per_group),
     )

@@ -1,0 +1,49 @@
+"""What `--model` names: a catalog id, a config.json, a checkpoint folder, or a Hugging Face repo id found in the
+local Hugging Face cache. Nothing is downloaded: a repo id the cache does not hold is an error that says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+MODEL_HELP = ("a catalog model id (e.g. llama-3.1-8b, GET /v1/models), a path to a config.json or to a "
+              "checkpoint folder holding one, or a Hugging Face repo id (org/name) in the local Hugging Face cache")
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--model {path}: not a readable JSON config ({exc})") from None
+    if not isinstance(config, dict):
+        raise SystemExit(f"--model {path}: the config is not a JSON object")
+    return config
+
+
+def _cached_config(repo_id: str) -> Path | None:
+    """The repo's config.json in the local Hugging Face cache, or None; never a download."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - a dependency of the project
+        return None
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return Path(found) if isinstance(found, str) else None
+
+
+def model_choice(name: str) -> dict[str, Any]:
+    """The request's model: {"model": config} for a file, folder or cached repo; else {"model_id": name}."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SystemExit(f"--model {name}: the folder holds no config.json")
+        return {"model": _read_config(path / "config.json")}
+    if path.is_file():
+        return {"model": _read_config(path)}
+    if "/" in name:
+        cached = _cached_config(name)
+        if cached is None:
+            raise SystemExit(f"--model {name}: not a file or folder, and not in the local Hugging Face cache "
+                             "(nothing is downloaded: fetch it with `huggingface-cli download` first, or give a path)")
+        return {"model": _read_config(cached)}
+    return {"model_id": name}

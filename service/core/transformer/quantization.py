@@ -1,0 +1,111 @@
+"""A checkpoint's own weight formats, read from its config's `quantization_config`, and the dtypes they imply
+when a request names none. A request's `dtypes` always wins; the answer says which it used.
+
+Schemes read (bytes per weight = bits / 8 + scale bytes / group):
+- `fp8` (DeepSeek-V3, Kimi-K2, Qwen FP8): fp8 weights, one fp32 scale per weight_block_size block (128 x 128),
+  activations quantised to fp8 at run time (W8A8);
+- `mxfp4` (gpt-oss): fp4 weights with one 8-bit (e8m0) scale per 32, on the modules not in
+  modules_to_not_convert (gpt-oss: the routed experts; attention, router, embedding and head stay bf16);
+- `modelopt` NVFP4 and compressed-tensors `nvfp4`: fp4 weights and activations (W4A4), one fp8 scale per 16;
+- `compressed-tensors`: the first config group's weights (int4/int8/fp8, its group size) and input activations
+  (W4A16, W8A8);
+- `awq`, `gptq`: int4 (or `bits`) weights in groups of group_size, an fp16 scale and a 4-bit zero point per group.
+Anything else is left to the request's dtypes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from service.core.transformer.architecture import Quantization
+from service.core.transformer.layers import ModelDTypes
+
+
+def _block(value: Any) -> int | None:
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
+        return value[0] * value[1]
+    return None
+
+
+def _fp8(q: Mapping[str, Any]) -> Quantization:
+    block = _block(q.get("weight_block_size"))
+    shape = "x".join(map(str, q["weight_block_size"])) if block else "tensor"
+    return Quantization("fp8", block, 4.0, f"quantization_config fp8: an fp32 scale per {shape} block, activations "
+                                           f"quantised to fp8 ({q.get('activation_scheme', 'dynamic')})",
+                        activations="fp8")
+
+
+def _mxfp4(q: Mapping[str, Any]) -> Quantization:
+    kept = [str(m) for m in q.get("modules_to_not_convert") or []]
+    experts_only = any("self_attn" in m for m in kept)
+    where = "the routed experts (" + ", ".join(kept) + " stay in the activations' type)" if experts_only else "all weights"
+    return Quantization("fp4", 32, 1.0, f"quantization_config mxfp4: fp4 with an 8-bit scale per 32 on {where}",
+                        experts_only=experts_only)
+
+
+def _nvfp4(source: str) -> Quantization:
+    return Quantization("fp4", 16, 1.0, f"{source}: NVFP4, fp4 weights and activations with an fp8 scale per 16",
+                        activations="fp4")
+
+
+_TYPES: dict[tuple[Any, Any], str] = {("int", 4): "int4", ("int", 8): "int8", ("float", 8): "fp8", ("float", 4): "fp4"}
+
+
+def _compressed_tensors(q: Mapping[str, Any]) -> Quantization | None:
+    if str(q.get("format", "")).startswith("nvfp4"):
+        return _nvfp4("quantization_config compressed-tensors")
+    groups = q.get("config_groups")
+    group = next(iter(groups.values()), None) if isinstance(groups, Mapping) and groups else None
+    weights = group.get("weights") if isinstance(group, Mapping) else None
+    if not isinstance(weights, Mapping):
+        return None
+    dtype = _TYPES.get((weights.get("type"), weights.get("num_bits")))
+    if dtype is None:
+        return None
+    size = weights.get("group_size") if isinstance(weights.get("group_size"), int) else None
+    inputs: Any = group.get("input_activations") if isinstance(group, Mapping) else None
+    activations = _TYPES.get((inputs.get("type"), inputs.get("num_bits"))) if isinstance(inputs, Mapping) else None
+    scheme = f"W{weights.get('num_bits')}A{inputs.get('num_bits') if activations else 16}"
+    return Quantization(dtype, size, 2.0, f"quantization_config compressed-tensors {scheme}: {dtype} weights"
+                        + (f" in groups of {size}" if size else "") + (f", {activations} activations" if activations else ""),
+                        activations=activations)
+
+
+def _int_groups(q: Mapping[str, Any], method: str) -> Quantization | None:
+    bits = q.get("bits", q.get("w_bit", 4))
+    dtype = _TYPES.get(("int", bits))
+    size = q.get("group_size", q.get("q_group_size", 128))
+    if dtype is None or not isinstance(size, int) or size <= 0:
+        return None
+    return Quantization(dtype, size, 2.0 + bits / 8, f"quantization_config {method}: {dtype} weights in groups of "
+                                                     f"{size}, an fp16 scale and a {bits}-bit zero point per group")
+
+
+def checkpoint_quantization(config: Mapping[str, Any], prefix: str = "model") -> Quantization | None:
+    q = config.get("quantization_config")
+    if not isinstance(q, Mapping):
+        return None
+    method = q.get("quant_method")
+    if method == "fp8":
+        return _fp8(q)
+    if method == "mxfp4":
+        return _mxfp4(q)
+    if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "NVFP4":
+        return _nvfp4("quantization_config modelopt")
+    if method == "compressed-tensors":
+        return _compressed_tensors(q)
+    if method in ("awq", "gptq"):
+        return _int_groups(q, method)
+    return None
+
+
+def checkpoint_dtypes(quantization: Quantization) -> ModelDTypes:
+    """The dtypes a checkpoint runs in by itself: its weights (or only its experts') as stored, activations in
+    bf16 unless the scheme quantises them too."""
+    activations = quantization.activations or "bf16"
+    if quantization.experts_only:
+        return ModelDTypes(weights=activations, activations=activations, experts=quantization.weights,
+                           experts_group_size=quantization.group_size, experts_scale_bytes=quantization.scale_bytes)
+    return ModelDTypes(weights=quantization.weights, activations=activations, weight_group_size=quantization.group_size,
+                       weight_scale_bytes=quantization.scale_bytes)

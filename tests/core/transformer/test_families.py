@@ -1,0 +1,174 @@
+"""The families of 2025-26 (gpt-oss, Kimi-K2, GLM-4.5, Gemma 3, Mistral 3, Llama 4): each read from its config,
+its parameters counted as transformers builds the same config (on the meta device, vision towers included), its
+layer FLOPs against FlopCounterMode on a real transformers layer, and its cache per request derived by hand."""
+
+import pytest
+
+from service.core.transformer.analysis import Evaluator, analyze_model
+from service.core.transformer.capacity import kv_bytes_per_request, weight_bytes
+from service.core.transformer.families import from_hf_config
+from service.core.transformer.layers import ModelDTypes
+from service.core.transformer.params import model_params
+from service.core.transformer.quantization import checkpoint_dtypes
+from service.persistence.catalog import model_catalog, nominal_device
+from tests.conftest import import_crosscheck
+
+CATALOG = {entry["id"]: entry["config"] for entry in model_catalog()}
+TINY_TEXT = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 vocab_size=100, max_position_embeddings=4096)
+TINY_VISION = dict(hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+                   patch_size=8)
+
+
+def transformers_count(model_class: str, config_class: str, config: dict) -> int:
+    """Parameters of transformers' own build of `config`, plus the persistent buffers a checkpoint stores as weights
+    (a router's score-correction bias is a buffer there)."""
+    torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "quantization_config")}
+    with torch.device("meta"):
+        model = getattr(transformers, model_class)(getattr(transformers, config_class)(**fields))
+    stored = set(model.state_dict())
+    buffers = sum(b.numel() for name, b in model.named_buffers() if name in stored)
+    return sum(p.numel() for p in model.parameters()) + buffers
+
+
+CASES = [
+    ("gpt-oss-20b", "GptOssForCausalLM", "GptOssConfig", CATALOG["gpt-oss-20b"]),
+    ("gpt-oss-120b", "GptOssForCausalLM", "GptOssConfig", CATALOG["gpt-oss-120b"]),
+    ("kimi_k2 (DeepSeek-V3's build)", "DeepseekV3ForCausalLM", "DeepseekV3Config",
+     {**TINY_TEXT, "model_type": "kimi_k2", "num_key_value_heads": 4, "intermediate_size": 96,
+      "moe_intermediate_size": 32, "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+      "first_k_dense_replace": 1, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+      "v_head_dim": 8, "n_group": 1, "topk_group": 1, "hidden_act": "silu", "tie_word_embeddings": False}),
+    ("glm4_moe", "Glm4MoeForCausalLM", "Glm4MoeConfig",
+     {**TINY_TEXT, "model_type": "glm4_moe", "intermediate_size": 96, "moe_intermediate_size": 32,
+      "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+      "attention_bias": True, "use_qk_norm": True, "hidden_act": "silu", "tie_word_embeddings": False}),
+    ("gemma3_text", "Gemma3ForCausalLM", "Gemma3TextConfig",
+     {**TINY_TEXT, "model_type": "gemma3_text", "num_hidden_layers": 7, "intermediate_size": 96,
+      "sliding_window": 32, "hidden_activation": "gelu_pytorch_tanh"}),
+    ("llama4_text", "Llama4ForCausalLM", "Llama4TextConfig",
+     {**TINY_TEXT, "model_type": "llama4_text", "intermediate_size": 32, "intermediate_size_mlp": 96,
+      "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "attention_chunk_size": 16,
+      "use_qk_norm": True, "hidden_act": "silu", "tie_word_embeddings": False}),
+    ("gemma3", "Gemma3ForConditionalGeneration", "Gemma3Config",
+     {"model_type": "gemma3", "vision_config": {**TINY_VISION, "vision_use_head": False},
+      "text_config": {**TINY_TEXT, "num_hidden_layers": 7, "intermediate_size": 96, "sliding_window": 32,
+                      "hidden_activation": "gelu_pytorch_tanh"}}),
+    ("mistral3", "Mistral3ForConditionalGeneration", "Mistral3Config",
+     {"model_type": "mistral3", "vision_config": {**TINY_VISION, "head_dim": 12}, "tie_word_embeddings": False,
+      "text_config": {**TINY_TEXT, "model_type": "mistral", "intermediate_size": 96, "hidden_act": "silu",
+                      "tie_word_embeddings": False}}),
+    ("llama4", "Llama4ForConditionalGeneration", "Llama4Config",
+     {"model_type": "llama4",
+      "vision_config": {**TINY_VISION, "vision_output_dim": 40, "projector_input_dim": 40, "projector_output_dim": 40,
+                        "pixel_shuffle_ratio": 0.5},
+      "text_config": {**TINY_TEXT, "intermediate_size": 32, "intermediate_size_mlp": 96, "num_local_experts": 4,
+                      "interleave_moe_layer_step": 2, "attention_chunk_size": 16, "use_qk_norm": True,
+                      "hidden_act": "silu", "tie_word_embeddings": False}}),
+]
+
+
+@pytest.mark.crosscheck
+@pytest.mark.parametrize("name, model_class, config_class, config", CASES, ids=[case[0] for case in CASES])
+def test_parameters_equal_transformers_build(name, model_class, config_class, config):
+    assert model_params(from_hf_config(config)).total == transformers_count(model_class, config_class, config)
+
+
+def test_gpt_oss_counts_as_its_model_card():
+    # OpenAI's card: gpt-oss-20b 21B total, 3.6B active; gpt-oss-120b 117B total, 5.1B active (both without the
+    # input embedding, 201,088 x 2,880 = 579,133,440, which the active figure leaves out).
+    small, large = (model_params(from_hf_config(CATALOG[name])) for name in ("gpt-oss-20b", "gpt-oss-120b"))
+    assert round(small.total / 1e9) == 21 and round(small.active / 1e8) == 36
+    assert round(large.total / 1e9) == 117 and round(large.active / 1e8) == 51
+    assert small.active_with_embedding - small.active == 201_088 * 2_880
+
+
+def test_gpt_oss_20b_cache_per_request_by_hand():
+    # 12 full-attention layers keep every token: 12 x 2 (K, V) x 8 KV heads x 64 x 2 bytes = 24,576 bytes a token;
+    # 12 sliding layers keep at most 128 tokens: 12 x 2 x 8 x 64 x 2 x 128 = 3,145,728 bytes a request.
+    arch = from_hf_config(CATALOG["gpt-oss-20b"])
+    bf16 = ModelDTypes()
+    assert kv_bytes_per_request(arch, bf16, 1) == 24 * 2 * 8 * 64 * 2
+    assert kv_bytes_per_request(arch, bf16, 100_000) == 100_000 * 24_576 + 3_145_728
+    assert [(g.count, g.sliding_window) for g in arch.groups] == [(12, 128), (12, None)]
+
+
+def test_gpt_oss_weights_come_to_the_checkpoint_size():
+    # Experts in mxfp4 (0.5 byte + an 8-bit scale per 32 = 0.53125 byte), everything else bf16: gpt-oss-120b's
+    # 116.83B parameters hold 114.71B in experts (36 layers x 128 experts x (2,880 x 5,760 + 5,760 + 2,880 x 2,880
+    # + 2,880)), so 114.71e9 x 0.53125 + 2.12e9 x 2 = 65.2 GB, the checkpoint's ~65 GB of safetensors.
+    arch = from_hf_config(CATALOG["gpt-oss-120b"])
+    params = model_params(arch)
+    experts = 36 * 128 * (2_880 * 5_760 + 5_760 + 2_880 * 2_880 + 2_880)
+    assert params.routed_experts == experts
+    dtypes = checkpoint_dtypes(arch.quantization)
+    assert (dtypes.weights, dtypes.experts, dtypes.experts_group_size) == ("bf16", "fp4", 32)
+    assert weight_bytes(arch, dtypes) == experts * 0.53125 + (params.total - experts) * 2
+    assert 64e9 < weight_bytes(arch, dtypes) < 66e9
+
+
+def test_deepseek_v3_checkpoint_is_fp8_block_scaled():
+    # quantization_config: fp8, weight_block_size [128, 128], dynamic activations: fp8 weights with an fp32 scale per
+    # 16,384, fp8 activations. At TP 8 the weights are about 671e9 x (1 + 4/16384) / 8 = 8.4e10 bytes a device.
+    arch = from_hf_config(CATALOG["deepseek-v3"])
+    dtypes = checkpoint_dtypes(arch.quantization)
+    assert (dtypes.weights, dtypes.activations, dtypes.weight_group_size, dtypes.weight_scale_bytes) == ("fp8", "fp8", 16_384, 4.0)
+    assert 8.3e10 < weight_bytes(arch, dtypes, tensor_parallel=8) < 8.5e10
+
+
+def test_chunked_and_nope_layers_of_llama4():
+    # Every 4th layer is a global NoPE layer, every 2nd routes to experts (layers 2 and 4 of 4); the others attend
+    # within chunks of 16 and cache at most a chunk: 3 chunked layers x 16 tokens + 1 NoPE layer x 1,000 tokens, at
+    # 2 (K, V) x 2 KV heads x 16 x 2 bytes = 128 bytes a token each.
+    arch = from_hf_config(CASES[5][3])
+    assert [(g.count, g.chunk, g.rope, g.moe) for g in arch.groups] == [
+        (2, 16, True, False), (1, 16, True, True), (1, None, False, True)]
+    assert kv_bytes_per_request(arch, ModelDTypes(), 1_000) == (3 * 16 + 1_000) * 128
+
+
+def test_gemma3_keeps_one_global_layer_in_six():
+    # Layers 6 and 12 of 12 (1-based) are global; the 10 others keep at most their 32-token window.
+    arch = from_hf_config({**CASES[4][3], "num_hidden_layers": 12})
+    assert sorted((g.count, g.sliding_window) for g in arch.groups) == [(2, None), (10, 32)]
+
+
+def test_chunked_decode_sum_equals_the_steps_one_by_one():
+    # The closed-form sum over decode steps (keys climbing 1..chunk and starting again) against each step analysed.
+    arch = from_hf_config(CASES[5][3])
+    evaluator = Evaluator(nominal_device("nvidia-h100-sxm"))
+    options = dict(dtypes=ModelDTypes(), tensor_parallel=1, attention_implementation="flash")
+    prompt, output = 21, 40
+    whole = analyze_model(arch, evaluator, phase="decode", batch=2, seq_len=prompt, output_len=output, **options)
+    one_by_one = sum(analyze_model(arch, evaluator, phase="decode", batch=2, seq_len=prompt + i, **options).totals.time_s
+                     for i in range(output - 1))
+    assert whole.e2e_decode_time_s == pytest.approx(one_by_one, rel=1e-12)
+
+
+@pytest.mark.crosscheck
+def test_gemma3_layer_flops_equal_flop_counter():
+    # One real Gemma 3 decoder layer: FlopCounterMode counts its projections and the whole (masked) score matrix;
+    # the service's matmul rows and the unmasked attention matmuls, softmax aside, must be the same number.
+    torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from service.core.operators import attention_cost
+
+    config = CASES[4][3]
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    hf = transformers.Gemma3TextConfig(**fields, _attn_implementation="eager")
+    layer = transformers.models.gemma3.modeling_gemma3.Gemma3DecoderLayer(hf, layer_idx=5)  # a global layer
+    batch, length = 2, 24
+    x = torch.randn(batch, length, 64)
+    positions = (torch.randn(1, length, 16), torch.randn(1, length, 16))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        layer(x, position_embeddings=positions, attention_mask=None)
+    arch = from_hf_config(config)
+    result = analyze_model(arch, Evaluator(nominal_device("nvidia-h100-sxm")), phase="prefill", batch=batch,
+                           seq_len=length, dtypes=ModelDTypes())
+    global_rows = [r for r in result.rows if r.group == "dense layers"]
+    matmuls = sum(r.flops / r.layers for r in global_rows if r.kind == "matmul")
+    scores = attention_cost(batch=batch, heads=4, kv_heads=2, head_dim=16, q_len=length, kv_len=length)
+    assert matmuls + scores.flops - batch * 4 * length * length * 5 == counter.get_total_flops()
