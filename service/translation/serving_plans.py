@@ -8,6 +8,8 @@ concurrencies costs a handful of analyses, not thousands.
 
 from __future__ import annotations
 
+import math
+
 from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
 from service.core.errors import CostModelError
@@ -48,7 +50,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     slo = serving.Slo(**request.slo.model_dump())
     workload = serving.Workload(request.input_len, request.output_len, request.target_requests_per_s,
                                 request.concurrency)
-    configs, fitting, skipped, searched = [], [], [], 0
+    configs, fitting, skipped, searched, best_rate = [], [], [], 0, 0.0
     dtypes = core_dtypes(request, arch)
     for device_id in dict.fromkeys(request.device_ids):
         device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
@@ -70,8 +72,9 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         configs += result.configs
         fitting += result.fitting
         searched += result.searched
+        best_rate = max(best_rate, result.best_rate)
     if not configs:
-        _refuse(fitting, slo, request)
+        _refuse(fitting, slo, request, best_rate)
     configs.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices_used, -c.tokens_per_s_per_user))
     # Neighbouring concurrencies of one shape differ by a fraction of a percent: the best of each shape.
     best = list({(c.mode, c.device_id, c.tensor_parallel): c for c in reversed(configs)}.values())[::-1]
@@ -99,7 +102,15 @@ def _out(config: serving.Config) -> ServingConfig:
     return ServingConfig(**{**fields, "memory": StepMemoryOut(**config.memory())})
 
 
-def _refuse(fitting: list[serving.Config], slo: serving.Slo, request: ServingPlanRequest) -> None:
+def _refuse(fitting: list[serving.Config], slo: serving.Slo, request: ServingPlanRequest, best_rate: float) -> None:
+    target = request.target_requests_per_s
+    if not fitting and target is not None and best_rate > 0:
+        devices = math.ceil(request.total_devices * target / best_rate) if target / best_rate < 2**53 else None
+        reason = (f"{request.total_devices} devices reach at most {best_rate:.4g} requests/s (before any SLO), short of "
+                  f"the target "
+                  f"{target:.4g}: " + (f"it needs about {devices:,} devices of the best shape (total_devices)"
+                                       if devices else "no number of devices within reason reaches it"))
+        raise Unprocessable(reason, [{"loc": "body.target_requests_per_s", "msg": reason}])
     found = serving.unmet(fitting, slo)
     if found is None:
         reason = ("no configuration fits in memory: the weights and one request's cache exceed every candidate's "

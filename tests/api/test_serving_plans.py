@@ -74,3 +74,24 @@ def test_a_traffic_target_uses_the_fewest_replicas_that_reach_it(client):
         per_replica = config["requests_per_s"] / config["replicas"]
         assert config["requests_per_s"] >= 5 - 1e-9
         assert (config["replicas"] - 1) * per_replica < 5  # one fewer would not do
+
+
+def test_an_unreachable_target_says_what_the_budget_reaches_and_what_it_needs(client):
+    # 8 H100s serve Llama-3.1-8B (it fits one with room to spare) but not 100 requests/s: the refusal says the most
+    # any shape reaches on the 8 (with no SLO, the best plan's requests/s on the whole budget) and the devices the
+    # target needs at that rate, ceil(8 x 100 / best); never "no configuration fits in memory".
+    best = max(c["requests_per_s"] for c in plan(client, slo={}, top_n=50).json()["configs"])
+    response = plan(client, slo={}, target_requests_per_s=100)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert f"8 devices reach at most {best:.4g} requests/s" in detail
+    assert f"about {-(-800 // best):,.0f} devices" in detail and "memory" not in detail
+    assert response.json()["fields"][0]["loc"] == "body.target_requests_per_s"
+
+
+def test_an_overflowing_target_is_a_422_not_a_500(client):
+    # 1e308 requests/s over a rate of tens overflows any replica count: refused, naming the field.
+    response = plan(client, target_requests_per_s=1e308)
+    assert response.status_code == 422, response.text
+    assert response.json()["fields"][0]["loc"] == "body.target_requests_per_s"
+    assert "no number of devices" in response.json()["detail"]

@@ -87,6 +87,8 @@ class SearchResult:
     configs: list[Config]  # fitting and meeting every SLO, best first
     fitting: list[Config]  # every configuration that fits (for the frontier and the refusal)
     searched: int
+    # The most requests/s any shape that fits reaches on the whole budget, where none reaches the target.
+    best_rate: float = 0.0
 
 
 def _binding(config_values: dict[str, float], limits: dict[str, float]) -> str | None:
@@ -108,20 +110,28 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
     output = workload.output_len
     fitting: list[Config] = []
     searched = 0
+    best_rate = 0.0
 
     def make(mode, t, groups, prefill_groups, decode_groups, c, ttft, tpot, rate, memory):
+        nonlocal best_rate
         e2e = ttft + (output - 1) * tpot
         if workload.target_requests_per_s is not None:
-            # The fewest replicas (of this shape) that reach the target; None when the budget cannot.
+            # The fewest replicas (of this shape) that reach the target; None when the budget cannot (then what the
+            # whole budget reaches is remembered, for the refusal). `rate` is the whole budget's here.
             scale = workload.target_requests_per_s / rate
+            if not groups * scale <= total_devices:  # more replicas than devices (or an overflowing target)
+                best_rate = max(best_rate, rate)
+                return None
             needed = math.ceil(groups * scale - 1e-9)
             if needed * t > total_devices:
+                best_rate = max(best_rate, rate)
                 return None
             if prefill_groups is not None:
                 prefill_groups = max(1, math.ceil(prefill_groups * scale - 1e-9))
                 decode_groups = max(1, needed - prefill_groups)
                 needed = prefill_groups + decode_groups
                 if needed * t > total_devices:
+                    best_rate = max(best_rate, rate)
                     return None
             rate, groups = rate * needed / groups, needed
         devices = groups * t
@@ -158,7 +168,7 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
                     fitting.append(config)
     meeting = [c for c in fitting if all(c.value(name) <= limit for name, limit in limits.items())]
     meeting.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices_used, -c.tokens_per_s_per_user))
-    return SearchResult(meeting, fitting, searched)
+    return SearchResult(meeting, fitting, searched, best_rate)
 
 
 def pareto(configs: Sequence[Config]) -> list[Config]:
