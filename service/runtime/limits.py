@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from service.runtime.observability import OVERLOADED
+
 # Reading and dropping a too-large body costs the bandwidth, not the CPU of parsing it; past this much the
 # connection is closed instead.
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
@@ -97,6 +99,7 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.max_in_flight:
+            OVERLOADED.inc()
             body = json.dumps({"error": "overloaded", "detail": f"this worker is serving its limit of "
                                f"{self.max_in_flight} requests; retry shortly", "fields": []}).encode()
             await send({"type": "http.response.start", "status": 503,

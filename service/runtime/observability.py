@@ -15,7 +15,18 @@ import time
 import traceback
 import uuid
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+    multiprocess,
+)
+from starlette.requests import ClientDisconnect
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 REQUEST_ID_HEADER = b"x-request-id"
@@ -26,15 +37,44 @@ SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 REGISTRY = CollectorRegistry(auto_describe=True)
 REQUESTS = Counter("roofline_http_requests_total", "HTTP requests served", ["method", "route", "status"],
                    registry=REGISTRY)
+# Up to 30 s: a chart or a large batch takes seconds, and a bucket below them would hide them all in +Inf.
 LATENCY = Histogram("roofline_http_request_duration_seconds", "Time to answer an HTTP request", ["method", "route"],
                     registry=REGISTRY,
-                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0))
+                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                             30.0))
 ANALYSES = Counter("roofline_analyses_total", "Analyses answered, by kind", ["kind"], registry=REGISTRY)
+IN_FLIGHT = Gauge("roofline_http_requests_in_flight", "Requests this worker is serving now", registry=REGISTRY,
+                  multiprocess_mode="livesum")
+OVERLOADED = Counter("roofline_overloaded_total", "Requests refused 503 overloaded (the admission limit)",
+                     registry=REGISTRY)
+STALE = Counter("roofline_stale_catalog_answers_total",
+                "Answers computed from the last loaded catalog because the database was unreachable", registry=REGISTRY)
+# Resident memory, CPU seconds, open files and the interpreter: this worker's (in multi-process mode too, where
+# the registry below is built per scrape: the worker that answers reports itself).
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
 
 access_log = logging.getLogger("roofline.access")
 error_log = logging.getLogger("roofline.errors")
 INTERNAL_ERROR = json.dumps({"error": "internal_error", "detail": "an unexpected error occurred; it has been logged "
                              "with this response's X-Request-ID", "fields": []}).encode()
+
+
+# nginx's code for a request whose client closed the connection before the answer.
+CLIENT_CLOSED = 499
+# The documents FastAPI and the docs serve without a route object in the scope (a bounded set).
+DOCUMENT_PATHS = frozenset({"/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"})
+
+
+def route_label(scope, status: int) -> str:
+    """The route's template; for the service's own documents their path; for a request refused before any routing
+    (overloaded, too large, a malformed body) `before_routing`; for an unknown path `unmatched`."""
+    route = getattr(scope.get("route"), "path", None)
+    if route:
+        return route
+    if scope.get("path") in DOCUMENT_PATHS:
+        return scope["path"]
+    return "unmatched" if status in (404, 405) else "before_routing"
 
 
 def count_analysis(kind: str) -> None:
@@ -48,6 +88,7 @@ def metrics_payload() -> tuple[bytes, str]:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
+        ProcessCollector(registry=registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
@@ -116,11 +157,15 @@ class ObservabilityMiddleware:
                 headers = list(message.get("headers", [])) + [(REQUEST_ID_HEADER, request_id.encode())]
                 if scope.get("state", {}).get("catalog_stale"):
                     headers.append(STALE_CATALOG_HEADER)
+                    STALE.inc()
                 message["headers"] = headers
             await send(message)
 
+        IN_FLIGHT.inc()
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:
+            status = status or CLIENT_CLOSED  # the client went away mid-body: not the service's error
         except Exception as exc:
             log_unexpected(exc)
             if status is not None:  # the response had started: too late to replace it
@@ -130,10 +175,11 @@ class ObservabilityMiddleware:
                                             (b"content-length", str(len(INTERNAL_ERROR)).encode())]})
             await send_with_id({"type": "http.response.body", "body": INTERNAL_ERROR})
         finally:
+            IN_FLIGHT.dec()
             elapsed = time.perf_counter() - started
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope["method"]
-            status = 500 if status is None else status  # no response at all (the client went away mid-way)
+            status = CLIENT_CLOSED if status is None else status  # no response at all: the client went away
+            route = route_label(scope, status)
             requests, latency = _children(method, route, status)
             requests.inc()
             latency.observe(elapsed)

@@ -86,3 +86,23 @@ def test_a_sampled_access_log_keeps_every_error_and_one_success_in_n(settings, c
     # 0.25: every 4th success (2 of 8), and each of the 3 errors; the metrics still count all 8.
     assert [r.status for r in access].count(200) == 2 and [r.status for r in access].count(404) == 3
     assert metric(metrics, "roofline_http_requests_total", route="/v1/analyze/operator", status="200") == before + 8
+
+
+def test_metrics_show_the_process_and_what_is_in_flight(client):
+    text = client.get("/metrics").text
+    # This worker's own figures, as Prometheus' process collector names them.
+    for name in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds",
+                 "roofline_http_requests_in_flight", "roofline_overloaded_total"):
+        assert any(line.startswith(name) for line in text.splitlines()), name
+    # The scrape itself is the one request in flight while it is answered.
+    assert float(next(line for line in text.splitlines()
+                      if line.startswith("roofline_http_requests_in_flight ")).split()[1]) == 1
+
+
+def test_routes_are_labelled_as_served(client):
+    client.get("/openapi.json")
+    client.get("/no/such/path")
+    text = client.get("/metrics").text
+    assert metric(text, "roofline_http_requests_total", route="/openapi.json", status="200") >= 1
+    assert metric(text, "roofline_http_requests_total", route="unmatched", status="404") >= 1
+    assert 'route="unmatched",status="200"' not in text

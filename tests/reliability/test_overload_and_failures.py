@@ -147,3 +147,55 @@ def test_a_postgres_server_that_stops_answering_costs_seconds_not_minutes():
         waited = time.monotonic() - started
         engine.dispose()
     assert waited < 4 * POSTGRES_CONNECT_TIMEOUT_S
+
+
+def test_an_overload_is_counted_and_labelled_before_routing_and_a_vanished_client_is_not_a_500():
+    from service.runtime.observability import OVERLOADED, ObservabilityMiddleware, route_label
+
+    before = OVERLOADED._value.get()
+    held = asyncio.Event()
+
+    async def slow_app(scope, receive, send):
+        await held.wait()
+
+    app = AdmissionMiddleware(slow_app, max_in_flight=1)
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            first = asyncio.create_task(client.get("/v1/devices"))
+            await asyncio.sleep(0.05)
+            refused = await client.get("/v1/devices")
+            first.cancel()
+            return refused
+
+    assert asyncio.run(scenario()).status_code == 503
+    assert OVERLOADED._value.get() == before + 1
+    assert route_label({"path": "/v1/analyze/model"}, 503) == "before_routing"
+    assert route_label({"path": "/nowhere"}, 404) == "unmatched"
+
+    # A client that goes away mid-body: 499, as nginx files it, and no unexpected-error log.
+    from starlette.requests import ClientDisconnect
+
+    async def reading_app(scope, receive, send):
+        raise ClientDisconnect()
+
+    statuses = []
+    middleware = ObservabilityMiddleware(reading_app)
+    import service.runtime.observability as observability
+
+    original = observability._children
+    observability._children = lambda method, route, status: (statuses.append(status) or original(method, route, status))
+    try:
+        scope = {"type": "http", "method": "POST", "path": "/v1/analyze/model", "headers": []}
+
+        async def receive():
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            raise AssertionError("nothing is sent to a client that has gone")
+
+        asyncio.run(middleware(scope, receive, send))
+    finally:
+        observability._children = original
+    assert statuses == [499]
