@@ -239,13 +239,13 @@ class DeviceCatalog:
     def model(self, model_id: str) -> ModelConfig:
         found = self._models.get(model_id)
         if found is None:
-            raise ModelNotFound(model_id)
+            raise ModelNotFound(model_id, self._models)
         return found
 
     def get(self, device_id: str) -> DeviceSpec:
         spec = self._specs.get(device_id)
         if spec is None:
-            raise DeviceNotFound(device_id)
+            raise DeviceNotFound(device_id, known=self._specs)
         return spec
 
     def measured(self, device_id: str) -> MeasuredRoofs:

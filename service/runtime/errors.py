@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
+from collections.abc import Iterable
 from email.message import Message
 from functools import lru_cache
 
@@ -36,20 +38,29 @@ class ServiceError(Exception):
         self.fields = fields or []
 
 
+def nearest(wanted: str, known: Iterable[str], most: int = 3) -> str:
+    """' did you mean a, b?' for the known ids that contain what was asked or read close to it; '' for none."""
+    known = sorted(known)
+    lowered = wanted.lower()
+    found = [k for k in known if lowered and lowered in k.lower()]
+    found += [k for k in difflib.get_close_matches(lowered, known, n=most, cutoff=0.6) if k not in found]
+    return f" did you mean {', '.join(found[:most])}?" if found else ""
+
+
 class DeviceNotFound(ServiceError):
     status_code = 404
     code = "device_not_found"
 
-    def __init__(self, device_id: str, why: str = "GET /v1/devices lists the known ids"):
-        super().__init__(f"no device with id {device_id!r}; {why}")
+    def __init__(self, device_id: str, why: str = "GET /v1/devices lists the known ids", known: Iterable[str] = ()):
+        super().__init__(f"no device with id {device_id!r};{nearest(device_id, known)} {why}")
 
 
 class ModelNotFound(ServiceError):
     status_code = 404
     code = "model_not_found"
 
-    def __init__(self, model_id: str):
-        super().__init__(f"no model with id {model_id!r}; GET /v1/models lists the known ids")
+    def __init__(self, model_id: str, known: Iterable[str] = ()):
+        super().__init__(f"no model with id {model_id!r};{nearest(model_id, known)} GET /v1/models lists the known ids")
 
 
 class BenchmarkNotFound(ServiceError):

@@ -186,3 +186,14 @@ def test_catalog_citations_are_a_title_and_an_address_not_notes(client):
     for source in sources:
         assert "seen;" not in source and " ; " not in source, source
         assert re.search(r"\(https?://\S+\)", source) or source.startswith("team datasheet collection"), source
+
+
+def test_an_unknown_id_suggests_the_nearest_known_ones(client):
+    body = {"operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}
+    detail = client.post("/v1/analyze/operator", json={**body, "device_id": "h100"}).json()["detail"]
+    assert "did you mean nvidia-h100-pcie, nvidia-h100-sxm?" in detail  # both contain what was asked
+    step = {"device_id": "nvidia-h100-sxm", "phase": "decode", "batch_size": 1, "seq_len": 16}
+    detail = client.post("/v1/analyze/model", json={**step, "model_id": "llama-3-8b"}).json()["detail"]
+    assert "did you mean llama-3.1-8b" in detail  # a close reading
+    detail = client.post("/v1/analyze/operator", json={**body, "device_id": "zzzz"}).json()["detail"]
+    assert "did you mean" not in detail and "GET /v1/devices lists the known ids" in detail

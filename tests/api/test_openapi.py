@@ -68,3 +68,11 @@ def test_every_schema_property_says_what_it_is_with_its_unit(client):
     unitless = [f"{name}.{prop}" for name, schema in schemas.items() for prop, body in (schema.get("properties") or {}).items()
                 for pattern, word in UNIT_WORDS.items() if re.search(pattern, prop) and word not in body["description"]]
     assert unitless == []
+
+
+def test_the_root_sends_people_to_the_docs_and_the_explorer(client):
+    response = client.get("/")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    for link in ('href="docs"', 'href="explore"', 'href="openapi.json"'):
+        assert link in response.text
+    assert "/" not in client.get("/openapi.json").json()["paths"]  # a page for people, not an API operation

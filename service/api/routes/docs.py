@@ -40,3 +40,20 @@ async def redoc_js() -> Response:
 @router.get(LOCAL_LOGO)
 async def redoc_logo() -> Response:
     return Response(LOGO_SVG, media_type="image/svg+xml")
+
+
+LANDING = b"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>The roofline service</title></head>
+<body><h1>The roofline service</h1>
+<p>Lower bounds on the time of accelerator workloads (operators, model steps, serving and training plans), on
+nominal or measured roofs.</p>
+<ul><li><a href="docs">API documentation</a> (Swagger UI), or <a href="redoc">ReDoc</a></li>
+<li><a href="explore">The explorer</a>: a model step on a device, drawn</li>
+<li><a href="openapi.json">The OpenAPI document</a></li>
+<li><a href="v1/devices">Devices</a>, <a href="v1/models">models</a>, <a href="v1/conventions">counting conventions</a></li>
+</ul></body></html>"""
+
+
+@router.get("/")
+async def landing() -> Response:
+    """Where a person who opens the service's address can go (links relative: the page works behind a prefix)."""
+    return Response(LANDING, media_type="text/html")
