@@ -216,6 +216,9 @@ class ModelAchieved(BaseModel):
     flops_per_s: float = Field(description="Model FLOPs / measured time, FLOP/s")
     mfu: float | None = Field(description="Achieved FLOP/s over the nominal peak of the matmuls' dtype")
     roof_fraction: float = Field(description="Roofline (lower-bound) time / measured time")
+    bandwidth_bytes_per_s: float = Field(description="The step's HBM bytes / measured time, bytes/s")
+    mbu: float | None = Field(description="Achieved HBM bandwidth over the device's nominal HBM bandwidth (model "
+                                          "bandwidth utilisation: how decode, bound by memory, is judged)")
 
 
 class ModelAnalysis(BaseModel):

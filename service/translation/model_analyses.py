@@ -288,9 +288,13 @@ def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog,
     achieved = None
     if request.measured_time_s is not None:
         flops_per_s = result.totals.flops / request.measured_time_s
+        bandwidth = result.totals.bytes / request.measured_time_s
+        nominal_hbm = catalog.get(request.device_id).memory_level("hbm")
         achieved = {"measured_time_s": request.measured_time_s, "flops_per_s": flops_per_s,
                     "mfu": flops_per_s / result.peak_flops_per_s if result.peak_flops_per_s else None,
-                    "roof_fraction": result.totals.time_s / request.measured_time_s}
+                    "roof_fraction": result.totals.time_s / request.measured_time_s,
+                    "bandwidth_bytes_per_s": bandwidth,
+                    "mbu": bandwidth / nominal_hbm.bandwidth_bytes_per_s if nominal_hbm else None}
     params = model_params(arch)
     what_if = []
     if request.speedups:

@@ -120,3 +120,15 @@ def test_a_measured_step_time_gives_the_achieved_mfu(client):
     assert flops == pytest.approx(2 * 1.1e9, rel=0.05)
     assert body["achieved"]["mfu"] == pytest.approx(flops / 0.01 / 65e12)
     assert body["achieved"]["roof_fraction"] == pytest.approx(body["totals"]["time_s"] / 0.01)
+
+
+def test_a_measured_decode_step_is_judged_by_its_bandwidth_too(client):
+    """Decode is bound by memory: beside MFU the answer gives the bandwidth achieved and MBU. TinyLlama-1.1B's fp16
+    weights (about 2.2 GB) read in a 10 ms step on a T4 (320 GB/s nominal HBM): about 220 GB/s, MBU about 0.69."""
+    body = client.post("/v1/analyze/model", json={
+        "device_id": "nvidia-t4", "model_id": "tinyllama-1.1b-chat", "phase": "decode", "seq_len": 512,
+        "dtypes": {"weights": "fp16", "activations": "fp16", "kv_cache": "fp16"}, "measured_time_s": 0.01}).json()
+    moved = body["totals"]["bytes"]
+    assert body["achieved"]["bandwidth_bytes_per_s"] == pytest.approx(moved / 0.01)
+    assert body["achieved"]["mbu"] == pytest.approx(moved / 0.01 / 320e9)
+    assert 0.6 < body["achieved"]["mbu"] < 0.75
