@@ -64,7 +64,18 @@ def model_table(r: dict) -> str:
         summary.append(f"TPOT {si(r['tpot_s'], 's')}, {r['tokens_per_s']:,.0f} tokens/s over the batch")
     if r["e2e_latency_s"] is not None:
         summary.append(f"end-to-end latency {si(r['e2e_latency_s'], 's')}")
+    summary += [memory_line(r["memory"]),
+                f"roofs: compute {r['compute_roof_source']}, memory {r['memory_roof_source']}"]
     return table(rows, ["row", "layers", "instances", "FLOPs", "bytes", "bound", "time", "total"]) + "\n" + "\n".join(summary)
+
+
+def memory_line(m: dict) -> str:
+    """Whether a step fits, in words a reader cannot miss: the times of a step that does not are a what-if."""
+    held = f"{si(m['required_bytes'], 'B')} of {si(m['usable_bytes'], 'B')} usable per device"
+    if m["fits"]:
+        return f"memory: {held}, fits"
+    return (f"memory: DOES NOT FIT, needs {held} (short by {si(m['shortfall_bytes'], 'B')}): "
+            "the times above are a what-if, not a deployment")
 
 
 def kv_table(r: dict) -> str:
@@ -81,8 +92,11 @@ def kv_table(r: dict) -> str:
 
 
 def sweep_table(rows: list[dict], parameter: str) -> str:
-    return table([[number(r["value"]), si(r["time_s"], "s"), r["bound"], f"{r['tokens_per_s'] or 0:,.0f}"] for r in rows],
-                 [parameter, "time", "bound", "tokens/s"])
+    fits = {"True": "yes", "False": "NO (what-if)", "None": "-"}
+    lines = table([[number(r["value"]), si(r["time_s"], "s"), r["bound"], f"{r['tokens_per_s'] or 0:,.0f}",
+                    fits[str(r.get("fits"))]] for r in rows], [parameter, "time", "bound", "tokens/s", "fits"])
+    out = sum(1 for r in rows if r.get("fits") is False)
+    return lines + (f"\n{out} of {len(rows)} values do not fit in memory: their rows are what-ifs" if out else "")
 
 
 def compare_table(r: dict) -> str:
@@ -91,7 +105,10 @@ def compare_table(r: dict) -> str:
              f"{e['tokens_per_s']:,.0f}" if e.get("tokens_per_s") else "-", f"{e['relative_time']:.2f}x"]
             for e in r["ranking"]]
     errors = "".join(f"\ncannot run on {e['device_id']}: {e['detail']}" for e in r.get("errors", []))
-    return table(rows, ["rank", "device", "time", "bound", "MFU", "tokens/s", "vs fastest"]) + errors
+    infeasible = "".join(f"\ndoes not fit on {e['device_id']}: needs {si(e['required_bytes'], 'B')} of "
+                         f"{si(e['usable_bytes'], 'B')} usable per device (short by {si(e['shortfall_bytes'], 'B')})"
+                         for e in r.get("infeasible", []))
+    return table(rows, ["rank", "device", "time", "bound", "MFU", "tokens/s", "vs fastest"]) + infeasible + errors
 
 
 def fusion_summary(r: dict) -> str:
@@ -105,11 +122,19 @@ def fusion_summary(r: dict) -> str:
 
 
 def plan_table(r: dict) -> str:
-    rows = [[c["mode"], c["device_id"], c["tensor_parallel"], c["replicas"], c["concurrency_per_replica"],
-             si(c["ttft_s"], "s"), si(c["tpot_s"], "s"), f"{c['tokens_per_s']:,.0f}", f"{c['tokens_per_s_per_device']:,.0f}",
-             c["binding_slo"] or "-"] for c in r["configs"]]
-    return (table(rows, ["mode", "device", "TP", "replicas", "concurrency", "TTFT", "TPOT", "tokens/s", "per device",
-                         "binds"])
+    def replicas(c: dict) -> str:
+        split = c.get("prefill_replicas")
+        return f"{c['replicas']} ({split}P+{c['decode_replicas']}D)" if split else str(c["replicas"])
+
+    def cost(c: dict) -> str:
+        price = c.get("cost_per_million_output_tokens")
+        return f"{price:,.3g}" if price is not None else "-"
+
+    rows = [[c["mode"], c["device_id"], c["tensor_parallel"], replicas(c), c["concurrency_per_replica"],
+             si(c["ttft_s"], "s"), si(c["tpot_s"], "s"), f"{c['requests_per_s']:,.3g}", f"{c['tokens_per_s']:,.0f}",
+             f"{c['tokens_per_s_per_device']:,.0f}", cost(c), c["binding_slo"] or "-"] for c in r["configs"]]
+    return (table(rows, ["mode", "device", "TP", "replicas", "concurrency", "TTFT", "TPOT", "requests/s", "tokens/s",
+                         "per device", "cost/1M tok", "binds"])
             + f"\n{r['searched']:,} configurations searched" + "".join(f"\nskipped: {s}" for s in r["skipped"]))
 
 
@@ -139,4 +164,15 @@ def training_plan_table(r: dict) -> str:
              e["devices_for_deadline"] if e["devices_for_deadline"] is not None else "-"] for e in r["estimates"]]
     return (f"{r['total_flops']:.3g} FLOP to train on {r['total_tokens']:,.0f} tokens "
             f"({si(r['model_flops_per_token'], 'FLOP')} per token) on {r['num_devices']:,} x {r['device_id']}\n"
-            + table(rows, ["MFU basis", "MFU", "days", "device-hours", "cost", "devices for deadline"]))
+            + table(rows, ["MFU basis", "MFU", "days", "device-hours", "cost", "devices for deadline"])
+            + "\n" + training_memory_line(r["step"]))
+
+
+def training_memory_line(step: dict) -> str:
+    m = step["memory"]
+    held = f"{si(m['required_bytes'], 'B')} of {si(m['usable_bytes'], 'B')} usable per device"
+    if m["fits"]:
+        return f"memory of the step: {held}, fits; roofs: compute {step['compute_roof_source']}, memory " \
+               f"{step['memory_roof_source']}"
+    return (f"memory of the step: DOES NOT FIT, needs {held} (short by {si(m['shortfall_bytes'], 'B')}): this plan "
+            f"is a what-if; {step['recompute_advice']['advice']}")

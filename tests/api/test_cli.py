@@ -192,3 +192,24 @@ def test_model_from_a_config_file_a_folder_and_the_hugging_face_cache(local_data
     assert json.loads(run(capsys, *args, "--model", "openai/gpt-oss-20b").out) == by_file
     with pytest.raises(SystemExit, match="not in the local Hugging Face cache"):
         run(capsys, *args, "--model", "openai/not-there")
+
+
+def test_tables_say_when_a_step_does_not_fit(local_database, capsys):
+    # Llama-3.1-70B at batch 256 and 4k context on one MI300X: 141 GB of bf16 weights plus 256 x 4,097 tokens x
+    # 320 KiB of KV cache = 486 GB, against the 206 GB the runtime exposes: every table says so.
+    out = run(capsys, "analyze", "model", "--device", "amd-mi300x", "--model", "llama-3.1-70b", "--phase", "decode",
+              "--batch-size", "256", "--seq-len", "4096").out
+    assert "memory: DOES NOT FIT, needs 486 GB of 206 GB usable per device (short by 280 GB)" in out
+    assert "roofs: compute nominal, memory nominal" in out
+    out = run(capsys, "sweep", "--device", "amd-mi300x", "--model", "llama-3.1-70b", "--phase", "decode",
+              "--seq-len", "4096", "--parameter", "batch_size", "--start", "1", "--stop", "201", "--step", "100").out
+    # Beside 141 GB of weights, 206 GB usable leave room for 1.34 GB of cache a sequence about 48 times: batch 1
+    # fits, 101 and 201 do not.
+    assert "2 of 3 values do not fit in memory: their rows are what-ifs" in out
+    assert out.count("NO (what-if)") == 2 and out.count(" yes") == 1
+    out = run(capsys, "compare", "--devices", "amd-mi300x", "nvidia-l4", "--model", "llama-3.1-70b", "--phase",
+              "decode", "--batch-size", "1", "--seq-len", "4096").out
+    assert "does not fit on nvidia-l4: needs" in out and "amd-mi300x" in out.splitlines()[2]
+    out = run(capsys, "plan", "training", "--device", "nvidia-a100-80gb-sxm", "--model", "llama-2-7b", "--seq-len",
+              "4096", "--num-devices", "1000", "--total-tokens", "2e12").out
+    assert "memory of the step: DOES NOT FIT" in out and "this plan is a what-if" in out
