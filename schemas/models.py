@@ -102,8 +102,9 @@ class UsableMemory(StrictModel):
 
     memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="Fraction of the usable memory the engine (or training step) may take, as vLLM's "
-                          "gpu_memory_utilization (default 1.0); applies to the device's usable_memory_bytes (what the "
-                          "runtime exposes), or to the as-built capacity where the device has no such figure")
+                          "gpu_memory_utilization (default: 0.9 for serving, vLLM's own default; 1.0 for a training "
+                          "step); applies to the device's usable_memory_bytes (what the runtime exposes), or to the "
+                          "as-built capacity where the device has no such figure")
     memory_capacity_bytes: PositiveFinite | None = Field(None, description="Explicit usable bytes per device, "
                                                                            "instead of the device's figure")
     workspace_bytes: NonNegativeFinite = Field(0, description="Reserve per device beyond the tensors the analysis "
@@ -123,6 +124,10 @@ class MemoryOptions(UsableMemory):
     block_size: Annotated[int, Field(ge=1, le=1024)] = Field(
         16, description="Tokens per KV-cache block: each request's cache rounds up to whole blocks (vLLM's default "
                         "16; 1 = a contiguous cache)")
+    profile_tokens: Annotated[int, Field(ge=0, le=2**20)] = Field(
+        8192, description="Tokens of the step whose activation peak the engine reserves before it sizes the KV cache "
+                          "(vLLM profiles a step of max_num_batched_tokens: 8,192 on 70+ GiB GPUs for its API "
+                          "server); the estimate of that peak is held beside the cache; 0: reserve none")
 
 
 class ModelAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
@@ -286,6 +291,9 @@ class KvCapacity(BaseModel):
     usable_bytes: float = Field(description="Per device, bytes")
     weights_bytes: float = Field(description="Per device, bytes")
     workspace_bytes: float
+    activation_reserve_bytes: float = Field(
+        description="The estimated activation peak of the engine's profiling step (profile_tokens), held back before "
+                    "the KV cache, per device, bytes")
     kv_bytes_per_token: float = Field(description="What each further token adds per device: the layers that keep "
                                                   "every token (not sliding-window or chunked ones), bytes")
     kv_bytes_capped_per_request: float = Field(

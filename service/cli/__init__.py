@@ -304,7 +304,7 @@ def parser() -> argparse.ArgumentParser:
     kv = common(commands.add_parser("kv-capacity", help="how many requests of a context fit in memory"))
     model_options(kv)
     kv.add_argument("--context-len", type=int, required=True, help="tokens cached per request")
-    kv.add_argument("--memory-utilization", type=float, help="fraction of memory the engine may use (default 1.0)")
+    kv.add_argument("--memory-utilization", type=float, help="fraction of usable memory the engine may use (default 0.9, vLLM's)")
     kv.add_argument("--workspace-bytes", type=float, default=0, help="memory kept for activations (bytes, default 0)")
     kv.set_defaults(run=cmd_kv)
 
@@ -381,7 +381,7 @@ def parser() -> argparse.ArgumentParser:
     serving.add_argument("--tpot", type=float, help="SLO: time per output token at most, seconds")
     serving.add_argument("--e2e", type=float, help="SLO: whole request at most, seconds")
     serving.add_argument("--target-requests-per-s", type=float, help="traffic to serve (fewest replicas reaching it)")
-    serving.add_argument("--memory-utilization", type=float, help="fraction of usable memory (default 1.0)")
+    serving.add_argument("--memory-utilization", type=float, help="fraction of usable memory (default 0.9, vLLM's)")
     serving.add_argument("--modes", nargs="+", default=["aggregated"], choices=["aggregated", "disaggregated"],
                          help="serving modes to search (default aggregated)")
     serving.add_argument("--top-n", type=int, default=5, help="configurations to show (default 5)")

@@ -82,6 +82,7 @@ def kv_table(r: dict) -> str:
     capped = r.get("kv_bytes_capped_per_request") or 0.0
     return table([
         ["usable memory", si(r["usable_bytes"], "B")], ["weights", si(r["weights_bytes"], "B")],
+        ["activations held back", si(r.get("activation_reserve_bytes") or 0.0, "B")],
         ["KV per token", si(r["kv_bytes_per_token"], "B")],
         *([["KV of window/chunk layers", si(capped, "B") + " per request at most"]] if capped else []),
         ["KV per request", si(r["kv_bytes_per_request"], "B")],

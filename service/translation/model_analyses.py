@@ -194,11 +194,15 @@ def serving_metrics(request: ModelAnalysisRequest, result, prefill) -> dict:
             "tokens_per_s": tokens / time_s, "e2e_latency_s": e2e}
 
 
-def usable_memory(device, options) -> tuple[float, str]:
+# A serving engine's share of the memory when a request names none: vLLM's gpu_memory_utilization default.
+SERVING_UTILIZATION = 0.9
+
+
+def usable_memory(device, options, default_utilization: float = 1.0) -> tuple[float, str]:
     """(usable bytes per device, how they were obtained) for a request's MemoryOptions."""
     if options.memory_capacity_bytes:
         return options.memory_capacity_bytes, f"usable memory: {options.memory_capacity_bytes:.6g} bytes (explicit)"
-    utilization = options.memory_utilization or 1.0
+    utilization = options.memory_utilization or default_utilization
     if device.usable_memory_bytes:
         return (device.usable_memory_bytes * utilization,
                 f"usable memory: {device.id}'s {device.usable_memory_bytes:.6g} bytes the runtime exposes (of "
@@ -231,17 +235,18 @@ def memory_budget_of(arch: Architecture, device, dtypes: layers.ModelDTypes, opt
                      tensor_parallel: int) -> tuple[MemoryBudget, str]:
     """The device's budget for a model in `dtypes` split over `tensor_parallel`, under a request's MemoryOptions."""
     return _budget(arch, device, dtypes, options.memory_capacity_bytes, options.memory_utilization,
-                   options.workspace_bytes, tensor_parallel, options.block_size)
+                   options.workspace_bytes, tensor_parallel, options.block_size, options.profile_tokens)
 
 
 @by_identity(objects=2)
 def _budget(arch: Architecture, device, dtypes: layers.ModelDTypes, memory_capacity_bytes: float | None,
             memory_utilization: float | None, workspace_bytes: float, tensor_parallel: int,
-            block_size: int) -> tuple[MemoryBudget, str]:
+            block_size: int, profile_tokens: int) -> tuple[MemoryBudget, str]:
     # Remembered: the steps of a batch or of several requests ask the same few (the weights' bytes walk the model).
-    usable, basis = usable_memory(device, MemoryChoice(memory_capacity_bytes, memory_utilization))
+    usable, basis = usable_memory(device, MemoryChoice(memory_capacity_bytes, memory_utilization), SERVING_UTILIZATION)
     return memory_budget(arch, dtypes, capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
-                         workspace_bytes=workspace_bytes, tensor_parallel=tensor_parallel, block_size=block_size), basis
+                         workspace_bytes=workspace_bytes, tensor_parallel=tensor_parallel, block_size=block_size,
+                         profile_tokens=profile_tokens), basis
 
 
 class MemoryChoice(NamedTuple):
@@ -343,12 +348,12 @@ def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog, ana
 def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> KvCapacity:
     device = catalog.get(request.device_id)
     name, arch = resolve_model(request, catalog)
-    usable, basis = usable_memory(device, request)
+    usable, basis = usable_memory(device, request, SERVING_UTILIZATION)
     dtypes = core_dtypes(request, arch)
     try:
         result = kv_capacity(arch, dtypes, context_len=request.context_len, capacity_bytes=usable,
                              workspace_bytes=request.workspace_bytes, tensor_parallel=request.tensor_parallel,
-                             block_size=request.block_size)
+                             block_size=request.block_size, profile_tokens=request.profile_tokens)
         mix = None
         if request.context_mix:
             mix = mix_capacity(arch, dtypes, [(c.context_len, c.share) for c in request.context_mix],
@@ -356,8 +361,10 @@ def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> K
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
     notes = [
-        "capacity: weights + requests x kv(context) + workspace <= usable memory, per device; the request count "
-        "is the floor, never rounded up",
+        "capacity: weights + the profiling step's activations + requests x kv(context) + workspace <= usable memory, "
+        "per device; the request count is the floor, never rounded up",
+        f"activations held back: the estimated peak of a {request.profile_tokens:,}-token profiling step (vLLM reserves "
+        "its measured one before sizing the cache); an estimate, not a profile, so the count is an upper bound",
         basis,
         f"kv blocks: each request's cache rounds up to whole blocks of {request.block_size} tokens",
         dtypes_note(request, arch),

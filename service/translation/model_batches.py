@@ -38,7 +38,7 @@ GROUP_FIELDS = ("model_id", "phase", "tensor_parallel", "attention_implementatio
 EVALUATOR_FIELDS = ("device_id", "roofs", "sustained_clock_hz", "collective_latency_s")
 STEP_FIELDS = ("batch_size", "seq_len")
 # Read per step by model_answer_json, after the rows (memory, what-ifs, achieved), or required to be absent.
-ANSWER_FIELDS = ("dtypes", "memory_utilization", "memory_capacity_bytes", "workspace_bytes", "block_size",
+ANSWER_FIELDS = ("dtypes", "memory_utilization", "memory_capacity_bytes", "workspace_bytes", "block_size", "profile_tokens",
                  "measured_time_s", "speedups", "model", "output_len")
 if set(ModelAnalysisRequest.model_fields) != {*GROUP_FIELDS, *EVALUATOR_FIELDS, *STEP_FIELDS, *ANSWER_FIELDS}:
     raise ImportError("service.translation.model_batches does not know every model request field: "

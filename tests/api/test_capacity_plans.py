@@ -3,7 +3,10 @@ the model's position limit, devices ranked only where the workload fits. Hand de
 
 Shared figures: Llama-3.1-8B has 8,030,261,248 parameters (untied head), so 16,060,522,496 bytes in bf16; its
 K and V take 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 131,072 bytes per token. The H100 SXM's runtime
-exposes 81,559 MiB = 85,520,809,984 bytes (nvidia-smi; the catalog cites it) of its 80 GiB as built.
+exposes 81,559 MiB = 85,520,809,984 bytes (nvidia-smi; the catalog cites it) of its 80 GiB as built, of which a
+serving engine takes 0.9 by default (vLLM's gpu_memory_utilization). Before it sizes the KV cache it holds back the
+activation peak of an 8,192-token profiling step over 256 sequences: 8,192 x (4,096 residual + 28,672 gate-up) x
+2 bytes + 256 x 128,256 x 4 bytes of fp32 logits = 536,870,912 + 131,334,144 = 668,205,056 bytes.
 """
 
 import pytest
@@ -12,6 +15,8 @@ H100 = "nvidia-h100-sxm"
 WEIGHTS_8B = 8_030_261_248 * 2
 KV_TOKEN_8B = 131_072
 H100_USABLE = 81_559 * 2**20
+SERVING_USABLE = 0.9 * H100_USABLE
+RESERVE_8B = 8192 * (4096 + 28_672) * 2 + 256 * 128_256 * 4
 
 
 def model(client, **body):
@@ -32,8 +37,9 @@ def test_a_step_that_cannot_fit_is_answered_but_says_so(client):
     assert body["fits"] is False and memory["fits"] is False
     assert memory["kv_cache_bytes"] == 1024 * 4112 * KV_TOKEN_8B
     assert memory["weights_bytes"] == WEIGHTS_8B
-    assert memory["usable_bytes"] == H100_USABLE and memory["capacity_bytes"] == 80 * 2**30
-    assert memory["shortfall_bytes"] == pytest.approx(memory["required_bytes"] - H100_USABLE)
+    assert memory["usable_bytes"] == pytest.approx(SERVING_USABLE) and memory["capacity_bytes"] == 80 * 2**30
+    assert memory["activation_bytes"] == RESERVE_8B  # 1,024 one-token steps need less than the profiling reserve
+    assert memory["shortfall_bytes"] == pytest.approx(memory["required_bytes"] - SERVING_USABLE)
     assert memory["headroom_bytes"] == 0
     assert any("DOES NOT FIT" in line for line in body["assumptions"])
     assert body["tokens_per_s"] > 0  # still a what-if answer
@@ -42,30 +48,35 @@ def test_a_step_that_cannot_fit_is_answered_but_says_so(client):
 
 
 def test_a_batch_sweep_marks_each_point_and_the_largest_that_fits(client):
-    """Per sequence at a 4,096-token decode: KV 4,112 x 131,072 = 538,968,064 bytes, activations of one token
-    (4,096 residual + 28,672 gate-up) x 2 = 65,536 bytes, fp32 logits 128,256 x 4 = 513,024: 539,546,624 in all.
-    (85,520,809,984 - 16,060,522,496) / 539,546,624 = 128.7, so batch 128 is the largest that fits."""
+    """Per sequence at a 4,096-token decode: KV 4,112 x 131,072 = 538,968,064 bytes; the step's own activations
+    (65,536 + 513,024 bytes a sequence) stay below the 668,205,056 held back for the profiling step up to 1,154
+    sequences, so (76,968,728,985.6 - 16,060,522,496 - 668,205,056) / 538,968,064 = 111.8: batch 111 is the
+    largest that fits."""
     sweep = client.post("/v1/analyze/sweep", json={
         "endpoint": "model", "parameter": "batch_size", "range": {"start": 1, "stop": 1024, "step": 1},
         "request": {"device_id": H100, "model_id": "llama-3.1-8b", "phase": "decode", "seq_len": 4096}}).json()
-    assert sweep["largest_feasible_value"] == 128
+    assert sweep["largest_feasible_value"] == 111
     fits = {row["value"]: row["fits"] for row in sweep["rows"]}
-    assert fits[128] is True and fits[129] is False and fits[1024] is False
+    assert fits[111] is True and fits[112] is False and fits[1024] is False
 
 
 def test_kv_budgets_use_the_memory_the_runtime_exposes_and_whole_blocks(client):
-    """100-token requests: a 16-token-block engine holds 112 tokens of each, 14,680,064 bytes; the budget is
-    the 85,520,809,984 bytes the runtime exposes, not the 85,899,345,920 as built:
-    floor((85,520,809,984 - 16,060,522,496) / 14,680,064) = 4,731 requests, where 80 GiB and 100 tokens would
-    have claimed 5,328."""
+    """100-token requests: a 16-token-block engine holds 112 tokens of each, 14,680,064 bytes; the budget is 0.9 of
+    the 85,520,809,984 bytes the runtime exposes (not of the 85,899,345,920 as built), less the weights and the
+    profiling step's activations: floor((76,968,728,985.6 - 16,060,522,496 - 668,205,056) / 14,680,064) = 4,103
+    requests, where all 80 GiB, no reserve and 100 tokens would have claimed 5,328."""
     paged = kv(client, context_len=100).json()
     assert paged["kv_bytes_per_request"] == 112 * KV_TOKEN_8B
-    assert paged["usable_bytes"] == H100_USABLE and paged["capacity_bytes"] == 80 * 2**30
-    assert paged["max_concurrent_requests"] == (H100_USABLE - WEIGHTS_8B) // (112 * KV_TOKEN_8B) == 4731
+    assert paged["usable_bytes"] == pytest.approx(SERVING_USABLE) and paged["capacity_bytes"] == 80 * 2**30
+    assert paged["activation_reserve_bytes"] == RESERVE_8B
+    assert paged["max_concurrent_requests"] == (SERVING_USABLE - WEIGHTS_8B - RESERVE_8B) // (112 * KV_TOKEN_8B) == 4103
     contiguous = kv(client, context_len=100, block_size=1).json()
     assert contiguous["kv_bytes_per_request"] == 100 * KV_TOKEN_8B
-    # memory_utilization multiplies the usable figure, as gpu_memory_utilization multiplies CUDA's total.
-    assert kv(client, context_len=100, memory_utilization=0.9).json()["usable_bytes"] == pytest.approx(0.9 * H100_USABLE)
+    # memory_utilization multiplies the usable figure, as gpu_memory_utilization multiplies CUDA's total; the
+    # reserve follows profile_tokens (0: none).
+    whole = kv(client, context_len=100, memory_utilization=1.0, profile_tokens=0).json()
+    assert whole["usable_bytes"] == H100_USABLE and whole["activation_reserve_bytes"] == 0
+    assert whole["max_concurrent_requests"] == (H100_USABLE - WEIGHTS_8B) // (112 * KV_TOKEN_8B) == 4731
 
 
 def test_contexts_beyond_the_model_are_refused_and_the_model_limit_is_reported(client):
@@ -89,7 +100,7 @@ def test_mixed_traffic_is_sized_at_its_mean_and_its_p95(client):
     mix = [{"context_len": 1000, "share": 0.5}, {"context_len": 4000, "share": 0.45},
            {"context_len": 16000, "share": 0.05}]
     body = kv(client, context_len=4000, context_mix=mix).json()["mix"]
-    available = H100_USABLE - WEIGHTS_8B
+    available = SERVING_USABLE - WEIGHTS_8B - RESERVE_8B
     assert body["p95_context_len"] == 4000
     assert body["mean_kv_bytes_per_request"] == pytest.approx(3104 * KV_TOKEN_8B)
     assert body["max_concurrent_requests"] == int(available // (3104 * KV_TOKEN_8B))

@@ -74,12 +74,15 @@ def test_kv_capacity(client):
     body = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "context_len": 8192, "tensor_parallel": 4,
             "memory_utilization": 0.9}
     result = client.post("/v1/analyze/kv-capacity", json=body).json()
-    # Per device: 0.9 * 80 GiB = 77,309,411,328 usable; weights 70,553,706,496 * 2 / 4 = 35,276,853,248;
-    # KV per token 2 * (8/4) * 128 * 2 * 80 = 81,920; per request 8192 * 81,920 = 671,088,640;
-    # floor(42,032,558,080 / 671,088,640) = 62.
+    # Per device: 0.9 x the 85,520,809,984 bytes the runtime exposes = 76,968,728,985.6 usable; weights
+    # 70,553,706,496 x 2 / 4 = 35,276,853,248; the profiling step's activations held back, 8,192 tokens x (8,192
+    # residual + 2 x 28,672 / 4 gate-up) x 2 bytes + 256 sequences' fp32 logits 128,256 / 4 x 4 = 401,932,288;
+    # KV per token 2 x (8/4) x 128 x 2 x 80 = 81,920, per request 8192 x 81,920 = 671,088,640;
+    # floor(41,289,943,449.6 / 671,088,640) = 61.
     assert result["weights_bytes"] == 35_276_853_248
+    assert result["activation_reserve_bytes"] == 401_932_288
     assert result["kv_bytes_per_request"] == 671_088_640
-    assert result["max_concurrent_requests"] == 62
+    assert result["max_concurrent_requests"] == 61
     assert result["fits"] is True
     too_small = client.post("/v1/analyze/kv-capacity", json={**body, "tensor_parallel": 1}).json()
     assert too_small["fits"] is False and too_small["max_concurrent_requests"] == 0 and too_small["shortfall_bytes"] > 0

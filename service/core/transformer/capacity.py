@@ -1,6 +1,7 @@
 """KV-cache capacity: how many requests of a given context fit beside the weights.
 
-Per device: W + B * kv(S) + M_workspace <= C_usable, so B_max = floor((C_usable - W - M) / kv(S)),
+Per device: W + A + B * kv(S) + M_workspace <= C_usable, so B_max = floor((C_usable - W - A - M) / kv(S)),
+where A is the activation peak of the engine's profiling step, which it holds back before sizing the cache,
 never rounded up. kv(S) = sum over layers of blocks(min(S, window)) * (bytes per token of that layer), where
 blocks() rounds up to whole blocks of a paged cache. C_usable is what the runtime exposes (CUDA's total, less
 than the as-built capacity) times the utilisation an engine is given.
@@ -69,6 +70,7 @@ class Capacity:
     usable_bytes: float
     weights_bytes: float
     workspace_bytes: float
+    activation_reserve_bytes: float  # the engine's profiling step's peak, held back before the KV cache
     kv_bytes_per_token: float  # what each further token adds: the layers that keep every token
     kv_bytes_per_request: float
     # What a request's window and chunk layers hold once its context passes their span, whatever its length after.
@@ -84,14 +86,15 @@ class Capacity:
 
 def kv_capacity(arch: Architecture, dtypes: ModelDTypes, *, context_len: int, capacity_bytes: float,
                 memory_utilization: float = 1.0, workspace_bytes: float = 0.0, tensor_parallel: int = 1,
-                block_size: int = 1) -> Capacity:
+                block_size: int = 1, profile_tokens: int = 0) -> Capacity:
     if tensor_parallel > 1 and arch.heads % tensor_parallel:
         raise CostModelError("tensor_parallel", f"num_attention_heads ({arch.heads}) is not divisible by {tensor_parallel}")
     check_positions(arch, context_len, "context_len")
     usable = capacity_bytes * memory_utilization
     weights = weight_bytes(arch, dtypes, tensor_parallel)
     per_request = kv_bytes_per_request(arch, dtypes, context_len, tensor_parallel, block_size)
-    available = usable - weights - workspace_bytes
+    reserved = profile_activation_bytes(arch, dtypes, profile_tokens, tensor_parallel)
+    available = usable - weights - reserved - workspace_bytes
     fits = available > 0
     max_requests = math.floor(available / per_request) if fits else 0
     longest: int | None = 0
@@ -102,7 +105,7 @@ def kv_capacity(arch: Architecture, dtypes: ModelDTypes, *, context_len: int, ca
         if arch.max_positions is not None and (longest is None or arch.max_positions < longest):
             longest, bound_by = arch.max_positions, "model"
     return Capacity(
-        usable_bytes=usable, weights_bytes=weights, workspace_bytes=workspace_bytes,
+        usable_bytes=usable, weights_bytes=weights, workspace_bytes=workspace_bytes, activation_reserve_bytes=reserved,
         kv_bytes_per_token=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * sum(
             g.count for g in arch.groups if not (g.sliding_window or g.chunk)),
         kv_bytes_capped_per_request=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * sum(
@@ -185,22 +188,40 @@ class MemoryBudget:
     tensor_parallel: int
     block_size: int
     weights_bytes: float
+    reserved_activation_bytes: float = 0.0  # the profiling step's peak an engine holds back before its KV cache
 
     def at(self, *, batch: int, context: int, step_tokens: int) -> StepMemory:
-        """Per device: weights + batch x kv(context) + activations + workspace against the usable memory."""
+        """Per device: weights + batch x kv(context) + activations + workspace against the usable memory; the
+        activations are the step's own or the engine's reserve for its profiling step, whichever is larger."""
         t = self.tensor_parallel
         kv = batch * kv_bytes_per_request(self.arch, self.dtypes, context, t, self.block_size)
-        activations = activation_bytes(self.arch, self.dtypes, tokens=step_tokens, batch=batch, tensor_parallel=t)
+        activations = max(activation_bytes(self.arch, self.dtypes, tokens=step_tokens, batch=batch, tensor_parallel=t),
+                          self.reserved_activation_bytes)
         required = self.weights_bytes + kv + activations + self.workspace_bytes
         spare = self.usable_bytes - required
         return StepMemory(self.capacity_bytes, self.usable_bytes, self.weights_bytes, kv, activations,
                           self.workspace_bytes, required, spare >= 0, max(spare, 0.0), max(-spare, 0.0), self.block_size)
 
 
+# The sequences of the profiling step whose logits an engine holds (vLLM's max_num_seqs default).
+PROFILE_SEQUENCES = 256
+
+
+def profile_activation_bytes(arch: Architecture, dtypes: ModelDTypes, tokens: int, tensor_parallel: int = 1) -> float:
+    """The activation peak of an engine's profiling step of `tokens` tokens (over at most PROFILE_SEQUENCES
+    sequences), which it reserves before sizing the KV cache; 0 for none."""
+    if tokens <= 0:
+        return 0.0
+    return activation_bytes(arch, dtypes, tokens=tokens, batch=min(tokens, PROFILE_SEQUENCES),
+                            tensor_parallel=tensor_parallel)
+
+
 def memory_budget(arch: Architecture, dtypes: ModelDTypes, *, capacity_bytes: float, usable_bytes: float,
-                  workspace_bytes: float = 0.0, tensor_parallel: int = 1, block_size: int = 1) -> MemoryBudget:
+                  workspace_bytes: float = 0.0, tensor_parallel: int = 1, block_size: int = 1,
+                  profile_tokens: int = 0) -> MemoryBudget:
     return MemoryBudget(arch, dtypes, capacity_bytes, usable_bytes, workspace_bytes, tensor_parallel, block_size,
-                        weight_bytes(arch, dtypes, tensor_parallel))
+                        weight_bytes(arch, dtypes, tensor_parallel),
+                        profile_activation_bytes(arch, dtypes, profile_tokens, tensor_parallel))
 
 
 def _longest_context(arch: Architecture, dtypes: ModelDTypes, available: float, tensor_parallel: int,
