@@ -54,8 +54,29 @@ class GenericArchitecture(StrictModel):
         return self
 
 
+# Deployment schemes by their common names: the weights', activations' and scales' formats each stands for.
+SCHEMES: dict[str, dict[str, Any]] = {
+    "bf16": {"weights": "bf16", "activations": "bf16"},
+    "w8a16-fp8": {"weights": "fp8", "activations": "bf16"},
+    "w8a8-fp8": {"weights": "fp8", "activations": "fp8"},
+    "w8a8-int8": {"weights": "int8", "activations": "int8"},
+    "w4a16": {"weights": "int4", "activations": "bf16", "weight_group_size": 128},
+    "w4a8-fp8": {"weights": "int4", "activations": "fp8", "weight_group_size": 128},
+    "mxfp4": {"weights": "fp4", "activations": "bf16", "weight_group_size": 32, "weight_scale_bytes": 1.0},
+    "nvfp4": {"weights": "fp4", "activations": "fp4", "weight_group_size": 16, "weight_scale_bytes": 1.0},
+}
+SchemeName = Literal["bf16", "w8a16-fp8", "w8a8-fp8", "w8a8-int8", "w4a16", "w4a8-fp8", "mxfp4", "nvfp4"]
+
+
 class ModelDTypes(StrictModel):
-    weights: DTypeName = Field("bf16", description="Stored type of the weights (int4, int8, fp8 for quantised models)")
+    scheme: SchemeName | None = Field(
+        None, description="A deployment scheme by its common name, setting the fields it names unless they are given: "
+                          "w8a16-fp8 (fp8 weights, bf16 compute), w8a8-fp8 (fp8 weights and activations: the fp8 "
+                          "peak), w8a8-int8, w4a16 (int4, groups of 128), w4a8-fp8, mxfp4 (fp4 weights, a 1-byte scale "
+                          "per 32), nvfp4 (fp4 weights and activations, a 1-byte scale per 16), bf16")
+    weights: DTypeName = Field("bf16", description="Stored type of the weights (int4, int8, fp8 for quantised models). "
+                                                   "Alone it is weight-only quantisation: the matmuls compute at the "
+                                                   "activations' peak (bf16); W8A8 needs activations too, or a scheme")
     activations: DTypeName = "bf16"
     kv_cache: DTypeName = "bf16"
     weight_group_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
@@ -70,6 +91,13 @@ class ModelDTypes(StrictModel):
                           "fp4 experts beside bf16 attention); their scales are weight_scale_bytes each")
     experts_group_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
         None, description="The experts' elements per scale (mxfp4: 32)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scheme(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("scheme"), str) and data["scheme"] in SCHEMES:
+            return {**SCHEMES[data["scheme"]], **data}
+        return data
 
 
 # How a request's dtypes are read: given, they are used as they are; absent, a catalog or inline model whose

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.backends import backend
+from schemas.models import SCHEMES
 from service.cli.models import MODEL_HELP, model_choice
 from service.cli.render import (
     compare_table,
@@ -68,8 +69,9 @@ def operator_body(args) -> dict[str, Any]:
 
 def dtypes_of(args) -> dict[str, Any]:
     """The dtypes flags given, as the request's `dtypes`; none given: nothing, so a checkpoint's own formats apply."""
-    given = {name: value for name, value in (("weights", args.weights_dtype), ("activations", args.activations_dtype),
-                                             ("kv_cache", args.kv_dtype)) if value is not None}
+    given = {name: value for name, value in (("scheme", args.scheme), ("weights", args.weights_dtype),
+                                             ("activations", args.activations_dtype), ("kv_cache", args.kv_dtype))
+             if value is not None}
     return {"dtypes": given} if given else {}
 
 
@@ -272,8 +274,13 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--device", required=True, help="device id (see `roofline devices`)")
         p.add_argument("--model", required=device, help=MODEL_HELP)
         p.add_argument("--tensor-parallel", type=int, default=1, help="devices the model is split over (default 1)")
+        p.add_argument("--scheme", choices=sorted(SCHEMES), help="a deployment scheme by name: w8a8-fp8 computes at the "
+                       "fp8 peak, w8a16-fp8 stores fp8 weights but computes in bf16, w4a16 int4 in groups of 128, "
+                       "mxfp4, nvfp4, ...; the dtype flags below override its parts")
         p.add_argument("--weights-dtype", help="weights' element type (default: the checkpoint's own where its config "
-                                               "has a quantization_config, else bf16)")
+                                               "has a quantization_config, else bf16). Alone it is weight-only: the "
+                                               "matmuls compute at the activations' peak; W8A8 needs "
+                                               "--activations-dtype too, or --scheme w8a8-fp8")
         p.add_argument("--activations-dtype", help="activations' element type (default bf16)")
         p.add_argument("--kv-dtype", help="KV cache's element type (default bf16)")
 

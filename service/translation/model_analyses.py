@@ -24,7 +24,7 @@ from schemas.models import (
     StepMemoryOut,
     WhatIf,
 )
-from service.core.dtypes import weight_group_size
+from service.core.dtypes import bytes_per_element, weight_group_size
 from service.core.errors import CostModelError
 from service.core.memo import ByIdentity, by_identity
 from service.core.roofs import RoofMode
@@ -112,8 +112,12 @@ def dtypes_note(request, arch: Architecture) -> str:
         f", activations {d.activations}, kv cache {d.kv_cache}"
     if arch.quantization is not None and "dtypes" not in request.model_fields_set:
         return f"dtypes: {kinds}, the checkpoint's own ({arch.quantization.source}); a request's dtypes override"
-    return f"dtypes: {kinds}" + (" (as requested)" if "dtypes" in request.model_fields_set else
+    note = f"dtypes: {kinds}" + (" (as requested)" if "dtypes" in request.model_fields_set else
                                  " (the default: the config states no quantisation)")
+    if bytes_per_element(d.weights) < bytes_per_element(d.activations):
+        note += (f"; weight-only quantisation: the matmuls compute at the {d.activations} peak (a W8A8 or W4A8 "
+                 "deployment computes at its activations' peak: give activations, or a scheme such as w8a8-fp8)")
+    return note
 
 
 # Within a batch of analyses or a sweep, one evaluator per (device, roofs, what-ifs) for the requests with

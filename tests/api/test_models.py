@@ -109,3 +109,22 @@ def test_every_catalog_model_on_every_catalog_device(client):
             capacity = client.post("/v1/analyze/kv-capacity", json={
                 "device_id": device["id"], "model_id": entry["id"], "context_len": context})
             assert capacity.status_code == 200
+
+
+def test_schemes_by_name_and_weight_only_said_so(client):
+    """`weights: fp8` alone is weight-only: the matmuls run at the bf16 peak, and the answer says so; w8a8-fp8 names
+    fp8 activations too, so Llama-3.1-8B's 4k prefill on an H100 computes at the fp8 peak (1,979 against 989
+    TFLOP/s dense): its compute-bound matmuls take half the time."""
+    base = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "prefill", "seq_len": 4096}
+    weight_only = client.post("/v1/analyze/model", json={**base, "dtypes": {"weights": "fp8"}}).json()
+    w8a8 = client.post("/v1/analyze/model", json={**base, "dtypes": {"scheme": "w8a8-fp8"}}).json()
+    assert any("weight-only quantisation: the matmuls compute at the bf16 peak" in a for a in weight_only["assumptions"])
+    assert not any("weight-only" in a for a in w8a8["assumptions"])
+    mlp = [(r["name"], r["time_s"]) for r in weight_only["rows"] if r["name"] == "gate_up_proj"]
+    fast = [(r["name"], r["time_s"]) for r in w8a8["rows"] if r["name"] == "gate_up_proj"]
+    assert fast[0][1] == pytest.approx(mlp[0][1] / 2, rel=0.01)
+    # A scheme's parts can be overridden: w4a16 with groups of 64.
+    grouped = client.post("/v1/analyze/model", json={**base, "dtypes": {"scheme": "w4a16", "weight_group_size": 64}})
+    assert grouped.status_code == 200
+    assert any("weights int4" in a for a in grouped.json()["assumptions"])
+    assert client.post("/v1/analyze/model", json={**base, "dtypes": {"scheme": "w3a3"}}).status_code == 422
