@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.cli.backends import backend
 from schemas.models import SCHEMES
+from service.cli.backends import backend
 from service.cli.models import MODEL_HELP, model_choice
 from service.cli.render import (
     compare_table,
