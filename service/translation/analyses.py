@@ -25,12 +25,13 @@ from service.translation.model_analyses import (
     analyze_model_request,
     kv_capacity_request,
     model_answer_json,
+    resolve_model,
     shared_evaluators,
 )
 from service.translation.model_batches import ModelStepAnswers, is_plain_model_step
 from service.translation.operator_analyses import analyze_operator_request, operator_answer_json
 from service.translation.plain_fields import json_bytes
-from service.translation.serving_plans import plan_serving
+from service.translation.serving_plans import plan_serving, plan_work
 from service.translation.sweeps import compare_devices, run_sweep
 from service.translation.training_analyses import analyze_training_request, plan_training
 
@@ -84,10 +85,12 @@ def run_analysis_json(name: str, body: dict[str, Any], catalog: DeviceCatalog, l
 BATCH_SLOTS = threading.BoundedSemaphore(1)
 
 
-def _work(item) -> int:
-    """An item's cost in units of one operator or model step, from its request alone (before it runs)."""
+def _work(item, catalog: DeviceCatalog) -> int:
+    """An item's cost in units of one operator or model step, from its request (before it runs)."""
     body: Any = item.request
     if isinstance(item.request, BaseModel):  # validated: its fields are known good
+        if item.analysis == "plan-serving":
+            return _plan_work(body, catalog)
         if item.analysis == "sweep":
             return max(1, len(body.values)) if body.values is not None else max(1, body.range.num or MAX_SWEEP_POINTS)
         if item.analysis == "compare":
@@ -101,8 +104,17 @@ def _work(item) -> int:
         devices = body.get("device_ids")
         return max(1, len(devices)) if isinstance(devices, list) else 1
     # A training step evaluates a model's rows three times over (forward, backward, recompute), and its
-    # plan one such step.
-    return {"plan-serving": 50, "training": 3, "plan-training": 3}.get(item.analysis, 1)
+    # plan one such step; a serving plan that did not validate is refused as its own item, at no cost.
+    return {"training": 3, "plan-training": 3}.get(item.analysis, 1)
+
+
+def _plan_work(request, catalog: DeviceCatalog) -> int:
+    """A serving plan's step analyses; one whose model cannot be read costs 1 (its item is refused on its own)."""
+    try:
+        _, arch = resolve_model(request, catalog)
+    except ServiceError:
+        return 1
+    return plan_work(request, arch)[0]
 
 
 # Answers gathered per hop to the thread pool when the answer streams. Each hop costs StreamingResponse a thread
@@ -139,10 +151,10 @@ def batch_json_chunks(request: BatchRequest | TypedBatchRequest, catalog: Device
     """The batch's BatchResponse JSON in pieces of about PIECE_BYTES, in order: a worker holds one piece at a time,
     not a thousand answers (1,000 model steps are about 8 MB of JSON). A batch over its work budget is refused
     here, before any item runs; the items run as the pieces are taken."""
-    work = sum(_work(item) for item in request.items)
+    work = sum(_work(item, catalog) for item in request.items)
     if work > MAX_BATCH_WORK:
         reason = (f"the items cost {work:,} units (a sweep counts its points, a comparison its devices, a serving plan "
-                  "50, a training step or plan 3), "
+                  "the step analyses it runs, a training step or plan 3), "
                   f"over the {MAX_BATCH_WORK:,} a batch may; split it")
         raise Unprocessable(reason, [{"loc": "body.items", "msg": reason}])
     return _chunks(request.items, catalog)

@@ -41,8 +41,31 @@ def _replica(request: ServingPlanRequest, arch: Architecture, device, evaluator,
                          link_bytes_per_s=device.interconnect_bandwidth_bytes_per_s)
 
 
+# The step analyses one plan may cost (about 50-200 us each: up to a few CPU-seconds).
+MAX_PLAN_ANALYSES = 20_000
+
+
+def plan_work(request: ServingPlanRequest, arch: Architecture) -> tuple[int, str]:
+    """(the step analyses the search will run, how they count), worked out before it runs: per candidate device and
+    tensor-parallel size one prefill and the decode steps, two for a model whose decode time is affine in the
+    concurrency (one exact sweep), else one per concurrency searched (MoE routing has no closed form)."""
+    devices = len(dict.fromkeys(request.device_ids))
+    sizes = len(tensor_parallel_sizes(arch, request.total_devices))
+    concurrencies = 1 if request.concurrency is not None else MAX_PLAN_CONCURRENCY
+    per_size = 2 if arch.moe is None else 1 + concurrencies
+    how = (f"{devices} device(s) x {sizes} tensor-parallel size(s) x {per_size} step analyses"
+           + ("" if arch.moe is None else f" (a prefill and one decode step per concurrency, 1..{concurrencies}: "
+                                          "MoE routing has no closed form)"))
+    return devices * sizes * per_size, how
+
+
 def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> ServingPlan:
     name, arch = resolve_model(request, catalog)
+    work, how = plan_work(request, arch)
+    if work > MAX_PLAN_ANALYSES:
+        reason = (f"this plan would run {work:,} step analyses ({how}), over the {MAX_PLAN_ANALYSES:,} one request may: "
+                  "name fewer device_ids, a smaller total_devices or a fixed concurrency")
+        raise Unprocessable(reason, [{"loc": "body.device_ids", "msg": reason}])
     try:
         check_positions(arch, request.input_len + request.output_len - 1, "output_len")
     except CostModelError as exc:

@@ -95,3 +95,35 @@ def test_an_overflowing_target_is_a_422_not_a_500(client):
     assert response.status_code == 422, response.text
     assert response.json()["fields"][0]["loc"] == "body.target_requests_per_s"
     assert "no number of devices" in response.json()["detail"]
+
+
+MOE_DEVICES = ["nvidia-h100-sxm", "nvidia-h200-sxm", "nvidia-b200", "nvidia-a100-80gb-sxm", "amd-mi300x",
+               "nvidia-l40s", "nvidia-a100-40gb-sxm", "nvidia-h100-pcie", "nvidia-a100-80gb-pcie", "amd-mi250x"]
+
+
+def test_a_plan_counts_its_work_before_it_runs_and_refuses_too_much(client):
+    # Mixtral-8x7B: 32 heads and 8 KV heads split evenly at TP 1, 2, 4, 8 (4 sizes within 8 devices); its decode has
+    # no closed form over the concurrency, so each size costs a prefill and 512 decode steps: 10 devices x 4 x 513 =
+    # 20,520 step analyses, over the 20,000 one plan may run. Refused at once, saying how it counted.
+    response = client.post("/v1/plan/serving", json={**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES})
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert "20,520 step analyses (10 device(s) x 4 tensor-parallel size(s) x 513 step analyses" in detail
+    assert response.json()["fields"][0]["loc"] == "body.device_ids"
+    # A fixed concurrency needs 2 a size: 80.
+    fixed = client.post("/v1/plan/serving", json={**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES,
+                                                  "concurrency": 8, "slo": {}})
+    assert fixed.status_code == 200, fixed.text
+
+
+def test_a_batch_charges_a_plan_what_it_runs(client):
+    # Two Mixtral plans on 5 devices cost 2 x 5 x 4 x 513 = 20,520 units: over a batch's 20,000, refused before
+    # either runs; 40 dense plans on one H100 cost 40 x 4 x 2 = 320 (Llama-3.1-8B's 32/8 heads: 4 sizes).
+    moe = {**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES[:5]}
+    refused = client.post("/v1/analyze/batch", json={"items": [
+        {"id": str(i), "analysis": "plan-serving", "request": moe} for i in range(2)]})
+    assert refused.status_code == 422 and "20,520 units" in refused.json()["detail"]
+    dense = client.post("/v1/analyze/batch", json={"items": [
+        {"id": str(i), "analysis": "plan-serving", "request": {**PLAN, "top_n": 1, "input_len": 1000 + i}}
+        for i in range(40)]})
+    assert dense.status_code == 200 and all(r["status"] == 200 for r in dense.json()["results"])

@@ -126,7 +126,8 @@ def analyze_fusion_route(
         "sweep, compare, plan-serving, plan-training and `request` the body that endpoint takes. Answers one result per item in "
         "order: `{id, status: 200, result}` or `{id, status, error}` in the service's error shape; one bad item never "
         "fails the batch. Items on one device share its roofs and evaluated rows. A batch may cost at most 20,000 "
-        "units (an operator or model step 1, a sweep its points, a comparison its devices, a serving plan 50, a training "
+        "units (an operator or model step 1, a sweep its points, a comparison its devices, a serving plan the step "
+        "analyses it runs (20,000 at most), a training "
         "step or plan 3)."
     ),
 )
