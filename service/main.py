@@ -104,8 +104,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Large answers (a 4,096-point sweep is about a megabyte) travel compressed to clients that accept it;
     # small ones are not worth the CPU.
     app.add_middleware(GZipWhenAccepted, minimum_size=GZIP_MINIMUM_BYTES)
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AdmissionMiddleware, max_in_flight=settings.max_in_flight)
+    # Outside admission: a request takes a slot only once its whole body has arrived.
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       body_timeout_s=settings.body_timeout_s, deadline_s=settings.request_deadline_s)
     app.add_middleware(ObservabilityMiddleware, access_log_sample=settings.access_log_sample)
     install_error_handlers(app)
     openapi.install(app)

@@ -35,3 +35,19 @@ def test_the_scale_out_file_never_starts_the_sqlite_service_and_restarts_everyth
 
 def test_the_image_gives_matplotlib_a_writable_config_directory():
     assert "MPLCONFIGDIR=/tmp/matplotlib" in (ROOT / "Dockerfile").read_text()
+
+
+def test_the_scale_out_database_password_comes_from_the_environment():
+    text = (ROOT / "docker-compose.scale-out.yml").read_text()
+    assert "roofline:roofline@" not in text and "POSTGRES_PASSWORD: roofline" not in text
+    assert text.count("${POSTGRES_PASSWORD:?") == 3  # the server, the migration job and the replicas
+
+
+def test_the_image_installs_dependencies_before_it_copies_the_code():
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    install = next(i for i, line in enumerate(lines) if "pip install -r /tmp/requirements.txt" in line)
+    copy_code = next(i for i, line in enumerate(lines) if line.startswith("COPY service"))
+    assert install < copy_code
+    assert any("pip install --no-deps -e ." in line for line in lines[copy_code:])
+    # Every server start gives in-flight requests a bounded time to finish on SIGTERM.
+    assert "--timeout-graceful-shutdown 10" in lines[-1]

@@ -232,7 +232,8 @@ def cmd_serve(args) -> None:
     from service.runtime.config import get_settings
 
     upgrade(get_settings().database_url)
-    uvicorn.run("service.main:app", host=args.host, port=args.port, workers=args.workers, access_log=False)
+    uvicorn.run("service.main:app", host=args.host, port=args.port, workers=args.workers, access_log=False,
+                timeout_graceful_shutdown=10)
 
 
 def cmd_db_upgrade(args) -> None:

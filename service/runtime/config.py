@@ -60,8 +60,14 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Large enough for a 4,096-point sweep or a 64-operator fusion graph, small enough to stay harmless.
     max_body_bytes: int = 1_048_576
-    # Requests one worker serves at once (probes and metrics aside); more get 503 `overloaded`.
+    # Requests one worker serves at once (probes and metrics aside); more get 503 `overloaded`. A request counts
+    # once its body has arrived.
     max_in_flight: int = Field(64, ge=1, le=100_000)
+    # A body still arriving after this long is answered 408: a slow upload holds a connection, not a slot.
+    body_timeout_s: float = Field(10.0, gt=0, le=3600)
+    # What one request may compute: the long loops stop past it with 503 `deadline_exceeded` (and when the client
+    # has gone, they stop at once).
+    request_deadline_s: float = Field(30.0, gt=0, le=3600)
     # The share of successful (1xx-3xx) requests that get an access-log line; errors always do. 1 logs every
     # request; a scheduler's hot path can set 0.01 (one line in a hundred) and read /metrics for the rest.
     access_log_sample: float = Field(1.0, ge=0.0, le=1.0)

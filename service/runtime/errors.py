@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from schemas.benchmarks import BENCHMARK_KINDS
 from schemas.operators import OPERATOR_KINDS
+from service.core.budget import BudgetSpent
 from service.core.errors import CostModelError
 
 log = logging.getLogger("roofline.errors")
@@ -45,6 +46,15 @@ def nearest(wanted: str, known: Iterable[str], most: int = 3) -> str:
     found = [k for k in known if lowered and lowered in k.lower()]
     found += [k for k in difflib.get_close_matches(lowered, known, n=most, cutoff=0.6) if k not in found]
     return f" did you mean {', '.join(found[:most])}?" if found else ""
+
+
+class DeadlineExceeded(ServiceError):
+    status_code = 503
+    code = "deadline_exceeded"
+
+    def __init__(self, reason: str):
+        super().__init__(f"{reason}: the work was stopped; narrow the request (fewer devices, points or items) or "
+                         "raise ROOFLINE_REQUEST_DEADLINE_S")
 
 
 class DeviceNotFound(ServiceError):
@@ -147,6 +157,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError):
         return JSONResponse(_body(exc.code, exc.detail, exc.fields), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(BudgetSpent)
+    async def _budget_spent(_request: Request, exc: BudgetSpent):
+        stopped = DeadlineExceeded(exc.reason)
+        return JSONResponse(_body(stopped.code, stopped.detail, stopped.fields), status_code=stopped.status_code)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):

@@ -8,8 +8,10 @@ answers and closes would see a connection reset instead of the 413."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+from service.core.budget import budget
 from service.runtime.observability import OVERLOADED
 
 # Reading and dropping a too-large body costs the bandwidth, not the CPU of parsing it; past this much the
@@ -27,39 +29,90 @@ def replaying(messages: list[dict], receive):
     return replayed
 
 
+# Requests whose work may take seconds (searches, sweeps, batches, charts): their client's departure is watched
+# for, so that work stops. The hot analyses take well under a millisecond and are not worth the watcher.
+WATCHED_PREFIXES = ("/v1/plan/", "/v1/plot/", "/v1/analyze/batch", "/v1/analyze/sweep", "/v1/analyze/compare",
+                    "/v1/analyze/training", "/v1/analyze/fusion")
+
+
 class BodySizeLimitMiddleware:
-    def __init__(self, app, max_bytes: int):
+    """Reads each request's whole body before anything else runs (so a slow upload holds a connection, never one of
+    the admission slots inside it), refusing one over `max_bytes` with 413 and one still arriving after
+    `body_timeout_s` with 408; then gives the request its deadline (service.core.budget) and, for the requests that
+    may compute for long, watches for its client leaving."""
+
+    def __init__(self, app, max_bytes: int, body_timeout_s: float = 10.0, deadline_s: float = 30.0):
         self.app = app
         self.max_bytes = max_bytes
+        self.body_timeout_s = body_timeout_s
+        self.deadline_s = deadline_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
-        if declared is not None:
-            if not declared.isdigit() or int(declared) > self.max_bytes:
-                await self._drain(receive)
-                await self._refuse(send)
-                return
-            await self.app(scope, receive, send)
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._drain(receive)
+            await self._refuse(send)
             return
+        try:
+            chunks = await asyncio.wait_for(self._read(receive), self.body_timeout_s)
+        except TimeoutError:
+            await _answer(send, 408, "request_timeout", f"the request body did not arrive within "
+                          f"{self.body_timeout_s:g} s (ROOFLINE_BODY_TIMEOUT_S)")
+            return
+        if chunks is None:
+            await self._refuse(send)
+            return
+        with budget(self.deadline_s) as spent:
+            if not scope["path"].startswith(WATCHED_PREFIXES) or chunks[-1]["type"] != "http.request":
+                await self.app(scope, replaying(chunks, receive), send)
+                return
+            await self._watched(scope, chunks, receive, send, spent)
+
+    async def _watched(self, scope, chunks, receive, send, spent) -> None:
+        """Runs the app while one task waits on the connection: a disconnect marks the budget spent (the work
+        stops at its next check) and answers the app's own waits for it."""
+        gone = asyncio.Event()
+
+        async def watch():
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                spent.client_gone = True
+                gone.set()
+
+        watcher = asyncio.create_task(watch())
+        pending = iter(chunks)
+
+        async def replayed():
+            message = next(pending, None)
+            if message is not None:
+                return message
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        try:
+            await self.app(scope, replayed, send)
+        finally:
+            watcher.cancel()
+
+    async def _read(self, receive) -> list[dict] | None:
+        """The body's messages, or None when it outgrows max_bytes (the rest is drained)."""
         chunks, size = [], 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
                 chunks.append(message)
-                break
+                return chunks
             size += len(message.get("body", b""))
             if size > self.max_bytes:
                 if message.get("more_body", False):
                     await self._drain(receive, already=size)
-                await self._refuse(send)
-                return
+                return None
             chunks.append(message)
             if not message.get("more_body", False):
-                break
-        await self.app(scope, replaying(chunks, receive), send)
+                return chunks
 
     @staticmethod
     async def _drain(receive, already: int = 0) -> None:
@@ -73,11 +126,14 @@ class BodySizeLimitMiddleware:
                 return
 
     async def _refuse(self, send):
-        body = json.dumps({"error": "payload_too_large",
-                           "detail": f"request bodies are limited to {self.max_bytes} bytes", "fields": []}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, 413, "payload_too_large", f"request bodies are limited to {self.max_bytes} bytes")
+
+
+async def _answer(send, status: int, error: str, detail: str) -> None:
+    body = json.dumps({"error": error, "detail": detail, "fields": []}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 # Routes that must answer whatever the load: the orchestrator's probes and the metrics scrape.

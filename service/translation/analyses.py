@@ -16,8 +16,10 @@ from pydantic import BaseModel, ValidationError
 from schemas.batch import BATCH_REQUEST_MODELS, MAX_BATCH_WORK, BatchRequest, TypedBatchRequest
 from schemas.common import ErrorResponse
 from schemas.sweeps import MAX_SWEEP_POINTS
+from service.core import budget
+from service.core.budget import BudgetSpent
 from service.persistence.catalog import DeviceCatalog
-from service.runtime.errors import ServiceError, Unprocessable, invalid_nested
+from service.runtime.errors import DeadlineExceeded, ServiceError, Unprocessable, invalid_nested
 from service.runtime.observability import INTERNAL_ERROR, log_unexpected
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.matmul_batches import MatmulAnswers, is_plain_matmul
@@ -128,11 +130,16 @@ def _item_json(index: int, item, catalog: DeviceCatalog, matmuls: MatmulAnswers,
     or model step from its group's arrays, the same bytes), or its error in the service's error shape (an unexpected one as its
     own 500, logged as the middleware logs one)."""
     try:
+        budget.check()
         answer = matmuls.answer(index) or steps.answer(index)
         if answer is None and isinstance(item.request, BaseModel):
             answer = ANALYSES[item.analysis].answer_json(item.request, catalog)
         elif answer is None:
             answer = run_analysis_json(item.analysis, item.request, catalog, loc=["body", "items", str(index), "request"])
+    except BudgetSpent as spent:
+        stopped = DeadlineExceeded(spent.reason)
+        error = ErrorResponse(error=stopped.code, detail=stopped.detail, fields=[]).model_dump_json().encode()
+        return _result_json(item.id, stopped.status_code, error=error)
     except ServiceError as exc:
         error = ErrorResponse(error=exc.code, detail=exc.detail, fields=exc.fields).model_dump_json().encode()
         return _result_json(item.id, exc.status_code, error=error)

@@ -12,6 +12,7 @@ import math
 
 from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
+from service.core import budget
 from service.core.errors import CostModelError
 from service.core.planning import serving
 from service.core.planning.replica import replica_model
@@ -80,6 +81,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)
         replicas = []
         for t in tensor_parallel_sizes(arch, request.total_devices):
+            budget.check()
             try:
                 replica = _replica(request, arch, device, evaluator, dtypes, workload, t)
             except CostModelError as exc:

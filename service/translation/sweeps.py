@@ -22,6 +22,7 @@ from schemas.sweeps import (
     SweepResult,
     SweepRow,
 )
+from service.core import budget
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.roofs import RoofMode, require_memory_roof, select_compute_roof
@@ -176,6 +177,7 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
     model = None  # resolved once, unless the sweep changes the model itself
     with shared_evaluators():  # points on one device share its roofs and evaluated rows
         for index, value in enumerate(values):
+            budget.check()
             point = _point_request(request_model, request.request, path, value, index)
             if request.endpoint == "model" and index == 0:
                 model = resolve_model(point, catalog)
@@ -263,6 +265,7 @@ def compare_devices(request: CompareRequest, catalog: DeviceCatalog) -> CompareR
     errors: list[CompareError] = []
     infeasible: list[CompareInfeasible] = []
     for device_id in dict.fromkeys(request.device_ids):
+        budget.check()
         try:
             point: Any = request_model.model_validate({**request.request, "device_id": device_id})
         except ValidationError as exc:

@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from service.core import budget
+
 SLO_FIELDS = ("ttft_s", "tpot_s", "e2e_latency_s")
 
 
@@ -147,6 +149,7 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
         if groups < 1:
             continue
         for c in _concurrencies(replica, workload, max_concurrency):
+            budget.check()
             decode = replica.decode_s(c)
             memory = partial(replica.memory_at, c)
             if "aggregated" in modes:
