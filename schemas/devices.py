@@ -182,4 +182,6 @@ class DeviceSummary(BaseModel):
     memory_capacity_bytes: int
     hbm_bandwidth_bytes_per_s: float
     peak_tensor_flops_per_s: float | None = Field(description="Highest dense tensor peak over all dtypes, FLOP/s")
+    peak_tensor_dtype: str | None = Field(None, description="The dtype of that peak (often fp8 or int8, not bf16)")
+    bf16_tensor_flops_per_s: float | None = Field(None, description="Dense bf16 tensor peak, FLOP/s, where listed")
     origin: Literal["catalog", "catalog_modified", "user"]

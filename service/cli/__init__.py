@@ -21,6 +21,7 @@ from service.cli.render import (
     device_table,
     fusion_summary,
     kv_table,
+    model_list_table,
     model_table,
     operator_table,
     plan_table,
@@ -42,6 +43,17 @@ def parse_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def count(text: str) -> int:
+    """A whole number as people write large ones: 16384, 16e6, 1.5e7."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value.is_integer() or value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1: {text!r}")
+    return int(value)
 
 
 def show(args, result: Any, render) -> None:
@@ -86,6 +98,12 @@ def step_body(args) -> dict[str, Any]:
     if getattr(args, "output_len", None):
         body["output_len"] = args.output_len
     return body
+
+
+def cmd_models(args) -> None:
+    with backend(args.url) as service:
+        models = service.models()
+    show(args, models, model_list_table)
 
 
 def cmd_devices(args) -> None:
@@ -177,6 +195,8 @@ def cmd_plan_serving(args) -> None:
     for name in ("target_requests_per_s", "memory_utilization"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
+    if args.price_per_device_hour is not None:
+        body["price_per_device_hour"] = dict.fromkeys(args.devices, args.price_per_device_hour)
     with backend(args.url) as service:
         result = service.analyze("plan-serving", body)
     show(args, result, plan_table)
@@ -293,6 +313,7 @@ def parser() -> argparse.ArgumentParser:
                        help="prompt tokens (prefill) or cached context (decode)")
 
     common(commands.add_parser("devices", help="list the device catalog")).set_defaults(run=cmd_devices)
+    common(commands.add_parser("models", help="list the model catalog")).set_defaults(run=cmd_models)
 
     analyze = commands.add_parser("analyze", help="roofline of an operator or a model step").add_subparsers(
         dest="what", required=True)
@@ -356,7 +377,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
         p.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch (default 1)")
         p.add_argument("--gradient-accumulation-steps", type=int, help="micro-batches per step (default 1)")
-        p.add_argument("--global-batch-tokens", type=int, help="tokens per step over all replicas (derives the "
+        p.add_argument("--global-batch-tokens", type=count, help="tokens per step over all replicas (derives the "
                                                                 "accumulation steps)")
         p.add_argument("--tensor-parallel", type=int, default=1, help="tensor-parallel degree (default 1)")
         p.add_argument("--pipeline-parallel", type=int, default=1, help="pipeline stages (default 1)")
@@ -389,6 +410,8 @@ def parser() -> argparse.ArgumentParser:
     serving.add_argument("--tpot", type=float, help="SLO: time per output token at most, seconds")
     serving.add_argument("--e2e", type=float, help="SLO: whole request at most, seconds")
     serving.add_argument("--target-requests-per-s", type=float, help="traffic to serve (fewest replicas reaching it)")
+    serving.add_argument("--price-per-device-hour", type=float, help="price of one device for an hour: adds the cost "
+                                                                     "per million output tokens")
     serving.add_argument("--memory-utilization", type=float, help="fraction of usable memory (default 0.9, vLLM's)")
     serving.add_argument("--modes", nargs="+", default=["aggregated"], choices=["aggregated", "disaggregated"],
                          help="serving modes to search (default aggregated)")

@@ -22,6 +22,7 @@ class CliError(SystemExit):
 
 class Backend(Protocol):
     def devices(self) -> list[dict[str, Any]]: ...
+    def models(self) -> list[dict[str, Any]]: ...
     def analyze(self, analysis: str, body: dict[str, Any]) -> dict[str, Any]: ...
     def plot(self, body: dict[str, Any]) -> bytes: ...
 
@@ -64,6 +65,16 @@ class LocalBackend:
 
         with Session(self._engine) as session:
             return [device_summary(d).model_dump(mode="json") for d in repository.list_devices(session)]
+
+    def models(self) -> list[dict[str, Any]]:
+        from sqlmodel import Session
+
+        from service.persistence import repository
+        from service.translation.model_analyses import catalog_model, model_summary
+
+        with Session(self._engine) as session, self._errors():
+            return [model_summary(*catalog_model(self._catalog, row.id)).model_dump(mode="json")
+                    for row in repository.list_models(session)]
 
     def analyze(self, analysis: str, body: dict[str, Any]) -> dict[str, Any]:
         from service.translation.analyses import run_analysis_json
@@ -109,6 +120,9 @@ class RemoteBackend:
 
     def devices(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/devices").json()
+
+    def models(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/models").json()
 
     def analyze(self, analysis: str, body: dict[str, Any]) -> dict[str, Any]:
         path = f"/v1/plan/{analysis.removeprefix('plan-')}" if analysis.startswith("plan-") else f"/v1/analyze/{analysis}"

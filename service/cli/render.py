@@ -33,10 +33,21 @@ def table(rows: list[list[Any]], headers: list[str]) -> str:
 
 
 def device_table(devices: list[dict]) -> str:
+    def highest(d: dict) -> str:
+        dtype = d.get("peak_tensor_dtype")
+        return f"{si(d['peak_tensor_flops_per_s'], 'FLOP/s')} {dtype}" if dtype else "-"
+
     return table(
         [[d["id"], d["name"], si(d["memory_capacity_bytes"], "B"), si(d["hbm_bandwidth_bytes_per_s"], "B/s"),
-          si(d["peak_tensor_flops_per_s"], "FLOP/s")] for d in devices],
-        ["id", "name", "memory", "HBM bandwidth", "peak tensor"]) + "\n(units: k/M/G/T/P = 1e3/1e6/1e9/1e12/1e15)"
+          si(d.get("bf16_tensor_flops_per_s"), "FLOP/s"), highest(d)] for d in devices],
+        ["id", "name", "memory", "HBM bandwidth", "bf16 tensor", "highest tensor (dtype)"]
+    ) + "\n(dense peaks; units: k/M/G/T/P = 1e3/1e6/1e9/1e12/1e15)"
+
+
+def model_list_table(models: list[dict]) -> str:
+    return table([[m["id"], m["name"], m["family"], si(m["params_total"]), si(m["params_active"]), m["origin"]]
+                  for m in models], ["id", "name", "family", "parameters", "active", "origin"]) + \
+        "\n(active: what one text token uses, without the input embedding)"
 
 
 def operator_table(r: dict) -> str:

@@ -65,10 +65,12 @@ def device_public(row: Device) -> DevicePublic:
 
 def device_summary(device: Device) -> DeviceSummary:
     hbm = next(level for level in device.memory_levels if level["level"] == "hbm")
-    tensor = [p["flops_per_s"] for p in device.compute_peaks if p["unit"] == "tensor"]
+    tensor = [(p["flops_per_s"], p["dtype"]) for p in device.compute_peaks if p["unit"] == "tensor"]
+    highest = max(tensor, key=lambda peak: (peak[0], peak[1] == "bf16"), default=None)  # ties: bf16, the one people read
     return DeviceSummary(
         id=device.id, name=device.name, vendor=device.vendor, origin=device.origin,
         memory_capacity_bytes=device.memory_capacity_bytes,
         hbm_bandwidth_bytes_per_s=hbm["bandwidth_bytes_per_s"],
-        peak_tensor_flops_per_s=max(tensor) if tensor else None,
+        peak_tensor_flops_per_s=highest[0] if highest else None, peak_tensor_dtype=highest[1] if highest else None,
+        bf16_tensor_flops_per_s=next((flops for flops, dtype in tensor if dtype == "bf16"), None),
     )

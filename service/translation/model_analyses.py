@@ -19,6 +19,7 @@ from schemas.models import (
     ModelAnalysisRequest,
     ModelChoice,
     ModelPublic,
+    ModelSummary,
     ModelTotals,
     RowOut,
     StepMemoryOut,
@@ -388,6 +389,12 @@ def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> K
     return KvCapacity(device_id=device.id, model=name, context_len=request.context_len,
                       tensor_parallel=request.tensor_parallel, capacity_bytes=device.memory_capacity_bytes,
                       mix=KvMix(**vars(mix)) if mix else None, **vars(result), assumptions=notes)
+
+
+def model_summary(row: ModelConfig, arch: Architecture) -> ModelSummary:
+    params = model_params(arch)
+    return ModelSummary(id=row.id, name=row.name, family=row.family, params_total=params.total,
+                        params_active=params.active, origin=row.origin)
 
 
 def model_public(row: ModelConfig, arch: Architecture) -> ModelPublic:

@@ -214,3 +214,30 @@ def test_tables_say_when_a_step_does_not_fit(local_database, capsys):
     out = run(capsys, "plan", "training", "--device", "nvidia-a100-80gb-sxm", "--model", "llama-2-7b", "--seq-len",
               "4096", "--num-devices", "1000", "--total-tokens", "2e12").out
     assert "memory of the step: DOES NOT FIT" in out and "this plan is a what-if" in out
+
+
+def test_models_devices_and_plan_serving_say_what_people_ask(local_database, capsys):
+    out = run(capsys, "models").out
+    assert "gpt-oss-20b" in out and "3.61 G" in out  # gpt-oss-20b's card: 3.6B active
+    out = run(capsys, "devices").out
+    # The bf16 peak apart from the highest one, and the dtype of that: an H100's 989 TFLOP/s bf16, 1.98 PFLOP/s fp8.
+    line = next(line for line in out.splitlines() if line.startswith("nvidia-h100-sxm "))
+    assert "989 TFLOP/s" in line and "1.98 PFLOP/s fp8" in line
+    out = run(capsys, "plan", "serving", "--devices", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--total-devices",
+              "8", "--input-len", "1000", "--output-len", "200", "--price-per-device-hour", "2").out
+    header = out.splitlines()[0]
+    assert "requests/s" in header and "cost/1M tok" in header
+    first = out.splitlines()[2]
+    assert first.split()[-2] != "-"  # a cost per million output tokens, priced
+
+
+def test_large_counts_are_read_as_people_write_them(local_database, capsys):
+    # 16e6 tokens a step is read as 16,000,000: the service then says it is no whole multiple of the 524,288 tokens
+    # one accumulation step of 64 replicas x 8,192 holds (the flag itself is no longer refused).
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "train", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--seq-len", "8192",
+            "--data-parallel", "64", "--global-batch-tokens", "16e6")
+    assert "16,000,000 is not a whole multiple" in str(stop.value)
+    out = run(capsys, "train", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--seq-len", "8192",
+              "--data-parallel", "64", "--global-batch-tokens", "16.777216e6").out
+    assert "64 DP" in out

@@ -8,9 +8,14 @@ from schemas.models import ModelCreate, ModelPublic, ModelSummary
 from service.api.deps import CatalogDep, ModelPath, SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.errors import CostModelError
-from service.core.transformer.params import model_params
 from service.persistence import repository
-from service.translation.model_analyses import architecture_of, catalog_model, model_public, unprocessable
+from service.translation.model_analyses import (
+    architecture_of,
+    catalog_model,
+    model_public,
+    model_summary,
+    unprocessable,
+)
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -18,13 +23,7 @@ router = APIRouter(prefix="/v1/models", tags=["models"])
 @router.get("", summary="List models", operation_id="list_models",
             description="Every catalog model with its family and parameter counts (total, and active per token).")
 def list_models(catalog: CatalogDep, session: SessionDep) -> list[ModelSummary]:
-    summaries = []
-    for row in repository.list_models(session):
-        _, arch = catalog_model(catalog, row.id)
-        params = model_params(arch)
-        summaries.append(ModelSummary(id=row.id, name=row.name, family=row.family, params_total=params.total,
-                                      params_active=params.active, origin=row.origin))
-    return summaries
+    return [model_summary(*catalog_model(catalog, row.id)) for row in repository.list_models(session)]
 
 
 @router.get("/{model_id}", summary="Get a model", operation_id="get_model", responses=NOT_FOUND,
