@@ -12,6 +12,7 @@ from fastapi_offline import FastAPIOffline
 
 from service.api import openapi
 from service.api.hot_path import HotPathMiddleware
+from service.api.idempotency import IdempotencyMiddleware
 from service.api.responses import INVALID, UNAVAILABLE
 from service.api.routes import analyze, benchmarks, devices, docs, explorer, health, models, plans, plots
 from service.persistence.catalog import DeviceCatalog
@@ -101,6 +102,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level)
     # Innermost: the hot analyses' plainly valid requests, answered inside every other middleware.
     app.add_middleware(HotPathMiddleware, enabled=settings.hot_path)
+    # A retried write with the same Idempotency-Key answers the first answer again (service/api/idempotency.py).
+    app.add_middleware(IdempotencyMiddleware)
     # Large answers (a 4,096-point sweep is about a megabyte) travel compressed to clients that accept it;
     # small ones are not worth the CPU.
     app.add_middleware(GZipWhenAccepted, minimum_size=GZIP_MINIMUM_BYTES)

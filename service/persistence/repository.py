@@ -9,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from service.persistence.db import database_file_intact
-from service.persistence.tables import Benchmark, CatalogState, Device, ModelConfig, utcnow
+from service.persistence.tables import Benchmark, CatalogState, Device, IdempotencyKey, ModelConfig, utcnow
 from service.runtime.errors import AlreadyExists, BenchmarkNotFound, DatabaseUnavailable, DeviceNotFound, ModelNotFound
 
 
@@ -175,3 +175,29 @@ def create_model(session: Session, *, model_id: str, name: str, family: str, con
 
 def delete_model(session: Session, *, model_id: str) -> None:
     _delete(session, get_model(session, model_id=model_id))
+
+
+def claim_idempotency_key(session: Session, *, client: str, key: str, fingerprint: str) -> IdempotencyKey | None:
+    """Claims `key` for a write about to run: None when it is new (the claim is committed), else what holds it."""
+    session.add(IdempotencyKey(client=client, key=key, fingerprint=fingerprint, created_at=utcnow()))
+    try:
+        session.commit()
+        return None
+    except IntegrityError:
+        session.rollback()
+        found = session.get(IdempotencyKey, (client, key))
+        if found is None:  # released in between: claim it again
+            return claim_idempotency_key(session, client=client, key=key, fingerprint=fingerprint)
+        return found
+
+
+def complete_idempotency_key(session: Session, *, client: str, key: str, status: int, response: str | None) -> None:
+    """Keeps a finished write's answer under its key; an answer of a server error releases the key (retry it)."""
+    found = session.get(IdempotencyKey, (client, key))
+    if found is None:
+        return
+    if status >= 500:
+        session.delete(found)
+    else:
+        found.status, found.response = status, response
+    session.commit()

@@ -127,3 +127,17 @@ class CatalogState(SQLModel, table=True):
 
     id: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
     version: int = Field(sa_type=BigInteger)
+
+
+class IdempotencyKey(SQLModel, table=True):
+    """A write sent with an Idempotency-Key: claimed before the write runs, its answer kept after, so a retry of
+    the same write is answered again instead of applied twice."""
+
+    __tablename__ = "idempotency_keys"
+
+    client: str = Field(sa_column=Column(String(64), primary_key=True))  # SHA-256 of the Authorization header
+    key: str = Field(sa_column=Column(String(200), primary_key=True))
+    fingerprint: str = Field(max_length=64)  # SHA-256 of the method, path and body
+    status: int | None = None  # None while the write runs (or if it never finished)
+    response: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

@@ -1,0 +1,116 @@
+"""Idempotency-Key on writes: a client that retries a write whose answer it lost (a timeout, a worker killed after
+the commit) sends the same key, and gets the first answer again instead of a second write.
+
+The key is claimed (committed) before the write runs, per client (the bearer token's hash): the same key with the
+same method, path and body answers what the first answered; with anything else, a 409. A key whose write never
+finished (the worker died mid-way) is answered 409 too, since whether it was applied cannot be known: the client
+checks the resource and retries with a new key. A write that failed with a 5xx releases its key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from fastapi.concurrency import run_in_threadpool
+from sqlmodel import Session
+
+from service.persistence import repository
+from service.runtime.limits import replaying
+
+HEADER = b"idempotency-key"
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Analyses are POSTs that write nothing: a key there is accepted and needs no record.
+READ_ONLY_PREFIXES = ("/v1/analyze/", "/v1/plan/", "/v1/plot/")
+MAX_KEY_LENGTH = 200
+
+
+class IdempotencyMiddleware:
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in WRITES or scope["path"].startswith(READ_ONLY_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        key = headers.get(HEADER, b"").decode("latin-1").strip()
+        if not key:
+            await self.app(scope, receive, send)
+            return
+        if len(key) > MAX_KEY_LENGTH:
+            await _answer(send, 400, {"error": "http_error", "detail": f"Idempotency-Key is limited to {MAX_KEY_LENGTH} "
+                                      "characters", "fields": [{"loc": "header.idempotency-key", "msg": "too long"}]})
+            return
+        body, messages = await _body(receive)
+        client = hashlib.sha256(headers.get(b"authorization", b"")).hexdigest()
+        fingerprint = hashlib.sha256(b"\0".join([scope["method"].encode(), scope["path"].encode(),
+                                                 scope.get("query_string", b""), body])).hexdigest()
+        engine = scope["app"].state.engine
+        held = await run_in_threadpool(_claim, engine, client, key, fingerprint)
+        if held is not None:
+            await _replay(send, held, fingerprint)
+            return
+        status, chunks = 500, []
+
+        async def keeping(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, replaying(messages, receive), keeping)
+        finally:
+            await run_in_threadpool(_complete, engine, client, key, status, b"".join(chunks).decode("utf-8", "replace"))
+
+
+async def _body(receive) -> tuple[bytes, list[dict]]:
+    messages, parts = [], []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts), messages
+
+
+def _claim(engine, client: str, key: str, fingerprint: str):
+    with Session(engine) as session:
+        return repository.claim_idempotency_key(session, client=client, key=key, fingerprint=fingerprint)
+
+
+def _complete(engine, client: str, key: str, status: int, response: str) -> None:
+    with Session(engine) as session:
+        repository.complete_idempotency_key(session, client=client, key=key, status=status, response=response)
+
+
+async def _replay(send, held, fingerprint: str) -> None:
+    if held.fingerprint != fingerprint:
+        await _answer(send, 409, {"error": "idempotency_conflict", "detail": "this Idempotency-Key was used with "
+                                  "another method, path or body; use a new key for a new write", "fields": [
+                                      {"loc": "header.idempotency-key", "msg": "used for another request"}]})
+        return
+    if held.status is None:
+        await _answer(send, 409, {"error": "idempotency_conflict", "detail": "the write sent first with this "
+                                  "Idempotency-Key is still running or never finished, so whether it was applied is "
+                                  "unknown: check the resource, then retry with a new key", "fields": [
+                                      {"loc": "header.idempotency-key", "msg": "write in progress or interrupted"}]})
+        return
+    body = (held.response or "").encode()
+    await send({"type": "http.response.start", "status": held.status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"idempotent-replayed", b"true")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _answer(send, status: int, payload: dict) -> None:
+    body = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
