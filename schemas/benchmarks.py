@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat, model_validator
 
 from schemas.common import DTypeName, MemoryLevelName, PositiveFinite, RoofSourceName, StrictModel, UnitName
 
@@ -32,7 +32,14 @@ def _plausible_time(value: datetime | None) -> datetime | None:
     return value.astimezone(UTC)
 
 
-MeasuredAt = Annotated[datetime | None, AfterValidator(_plausible_time)]
+def _written_time(value):
+    """A time written as a number is refused: pydantic reads it as seconds since 1970, so 0 became 1970-01-01."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError("give the time as ISO 8601 text (2026-06-01T12:00:00Z), not a number")
+    return value
+
+
+MeasuredAt = Annotated[datetime | None, BeforeValidator(_written_time), AfterValidator(_plausible_time)]
 
 
 class BenchmarkMetadata(StrictModel):

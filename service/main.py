@@ -94,7 +94,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine.dispose()
 
     # Swagger UI and ReDoc assets are served by the service itself: the docs work on a closed network.
+    # No redirects to the path with or without a trailing slash: Starlette builds their Location from the request's
+    # Host header, which a client can set to anything.
     app = FastAPIOffline(title="Roofline service", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
+                         redirect_slashes=False,
                          openapi_tags=TAGS, redoc_url=None, swagger_ui_parameters={"validatorUrl": None},
                          **telemetry_options(settings.opentelemetry))
     app.state.settings = settings

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from schemas.benchmarks import BENCHMARK_KINDS
 from schemas.operators import OPERATOR_KINDS
@@ -153,6 +154,15 @@ def cost_model_error(exc: CostModelError, prefix: str) -> Unprocessable:
     return Unprocessable(str(exc.reason), [{"loc": f"{prefix}.{exc.field}", "msg": exc.reason}])
 
 
+def allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path (Starlette's own 405 names only the first route that matched the
+    path, and several routes share /v1/devices/{id})."""
+    methods = {method for method in ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+               if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+                      for route in request.app.router.routes)}
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError):
@@ -186,10 +196,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(_body("validation_error", f"invalid request: {summary}", fields), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException):
+    async def _http_error(request: Request, exc: StarletteHTTPException):
         code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed",
                 413: "payload_too_large"}.get(exc.status_code, "http_error")
-        return JSONResponse(_body(code, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
+        return JSONResponse(_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(DataError)
     async def _unstorable(_request: Request, exc: DataError):

@@ -66,3 +66,29 @@ def test_large_answers_are_compressed_for_clients_that_accept_it(client):
     # A single operator answer is small: sent as it is.
     small = client.post("/v1/analyze/operator", json=OPERATOR, headers={"accept-encoding": "gzip"})
     assert "content-encoding" not in small.headers
+
+
+def test_method_errors_name_every_allowed_method_and_the_ert_path_is_not_a_benchmark_id(client):
+    from tests.conftest import AUTH
+
+    # /v1/devices/{id} is served by three routes (GET, PUT, DELETE): a PATCH is told all of them.
+    response = client.patch("/v1/devices/nvidia-h100-sxm", json={})
+    assert response.status_code == 405 and response.headers["allow"] == "DELETE, GET, PUT"
+    # .../benchmarks/ert takes a POST only: a DELETE is a 405 naming it, not a 422 about an integer id.
+    response = client.delete("/v1/devices/nvidia-h100-sxm/benchmarks/ert", headers=AUTH)
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+
+
+def test_a_measurement_time_given_as_a_number_is_refused(client):
+    from tests.conftest import AUTH
+
+    body = {"kind": "memory_bandwidth", "level": "hbm", "bytes_per_s": 3.0e12, "tool": "t", "measured_at": 0}
+    response = client.post("/v1/devices/nvidia-h100-sxm/benchmarks", json=body, headers=AUTH)
+    assert response.status_code == 422 and "ISO 8601" in response.text
+    assert response.json()["fields"][0]["loc"].endswith("measured_at")
+
+
+def test_no_redirect_echoes_the_host_a_client_sent(client):
+    response = client.get("/v1/devices/", headers={"Host": "evil.example", "X-Forwarded-Proto": "gopher"},
+                          follow_redirects=False)
+    assert response.status_code == 404 and "location" not in response.headers

@@ -90,7 +90,7 @@ def list_benchmarks(
     return [BenchmarkPublic.model_validate(row) for row in rows]
 
 
-@router.delete("/benchmarks/{benchmark_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Remove a measurement",
+@router.delete("/benchmarks/{benchmark_id:int}", status_code=status.HTTP_204_NO_CONTENT, summary="Remove a measurement",
                operation_id="delete_benchmark", responses={**UNAUTHORIZED, **NOT_FOUND},
                description="Removes a bad submission; the effective roofs are recomputed without it.")
 def delete_benchmark(device_id: DevicePath, benchmark_id: BenchmarkPath, session: SessionDep,
