@@ -36,21 +36,21 @@ class Budget:
             raise BudgetSpent(f"the request ran past its deadline of {self.seconds:g} s")
 
 
-_current: ContextVar[Budget | None] = ContextVar("request_budget", default=None)
+CURRENT_BUDGET: ContextVar[Budget | None] = ContextVar("request_budget", default=None)
 
 
 @contextmanager
 def budget(seconds: float) -> Iterator[Budget]:
     """Within the block, check() holds the work to `seconds` from now (and to the client's presence)."""
     spent = Budget(time.monotonic() + seconds, seconds)
-    token = _current.set(spent)
+    token = CURRENT_BUDGET.set(spent)
     try:
         yield spent
     finally:
-        _current.reset(token)
+        CURRENT_BUDGET.reset(token)
 
 
 def check() -> None:
-    spent = _current.get()
+    spent = CURRENT_BUDGET.get()
     if spent is not None:
         spent.check()

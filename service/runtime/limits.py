@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
-from service.core.budget import budget
+from service.core.budget import CURRENT_BUDGET, Budget
 from service.runtime.observability import OVERLOADED
 
 # Reading and dropping a too-large body costs the bandwidth, not the CPU of parsing it; past this much the
@@ -57,7 +58,7 @@ class BodySizeLimitMiddleware:
             await self._refuse(send)
             return
         try:
-            chunks = await asyncio.wait_for(self._read(receive), self.body_timeout_s)
+            chunks = await self._read(receive)
         except TimeoutError:
             await _answer(send, 408, "request_timeout", f"the request body did not arrive within "
                           f"{self.body_timeout_s:g} s (ROOFLINE_BODY_TIMEOUT_S)")
@@ -65,11 +66,15 @@ class BodySizeLimitMiddleware:
         if chunks is None:
             await self._refuse(send)
             return
-        with budget(self.deadline_s) as spent:
+        spent = Budget(time.monotonic() + self.deadline_s, self.deadline_s)
+        token = CURRENT_BUDGET.set(spent)
+        try:
             if not scope["path"].startswith(WATCHED_PREFIXES) or chunks[-1]["type"] != "http.request":
                 await self.app(scope, replaying(chunks, receive), send)
                 return
             await self._watched(scope, chunks, receive, send, spent)
+        finally:
+            CURRENT_BUDGET.reset(token)
 
     async def _watched(self, scope, chunks, receive, send, spent) -> None:
         """Runs the app while one task waits on the connection: a disconnect marks the budget spent (the work
@@ -98,8 +103,23 @@ class BodySizeLimitMiddleware:
             watcher.cancel()
 
     async def _read(self, receive) -> list[dict] | None:
-        """The body's messages, or None when it outgrows max_bytes (the rest is drained)."""
-        chunks, size = [], 0
+        """The body's messages, or None when it outgrows max_bytes (the rest is drained). The first message comes
+        without a timer (almost every body is one message, and a timer costs each request microseconds); a body
+        still arriving after it must be whole within body_timeout_s (asyncio.timeout raises TimeoutError). A client
+        that sends nothing at all holds its connection, never an admission slot."""
+        first = await receive()
+        if first["type"] != "http.request" or not first.get("more_body", False):
+            if len(first.get("body", b"")) > self.max_bytes:
+                return None
+            return [first]
+        async with asyncio.timeout(self.body_timeout_s):
+            return await self._read_rest(receive, first)
+
+    async def _read_rest(self, receive, first: dict) -> list[dict] | None:
+        chunks, size = [first], len(first.get("body", b""))
+        if size > self.max_bytes:
+            await self._drain(receive, already=size)
+            return None
         while True:
             message = await receive()
             if message["type"] != "http.request":
