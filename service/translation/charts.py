@@ -140,8 +140,23 @@ def plot_sweep(request: SweepPlotRequest, catalog: DeviceCatalog) -> bytes:
     crossovers = [(c.estimate, f"{c.from_bound} to {c.to_bound}") for c in result.crossover]
     return sweep_figure(points, parameter=request.parameter, metric_label=METRIC_LABELS[request.metric],
                         crossovers=crossovers, largest_feasible=result.largest_feasible_value,
-                        title=f"{request.endpoint} sweep of {request.parameter}", image_format=request.format,
-                        log_x=log_x)
+                        title=_sweep_title(request), image_format=request.format, log_x=log_x)
+
+
+def _sweep_title(request: SweepPlotRequest) -> str:
+    """What was swept, over what: the model or operator, the device and what the sweep held fixed."""
+    body = request.request
+    held = {"phase": body.get("phase"), "batch": body.get("batch_size"), "context": body.get("seq_len"),
+            "TP": body.get("tensor_parallel")}
+    fixed = ", ".join(f"{name} {value}" for name, value in held.items()
+                      if value is not None and name.lower() not in request.parameter.replace("_size", "").replace(
+                          "seq_len", "context").replace("tensor_parallel", "tp").lower())
+    if request.endpoint == "model":
+        subject = body.get("model_id") or "inline model"
+    else:
+        subject = str((body.get("operator") or {}).get("kind", "operator"))
+    device = body.get("device_id", "?")
+    return f"{subject} on {device}: {request.parameter} swept" + (f" ({fixed})" if fixed else "")
 
 
 def plot_serving_plan(request: ServingPlanPlotRequest, catalog: DeviceCatalog) -> bytes:
