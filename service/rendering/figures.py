@@ -59,33 +59,46 @@ class Label:
     artist: Any  # a matplotlib Annotation
     offsets: Sequence[tuple[float, float]]
     x_range: tuple[float, float] | None = None  # display x the label must stay within (a roof's own extent)
+    # A label the chart cannot be read without (a roof's): where every place is taken by markers it goes over them,
+    # never over another label. The bf16 roof, on which a model's matmuls all sit, lost its label otherwise.
+    essential: bool = False
 
 
 def place_labels(fig, ax, labels: list[Label], obstacles=()) -> None:
     """Greedy layout: each label, in order, takes the first candidate offset whose box stays inside the axes and
-    clear of every box placed before it (and of the obstacles); a label with no such place is hidden, never
-    drawn over another."""
-    from matplotlib.text import Text
-
+    clear of every label placed before it and of the obstacles (an essential label, failing that, of the labels
+    only); a label with no such place is hidden, never drawn over another."""
     renderer = fig.canvas.get_renderer()
     inside = ax.get_window_extent(renderer)
-    placed = list(obstacles)
-    # The white box around a label reaches LABEL_PAD em beyond its text (more, as seen axis-aligned, once rotated).
+    placed: list[Any] = []
     for label in labels:
-        pad = 1.5 * LABEL_PAD * label.artist.get_fontsize() * fig.dpi / 72 + 1
-        for offset in label.offsets:
-            label.artist.xyann = offset
-            # The text's own box: an annotation's extent would include its leader line.
-            label.artist.update_positions(renderer)
-            box = Text.get_window_extent(label.artist, renderer).padded(pad)
-            within = (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0 and box.y1 <= inside.y1)
-            if label.x_range is not None:
-                within = within and label.x_range[0] <= box.x0 and box.x1 <= label.x_range[1]
-            if within and not any(box.overlaps(other) for other in placed):
-                placed.append(box)
-                break
-        else:
+        box = _first_free_place(fig, renderer, inside, label, [*obstacles, *placed])
+        if box is None and label.essential:
+            box = _first_free_place(fig, renderer, inside, label, placed)
+        if box is None:
             label.artist.set_visible(False)
+        else:
+            placed.append(box)
+
+
+def _first_free_place(fig, renderer, inside, label: Label, taken: Sequence[Any]) -> Any | None:
+    """The padded box of the label at its first candidate offset inside the axes that overlaps nothing taken,
+    leaving the label there; None where there is none."""
+    from matplotlib.text import Text
+
+    # The white box around a label reaches LABEL_PAD em beyond its text (more, as seen axis-aligned, once rotated).
+    pad = 1.5 * LABEL_PAD * label.artist.get_fontsize() * fig.dpi / 72 + 1
+    for offset in label.offsets:
+        label.artist.xyann = offset
+        # The text's own box: an annotation's extent would include its leader line.
+        label.artist.update_positions(renderer)
+        box = Text.get_window_extent(label.artist, renderer).padded(pad)
+        within = (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0 and box.y1 <= inside.y1)
+        if label.x_range is not None:
+            within = within and label.x_range[0] <= box.x0 and box.x1 <= label.x_range[1]
+        if within and not any(box.overlaps(other) for other in taken):
+            return box
+    return None
 
 
 def around(radius: float, steps: int = 3) -> list[tuple[float, float]]:

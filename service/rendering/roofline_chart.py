@@ -185,7 +185,7 @@ def _roof_labels(fig, ax, computes: list[_Roof], memories: list[_Roof], limits: 
         left, right = ax.transData.transform([(start, 1), (limits.x_high, 1)])[:, 0]
         steps = range(int((right - left) * 72 / fig.dpi / 30) + 1)
         labels.append(Label(label, [(-4 - 30 * k, 3) for k in steps] + [(-4 - 30 * k, -13) for k in steps],
-                            x_range=(left, right)))
+                            x_range=(left, right), essential=True))
     return labels
 
 
@@ -231,7 +231,7 @@ def _slope_label(ax, memory: _Roof, x_low: float, x_end: float) -> Label:
         for lift in (3, -12):
             offsets.append(((bx - ax_) * 72 / ax.figure.dpi - lift * math.sin(math.radians(angle)),
                             (by - ay_) * 72 / ax.figure.dpi + lift * math.cos(math.radians(angle))))
-    return Label(label, offsets)
+    return Label(label, offsets, essential=True)
 
 
 def _draw_point(ax, point: PlotPoint, number: int | None, labels: list[Label]) -> None:

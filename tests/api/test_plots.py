@@ -167,6 +167,12 @@ def test_a_model_steps_operators_on_the_roofline(client):
     # The largest share first in the key: the MLP's gate/up projection in a prefill.
     assert re.search(r"1  gate_up_proj \[dense layers\] \(compute-bound\).*?, (\d+)% of the time", texts)
     assert overlapping(label_boxes(root)) == []
+    # Every roof drawn carries its label, the bf16 one too although the step's matmuls sit along it (markers
+    # took every place it had, and it was hidden).
+    roofs = {gid.removeprefix("roof-") for gid in ids if gid.startswith("roof-")}
+    assert any(roof.startswith("compute-bf16") for roof in roofs), roofs
+    assert {gid.removeprefix("label-roof-") for gid in ids if gid.startswith("label-roof-")} == roofs
+    assert "bf16" in texts
 
 
 def test_step_time_by_operator_kind(client):
