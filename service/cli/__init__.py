@@ -76,7 +76,13 @@ def operator_body(args) -> dict[str, Any]:
     for assignment in args.field or []:
         name, _, value = assignment.partition("=")
         operator[name] = parse_value(value)
-    return {"operator": operator, "roofs": args.roofs}
+    return {"operator": operator, "roofs": args.roofs, **measured(args)}
+
+
+def measured(args) -> dict[str, Any]:
+    """A measured time where the command takes one (analyze operator/model): the answer then says what was achieved."""
+    seconds = getattr(args, "measured_time", None)
+    return {"measured_time_s": seconds} if seconds is not None else {}
 
 
 def dtypes_of(args) -> dict[str, Any]:
@@ -97,7 +103,7 @@ def step_body(args) -> dict[str, Any]:
         body["seq_len"] = args.seq_len
     if getattr(args, "output_len", None):
         body["output_len"] = args.output_len
-    return body
+    return {**body, **measured(args)}
 
 
 def cmd_models(args) -> None:
@@ -280,6 +286,11 @@ def parser() -> argparse.ArgumentParser:
                        help="which roofs: measured where submitted, else nominal (effective); datasheet only "
                             "(nominal); measured only (measured). Default: effective")
 
+    def measured_time(p, what: str):
+        p.add_argument("--measured-time", type=float, metavar="SECONDS",
+                       help=f"the time {what} took when you ran it: the answer adds the achieved FLOP/s, MFU, HBM "
+                            "bandwidth and the fraction of the roofline reached")
+
     def operator_options(p, required: bool):
         p.add_argument("--kind", required=required, choices=KINDS, metavar="KIND",
                        help="the operator: " + "; ".join(f"{name}, {kind.summary}" for name, kind in OPERATORS.items()))
@@ -321,6 +332,7 @@ def parser() -> argparse.ArgumentParser:
     op.add_argument("--device", required=True, help="device id (see `roofline devices`)")
     operator_options(op, required=True)
     roofs(op)
+    measured_time(op, "the operator")
     op.set_defaults(run=cmd_operator)
 
     model = common(analyze.add_parser("model", help="one prefill or decode step of a model"))
@@ -328,6 +340,7 @@ def parser() -> argparse.ArgumentParser:
     step_options(model, seq_required=True)
     model.add_argument("--output-len", type=int, help="tokens generated: adds the end-to-end latency")
     roofs(model)
+    measured_time(model, "the step")
     model.set_defaults(run=cmd_model)
 
     kv = common(commands.add_parser("kv-capacity", help="how many requests of a context fit in memory"))

@@ -60,7 +60,25 @@ def operator_table(r: dict) -> str:
         ["MFU", f"{r['mfu']:.3f}" if r["mfu"] is not None else "-"],
         ["compute roof", f"{si(compute['flops_per_s'], 'FLOP/s')} {compute['dtype']} {compute['unit']} ({compute['source']})"],
         ["memory roof", f"{si(memory['bytes_per_s'], 'B/s')} {memory['level']} ({memory['source']})"],
+        *achieved_rows(r.get("achieved")),
     ], ["quantity", "value"])
+
+
+def fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def achieved_rows(a: dict | None) -> list[list[str]]:
+    """What a measured run reached, beside the bound: the bound's time over the measured one (at most 1 where the
+    bound holds), achieved FLOP/s and bandwidth, and their shares of the nominal peaks (MFU, MBU)."""
+    if a is None:
+        return []
+    rows = [["measured time", si(a["measured_time_s"], "s")], ["roofline / measured", fraction(a["roof_fraction"])],
+            ["achieved", si(a["flops_per_s"], "FLOP/s")], ["achieved MFU", fraction(a["mfu"])],
+            ["achieved bandwidth", si(a["bandwidth_bytes_per_s"], "B/s")]]
+    if "mbu" in a:
+        rows.append(["achieved MBU", fraction(a["mbu"])])
+    return rows
 
 
 def model_table(r: dict) -> str:
@@ -75,6 +93,8 @@ def model_table(r: dict) -> str:
         summary.append(f"TPOT {si(r['tpot_s'], 's')}, {r['tokens_per_s']:,.0f} tokens/s over the batch")
     if r["e2e_latency_s"] is not None:
         summary.append(f"end-to-end latency {si(r['e2e_latency_s'], 's')}")
+    if r.get("achieved"):
+        summary.append("measured: " + ", ".join(f"{name} {value}" for name, value in achieved_rows(r["achieved"])))
     summary += [memory_line(r["memory"]),
                 f"roofs: compute {r['compute_roof_source']}, memory {r['memory_roof_source']}"]
     return table(rows, ["row", "layers", "instances", "FLOPs", "bytes", "bound", "time", "total"]) + "\n" + "\n".join(summary)

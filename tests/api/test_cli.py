@@ -40,6 +40,32 @@ def test_analyze_operator_and_model(local_database, capsys):
     assert "TPOT" in out and "qkv_proj" in out
 
 
+def test_a_measured_time_adds_what_was_achieved_beside_the_bound(local_database, capsys):
+    # 4096^3 bf16 matmul: 2 * 4096^3 = 137,438,953,472 FLOP and 3 * 4096^2 * 2 B = 100,663,296 B. Its bound on an
+    # H100 SXM is 137.44e9 / 989.4e12 = 138.91 us; measured at 200 us it reached 137.44e9 / 200e-6 = 687.2 TFLOP/s,
+    # MFU 687.2 / 989.4 = 0.695, 100.66e6 / 200e-6 = 503 GB/s, and the bound is 138.91 / 200 = 0.695 of the time.
+    out = run(capsys, "analyze", "operator", "--device", "nvidia-h100-sxm", "--kind", "matmul", "--m", "4096",
+              "--n", "4096", "--k", "4096", "--measured-time", "200e-6").out
+    assert "measured time        200 us" in out and "roofline / measured  0.695" in out
+    assert "achieved             687 TFLOP/s" in out and "achieved MFU         0.695" in out
+    assert "achieved bandwidth   503 GB/s" in out
+    # A decode step is judged by bandwidth: the table says MBU beside MFU.
+    answer = json.loads(run(capsys, "analyze", "model", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b",
+                            "--phase", "decode", "--batch-size", "32", "--seq-len", "4096", "--measured-time", "0.012",
+                            "--json").out)
+    achieved = answer["achieved"]
+    assert achieved["measured_time_s"] == 0.012
+    assert achieved["roof_fraction"] == pytest.approx(answer["totals"]["time_s"] / 0.012)
+    out = run(capsys, "analyze", "model", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--phase",
+              "decode", "--batch-size", "32", "--seq-len", "4096", "--measured-time", "0.012").out
+    assert f"achieved MBU {achieved['mbu']:.3f}" in out and f"roofline / measured {achieved['roof_fraction']:.3f}" in out
+    # The service's own range check reaches the terminal, naming the field.
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "analyze", "operator", "--device", "nvidia-h100-sxm", "--kind", "matmul", "--m", "8", "--n", "8",
+            "--k", "8", "--measured-time", "0")
+    assert "measured_time_s" in str(stop.value)
+
+
 def test_kv_capacity_and_sweep_progress(local_database, capsys):
     result = json.loads(run(capsys, "kv-capacity", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-70b",
                             "--context-len", "8192", "--tensor-parallel", "4", "--memory-utilization", "0.9", "--json").out)
