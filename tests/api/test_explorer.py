@@ -55,6 +55,14 @@ def test_explorer_follows_the_inputs_offline(browser, live_server):  # noqa: F81
     batch.send_keys("0", Keys.TAB)
     wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
     assert "Batch" in browser.find_element(By.ID, "error").text
+    # The figures of batch 256 are gone with it: under an error they would read as its answer.
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart svg") == [] and table_text(browser) == ""
+    assert browser.find_element(By.ID, "summary").text == ""
+    # An accepted value draws them again.
+    batch.send_keys(Keys.CONTROL, "a")
+    batch.send_keys("8", Keys.TAB)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg") and table_text(d))
+    assert not browser.find_element(By.ID, "error").is_displayed() and "batch 8" in browser.find_element(By.ID, "status").text
 
     requested = requested_urls(browser)
     assert any(url.endswith("/explore/assets/explore.js") for url in requested)

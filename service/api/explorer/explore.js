@@ -145,9 +145,15 @@
       $("status").textContent = "Updated: " + caption;
     } catch (error) {
       if (mine !== generation) return;
+      // The figures of the previous inputs would read as the answer to these: take them away with the error.
+      $("chart").replaceChildren();
+      $("chart").setAttribute("aria-label", "No chart: the inputs were refused");
+      $("chart-caption").textContent = "";
+      summary([]);
+      table([]);
       $("error").textContent = error.message;
       $("error").hidden = false;
-      $("status").textContent = "Not updated.";
+      $("status").textContent = "Not updated: the figures are cleared until the inputs are accepted.";
     }
   }
 
