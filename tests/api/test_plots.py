@@ -208,6 +208,11 @@ def test_a_serving_plans_frontier(client):
     assert response.status_code == 200, response.text
     root, ids, texts = parse(response.content)
     assert {"pareto-frontier", "ranked-1", "slo-tpot"} <= ids and "TPOT SLO: 50 tokens/s per user" in texts
+    # The frontier spans 27.8 to 1,058 tokens/s per user: on a linear axis the ranked ones (all just past the
+    # SLO at 50) and the frontier around them shared its first twentieth. The axis is logarithmic, with plain ticks.
+    assert "Output tokens/s per user (1 / TPOT), log scale" in texts
+    ticks = ["".join(g.itertext()).strip() for g in root.iter(f"{SVG}g") if (g.get("id") or "").startswith("xtick_")]
+    assert [t for t in ticks if t] == ["50", "100", "200", "500", "1000"]
     plan = client.post("/v1/plan/serving", json=body).json()
     assert f"{plan['configs'][0]['tokens_per_s_per_device']:,.0f} tokens/s per device" in texts
     # The frontier keeps both ends: its most interactive point is the plan's highest tokens/s per user.
