@@ -20,7 +20,7 @@ from service.persistence.db import make_engine
 from service.persistence.migrate import at_head, pending_migration, upgrade
 from service.runtime.config import Settings, get_settings
 from service.runtime.errors import install_error_handlers
-from service.runtime.limits import AdmissionMiddleware, BodySizeLimitMiddleware, GZipWhenAccepted
+from service.runtime.limits import Admission, AdmissionMiddleware, BodySizeLimitMiddleware, GZipWhenAccepted
 from service.runtime.observability import ObservabilityMiddleware, configure_logging
 
 log = logging.getLogger("roofline.startup")
@@ -110,7 +110,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Large answers (a 4,096-point sweep is about a megabyte) travel compressed to clients that accept it;
     # small ones are not worth the CPU.
     app.add_middleware(GZipWhenAccepted, minimum_size=GZIP_MINIMUM_BYTES)
-    app.add_middleware(AdmissionMiddleware, max_in_flight=settings.max_in_flight)
+    app.state.admission = Admission(settings.max_in_flight)
+    app.add_middleware(AdmissionMiddleware, admission=app.state.admission)
     # Outside admission: a request takes a slot only once its whole body has arrived.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes,
                        body_timeout_s=settings.body_timeout_s, deadline_s=settings.request_deadline_s)

@@ -101,6 +101,12 @@ class Unprocessable(ServiceError):
     code = "unprocessable"
 
 
+class Overloaded(ServiceError):
+    status_code = 503
+    code = "overloaded"
+    headers = {"Retry-After": "1"}
+
+
 class DatabaseUnavailable(ServiceError):
     status_code = 503
     code = "database_unavailable"

@@ -160,34 +160,50 @@ async def _answer(send, status: int, error: str, detail: str) -> None:
 UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
+class Admission:
+    """How many requests this worker serves now, against its limit: the admission middleware counts, and the
+    readiness probe reads it, so a saturated worker is taken out of a load balancer's rotation before its
+    clients see 503s."""
+
+    def __init__(self, max_in_flight: int):
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+
+    @property
+    def saturated(self) -> bool:
+        return self.in_flight >= self.max_in_flight
+
+    def refusal(self) -> str:
+        return f"this worker is serving its limit of {self.max_in_flight} requests; retry shortly"
+
+
 class AdmissionMiddleware:
     """At most `max_in_flight` requests served at once per worker; the next one gets a quick 503
     `overloaded` with Retry-After instead of a place in an unbounded queue (at concurrency 256 on one
     worker, requests waited 4-7 s at p99 and timed out)."""
 
-    def __init__(self, app, max_in_flight: int):
+    def __init__(self, app, admission: Admission):
         self.app = app
-        self.max_in_flight = max_in_flight
-        self.in_flight = 0
+        self.admission = admission
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS:
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.max_in_flight:
+        admission = self.admission
+        if admission.saturated:
             OVERLOADED.inc()
-            body = json.dumps({"error": "overloaded", "detail": f"this worker is serving its limit of "
-                               f"{self.max_in_flight} requests; retry shortly", "fields": []}).encode()
+            body = json.dumps({"error": "overloaded", "detail": admission.refusal(), "fields": []}).encode()
             await send({"type": "http.response.start", "status": 503,
                         "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1"),
                                     (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
             return
-        self.in_flight += 1
+        admission.in_flight += 1
         try:
             await self.app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            admission.in_flight -= 1
 
 
 class GZipWhenAccepted:

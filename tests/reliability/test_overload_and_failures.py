@@ -4,15 +4,17 @@ its request id and leaves request values out of the log."""
 
 import asyncio
 import json
+import threading
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-from service.runtime.limits import AdmissionMiddleware
+from service.runtime.limits import Admission, AdmissionMiddleware
 from tests.conftest import TOKEN
 
 
@@ -38,7 +40,7 @@ def test_requests_past_the_in_flight_limit_get_a_quick_503_and_probes_still_answ
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"done"})
 
-    app = AdmissionMiddleware(slow_app, max_in_flight=2)
+    app = AdmissionMiddleware(slow_app, Admission(max_in_flight=2))
 
     async def scenario():
         transport = httpx.ASGITransport(app=app)
@@ -55,7 +57,39 @@ def test_requests_past_the_in_flight_limit_get_a_quick_503_and_probes_still_answ
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.json()["error"] == "overloaded"
     assert probe.status_code == 200 and [r.status_code for r in held] == [200, 200]
-    assert app.in_flight == 0
+    assert app.admission.in_flight == 0
+
+
+def test_a_worker_at_its_in_flight_limit_is_not_ready_but_alive(settings, monkeypatch):
+    """Readiness follows saturation: while the one slot a worker has is taken (a sweep, held in the thread pool),
+    /readyz answers 503 `overloaded` (a load balancer then sends the next requests elsewhere) and /healthz 200;
+    once the slot is free, ready again."""
+    from service.api.routes import analyze
+
+    started, release = threading.Event(), threading.Event()
+    sweep = analyze.run_sweep
+
+    def held(*args, **kwargs):
+        started.set()
+        release.wait(30)
+        return sweep(*args, **kwargs)
+
+    monkeypatch.setattr(analyze, "run_sweep", held)
+    with TestClient(create_app(settings.model_copy(update={"max_in_flight": 1}))) as client:
+        assert client.get("/readyz").status_code == 200
+        body = {"endpoint": "operator", "parameter": "operator.m", "values": [1, 2], "request": {
+            "device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 8, "k": 8}}}
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(client.post, "/v1/analyze/sweep", json=body)
+            assert started.wait(30)
+            ready, alive = client.get("/readyz"), client.get("/healthz")
+            refused = client.get("/v1/devices")
+            release.set()
+            assert answer.result(30).status_code == 200
+        assert ready.status_code == 503 and ready.json()["error"] == "overloaded"
+        assert ready.headers["retry-after"] == "1" and "limit of 1 requests" in ready.json()["detail"]
+        assert alive.status_code == 200 and refused.status_code == 503
+        assert client.get("/readyz").json() == {"status": "ok", "database": "ok"}
 
 
 def test_an_unexpected_error_is_a_500_with_its_request_id_and_no_request_values_logged(settings, monkeypatch, capfd):
@@ -158,7 +192,7 @@ def test_an_overload_is_counted_and_labelled_before_routing_and_a_vanished_clien
     async def slow_app(scope, receive, send):
         await held.wait()
 
-    app = AdmissionMiddleware(slow_app, max_in_flight=1)
+    app = AdmissionMiddleware(slow_app, Admission(max_in_flight=1))
 
     async def scenario():
         transport = httpx.ASGITransport(app=app)

@@ -9,7 +9,7 @@ import pytest
 from service.core import budget
 from service.core.budget import BudgetSpent
 from service.runtime.config import Settings
-from service.runtime.limits import AdmissionMiddleware, BodySizeLimitMiddleware
+from service.runtime.limits import Admission, AdmissionMiddleware, BodySizeLimitMiddleware
 from tests.conftest import TOKEN
 
 pytestmark = pytest.mark.dialect_free
@@ -38,7 +38,7 @@ def test_slow_uploads_hold_no_admission_slot_and_time_out():
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    app = BodySizeLimitMiddleware(AdmissionMiddleware(ok, max_in_flight=1), max_bytes=1000, body_timeout_s=0.3)
+    app = BodySizeLimitMiddleware(AdmissionMiddleware(ok, Admission(max_in_flight=1)), max_bytes=1000, body_timeout_s=0.3)
 
     async def scenario():
         one_byte = [{"type": "http.request", "body": b"{", "more_body": True}]

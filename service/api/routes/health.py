@@ -1,12 +1,12 @@
 """Liveness and readiness."""
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.api.deps import SessionDep
 from service.core.conventions import conventions
 from service.persistence import repository
-from service.runtime.errors import DatabaseUnavailable
+from service.runtime.errors import DatabaseUnavailable, Overloaded
 from service.runtime.observability import metrics_payload
 
 router = APIRouter(tags=["health"])
@@ -19,9 +19,15 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness", operation_id="readyz", description="Checks that the database answers a query.",
-            responses={503: {"description": "The database does not answer"}})
-def readyz(session: SessionDep) -> dict[str, str]:
+@router.get("/readyz", summary="Readiness", operation_id="readyz",
+            description="Ready when this worker has room for another request and the database answers a query. A "
+                        "worker serving its in-flight limit (ROOFLINE_MAX_IN_FLIGHT) answers 503 `overloaded`, so a "
+                        "load balancer sends the next requests elsewhere; /healthz still answers 200 (alive).",
+            responses={503: {"description": "The worker is at its in-flight limit, or the database does not answer"}})
+def readyz(request: Request, session: SessionDep) -> dict[str, str]:
+    admission = request.app.state.admission
+    if admission.saturated:
+        raise Overloaded(admission.refusal())
     try:
         repository.ping(session)
     except SQLAlchemyError as exc:
