@@ -4,10 +4,11 @@ the chart and the table, and follows a batch typed at the keyboard."""
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.api.test_browser import (  # noqa: F401  (skips without Chromium)
     CHROMEDRIVER,
@@ -19,6 +20,15 @@ from tests.conftest import record_artifact
 
 pytestmark = pytest.mark.dialect_free  # the page reads the API, not the dialect: the SQLite run covers it
 ARTIFACTS = Path(os.environ.get("ROOFLINE_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
+
+
+def client_answer(server: str, scheme: str, output_len: int | None = None) -> dict:
+    """The explorer's own model request (batch 8, context 4096, H100 SXM), asked of the API directly."""
+    body = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 8,
+            "seq_len": 4096, "tensor_parallel": 1, "roofs": "effective", "dtypes": {"scheme": scheme}}
+    if output_len is not None:
+        body["output_len"] = output_len
+    return httpx.post(f"{server}/v1/analyze/model", json=body, timeout=30).json()
 
 
 def table_text(driver) -> str:
@@ -63,6 +73,19 @@ def test_explorer_follows_the_inputs_offline(browser, live_server):  # noqa: F81
     batch.send_keys("8", Keys.TAB)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg") and table_text(d))
     assert not browser.find_element(By.ID, "error").is_displayed() and "batch 8" in browser.find_element(By.ID, "status").text
+
+    # A deployment scheme and an output length reach the analysis: fp8 weights halve Llama-3.1-8B's 16.06 GB of bf16
+    # weights (8.03e9 parameters x 2 bytes) to 8.03 GB, and 500 output tokens add the end-to-end latency.
+    summary = browser.find_element(By.ID, "summary").text
+    Select(browser.find_element(By.ID, "scheme")).select_by_value("w8a8-fp8")
+    wait.until(lambda d: d.find_element(By.ID, "summary").text != summary)
+    fp8 = client_answer(live_server, scheme="w8a8-fp8")
+    assert f"{fp8['memory']['required_bytes'] / 1e9:.3g} GB" in browser.find_element(By.ID, "summary").text
+    output = browser.find_element(By.ID, "output")
+    output.send_keys("500", Keys.TAB)
+    wait.until(lambda d: "end-to-end latency" in d.find_element(By.ID, "summary").text)
+    latency = client_answer(live_server, scheme="w8a8-fp8", output_len=500)["e2e_latency_s"]
+    assert f"{latency:.3g} s" in browser.find_element(By.ID, "summary").text
 
     requested = requested_urls(browser)
     assert any(url.endswith("/explore/assets/explore.js") for url in requested)

@@ -102,6 +102,8 @@
       if (mode() === "model") {
         const body = { device_id: device, model_id: $("model").value, phase: $("phase").value,
                        batch_size: integer("batch"), seq_len: integer("context"), tensor_parallel: integer("tp"), roofs };
+        if ($("scheme").value) body.dtypes = { scheme: $("scheme").value };
+        if ($("output").value !== "") body.output_len = integer("output");
         const [analysis, chart] = await Promise.all([call("POST", "/v1/analyze/model", body),
                                                      call("POST", "/v1/plot/model-roofline", body)]);
         svg = chart;
@@ -115,6 +117,7 @@
           [analysis.phase === "prefill" ? "TTFT" : "TPOT", si(analysis.phase === "prefill" ? analysis.ttft_s : analysis.tpot_s, "s")],
           ["tokens/s", Math.round(analysis.tokens_per_s).toLocaleString("en")],
           ["MFU", analysis.mfu === null ? "–" : analysis.mfu.toFixed(3)],
+          ...(analysis.e2e_latency_s === null ? [] : [["end-to-end latency", si(analysis.e2e_latency_s, "s")]]),
           ["memory per device", si(m.required_bytes, "B") + " of " + si(m.usable_bytes, "B")],
           ["memory fit", m.fits ? "fits" : "does not fit", m.fits ? "fits" : "no-fit"],
         ];
