@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-access-log
+.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-charts bench-access-log
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,10 @@ bench-sweep: install
 # The serving planner's search beside one model analysis, in-process, interleaved.
 bench-plan: install
 	$(BIN)/python bench/plan.py
+
+# A chart's cost beside the analysis it draws (model-roofline, serving plan), in-process, interleaved.
+bench-charts: install
+	$(BIN)/python bench/charts.py
 
 # Each endpoint's cost per request through the whole ASGI app, no socket, against the bare ceiling.
 bench-in-process: install
