@@ -10,13 +10,12 @@ checks the resource and retries with a new key. A write that failed with a 5xx r
 from __future__ import annotations
 
 import hashlib
-import json
 
 from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session
 
 from service.persistence import repository
-from service.runtime.limits import replaying
+from service.runtime.limits import replaying, send_error, send_json
 
 HEADER = b"idempotency-key"
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -39,8 +38,8 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)
             return
         if len(key) > MAX_KEY_LENGTH:
-            await _answer(send, 400, {"error": "http_error", "detail": f"Idempotency-Key is limited to {MAX_KEY_LENGTH} "
-                                      "characters", "fields": [{"loc": "header.idempotency-key", "msg": "too long"}]})
+            await send_error(send, 400, "http_error", f"Idempotency-Key is limited to {MAX_KEY_LENGTH} characters",
+                             [{"loc": "header.idempotency-key", "msg": "too long"}])
             return
         body, messages = await _body(receive)
         client = hashlib.sha256(headers.get(b"authorization", b"")).hexdigest()
@@ -92,25 +91,14 @@ def _complete(engine, client: str, key: str, status: int, response: str) -> None
 
 async def _replay(send, held, fingerprint: str) -> None:
     if held.fingerprint != fingerprint:
-        await _answer(send, 409, {"error": "idempotency_conflict", "detail": "this Idempotency-Key was used with "
-                                  "another method, path or body; use a new key for a new write", "fields": [
-                                      {"loc": "header.idempotency-key", "msg": "used for another request"}]})
+        await send_error(send, 409, "idempotency_conflict", "this Idempotency-Key was used with another method, "
+                         "path or body; use a new key for a new write",
+                         [{"loc": "header.idempotency-key", "msg": "used for another request"}])
         return
     if held.status is None:
-        await _answer(send, 409, {"error": "idempotency_conflict", "detail": "the write sent first with this "
-                                  "Idempotency-Key is still running or never finished, so whether it was applied is "
-                                  "unknown: check the resource, then retry with a new key", "fields": [
-                                      {"loc": "header.idempotency-key", "msg": "write in progress or interrupted"}]})
+        await send_error(send, 409, "idempotency_conflict", "the write sent first with this Idempotency-Key is "
+                         "still running or never finished, so whether it was applied is unknown: check the resource, "
+                         "then retry with a new key",
+                         [{"loc": "header.idempotency-key", "msg": "write in progress or interrupted"}])
         return
-    body = (held.response or "").encode()
-    await send({"type": "http.response.start", "status": held.status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"idempotent-replayed", b"true")]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _answer(send, status: int, payload: dict) -> None:
-    body = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, held.status, (held.response or "").encode(), ((b"idempotent-replayed", b"true"),))

@@ -60,7 +60,7 @@ class BodySizeLimitMiddleware:
         try:
             chunks = await self._read(receive)
         except TimeoutError:
-            await _answer(send, 408, "request_timeout", f"the request body did not arrive within "
+            await send_error(send, 408, "request_timeout", f"the request body did not arrive within "
                           f"{self.body_timeout_s:g} s (ROOFLINE_BODY_TIMEOUT_S)")
             return
         if chunks is None:
@@ -146,14 +146,22 @@ class BodySizeLimitMiddleware:
                 return
 
     async def _refuse(self, send):
-        await _answer(send, 413, "payload_too_large", f"request bodies are limited to {self.max_bytes} bytes")
+        await send_error(send, 413, "payload_too_large", f"request bodies are limited to {self.max_bytes} bytes")
 
 
-async def _answer(send, status: int, error: str, detail: str) -> None:
-    body = json.dumps({"error": error, "detail": detail, "fields": []}).encode()
+async def send_json(send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """A whole JSON answer from a middleware, before or instead of the app."""
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send, status: int, error: str, detail: str, fields: list[dict] | None = None,
+                     headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """The service's error shape, from a middleware."""
+    body = json.dumps({"error": error, "detail": detail, "fields": fields or []}).encode()
+    await send_json(send, status, body, headers)
 
 
 # Routes that must answer whatever the load: the orchestrator's probes and the metrics scrape.
@@ -193,11 +201,7 @@ class AdmissionMiddleware:
         admission = self.admission
         if admission.saturated:
             OVERLOADED.inc()
-            body = json.dumps({"error": "overloaded", "detail": admission.refusal(), "fields": []}).encode()
-            await send({"type": "http.response.start", "status": 503,
-                        "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await send_error(send, 503, "overloaded", admission.refusal(), headers=((b"retry-after", b"1"),))
             return
         admission.in_flight += 1
         try:
