@@ -9,8 +9,6 @@ request (the CLI, tests) nothing is set and `check()` costs a lookup.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -37,17 +35,6 @@ class Budget:
 
 
 CURRENT_BUDGET: ContextVar[Budget | None] = ContextVar("request_budget", default=None)
-
-
-@contextmanager
-def budget(seconds: float) -> Iterator[Budget]:
-    """Within the block, check() holds the work to `seconds` from now (and to the client's presence)."""
-    spent = Budget(time.monotonic() + seconds, seconds)
-    token = CURRENT_BUDGET.set(spent)
-    try:
-        yield spent
-    finally:
-        CURRENT_BUDGET.reset(token)
 
 
 def check() -> None:

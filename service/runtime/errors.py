@@ -175,9 +175,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(_body(exc.code, exc.detail, exc.fields), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(BudgetSpent)
-    async def _budget_spent(_request: Request, exc: BudgetSpent):
-        stopped = DeadlineExceeded(exc.reason)
-        return JSONResponse(_body(stopped.code, stopped.detail, stopped.fields), status_code=stopped.status_code)
+    async def _budget_spent(request: Request, exc: BudgetSpent):
+        return await _service_error(request, DeadlineExceeded(exc.reason))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):

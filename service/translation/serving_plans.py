@@ -36,8 +36,8 @@ def tensor_parallel_sizes(arch: Architecture, total_devices: int) -> list[int]:
 
 def _replica(request: ServingPlanRequest, arch: Architecture, device, evaluator, dtypes, workload: serving.Workload,
              t: int) -> serving.ReplicaModel:
-    budget, _ = memory_budget_of(arch, device, dtypes, request, t)
-    return replica_model(arch, evaluator, budget, dtypes, workload, tensor_parallel=t,
+    memory, _ = memory_budget_of(arch, device, dtypes, request, t)
+    return replica_model(arch, evaluator, memory, dtypes, workload, tensor_parallel=t,
                          max_concurrency=MAX_PLAN_CONCURRENCY, block_size=request.block_size,
                          link_bytes_per_s=device.interconnect_bandwidth_bytes_per_s)
 
