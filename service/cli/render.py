@@ -100,13 +100,21 @@ def model_table(r: dict) -> str:
     return table(rows, ["row", "layers", "instances", "FLOPs", "bytes", "bound", "time", "total"]) + "\n" + "\n".join(summary)
 
 
+def held(m: dict) -> str:
+    """What a step needs against what a device offers, from a memory answer."""
+    return f"{si(m['required_bytes'], 'B')} of {si(m['usable_bytes'], 'B')} usable per device"
+
+
+def shortfall(m: dict) -> str:
+    """Why a step does not fit, from a memory answer."""
+    return f"needs {held(m)} (short by {si(m['shortfall_bytes'], 'B')})"
+
+
 def memory_line(m: dict) -> str:
     """Whether a step fits, in words a reader cannot miss: the times of a step that does not are a what-if."""
-    held = f"{si(m['required_bytes'], 'B')} of {si(m['usable_bytes'], 'B')} usable per device"
     if m["fits"]:
-        return f"memory: {held}, fits"
-    return (f"memory: DOES NOT FIT, needs {held} (short by {si(m['shortfall_bytes'], 'B')}): "
-            "the times above are a what-if, not a deployment")
+        return f"memory: {held(m)}, fits"
+    return f"memory: DOES NOT FIT, {shortfall(m)}: the times above are a what-if, not a deployment"
 
 
 def kv_table(r: dict) -> str:
@@ -137,9 +145,7 @@ def compare_table(r: dict) -> str:
              f"{e['tokens_per_s']:,.0f}" if e.get("tokens_per_s") else "-", f"{e['relative_time']:.2f}x"]
             for e in r["ranking"]]
     errors = "".join(f"\ncannot run on {e['device_id']}: {e['detail']}" for e in r.get("errors", []))
-    infeasible = "".join(f"\ndoes not fit on {e['device_id']}: needs {si(e['required_bytes'], 'B')} of "
-                         f"{si(e['usable_bytes'], 'B')} usable per device (short by {si(e['shortfall_bytes'], 'B')})"
-                         for e in r.get("infeasible", []))
+    infeasible = "".join(f"\ndoes not fit on {e['device_id']}: {shortfall(e)}" for e in r.get("infeasible", []))
     return table(rows, ["rank", "device", "time", "bound", "MFU", "tokens/s", "vs fastest"]) + infeasible + errors
 
 
@@ -202,9 +208,7 @@ def training_plan_table(r: dict) -> str:
 
 def training_memory_line(step: dict) -> str:
     m = step["memory"]
-    held = f"{si(m['required_bytes'], 'B')} of {si(m['usable_bytes'], 'B')} usable per device"
     if m["fits"]:
-        return f"memory of the step: {held}, fits; roofs: compute {step['compute_roof_source']}, memory " \
+        return f"memory of the step: {held(m)}, fits; roofs: compute {step['compute_roof_source']}, memory " \
                f"{step['memory_roof_source']}"
-    return (f"memory of the step: DOES NOT FIT, needs {held} (short by {si(m['shortfall_bytes'], 'B')}): this plan "
-            f"is a what-if; {step['recompute_advice']['advice']}")
+    return f"memory of the step: DOES NOT FIT, {shortfall(m)}: this plan is a what-if; {step['recompute_advice']['advice']}"
