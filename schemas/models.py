@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -66,6 +66,9 @@ SCHEMES: dict[str, dict[str, Any]] = {
     "nvfp4": {"weights": "fp4", "activations": "fp4", "weight_group_size": 16, "weight_scale_bytes": 1.0},
 }
 SchemeName = Literal["bf16", "w8a16-fp8", "w8a8-fp8", "w8a8-int8", "w4a16", "w4a8-fp8", "mxfp4", "nvfp4"]
+# The Literal spells the names out for the OpenAPI document: a scheme added to one and not the other fails at import.
+if set(get_args(SchemeName)) != set(SCHEMES):
+    raise ImportError(f"schemes named in SchemeName and SCHEMES differ: {set(get_args(SchemeName)) ^ set(SCHEMES)}")
 
 
 class ModelDTypes(StrictModel):

@@ -2,6 +2,7 @@
 the chart and the table, and follows a batch typed at the keyboard."""
 
 import os
+import re
 from pathlib import Path
 
 import httpx
@@ -10,6 +11,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from schemas.models import SCHEMES
 from tests.api.test_browser import (  # noqa: F401  (skips without Chromium)
     CHROMEDRIVER,
     CHROMIUM,
@@ -98,3 +100,6 @@ def test_explorer_is_linked_from_the_docs(client):
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert client.get("/explore/assets/explore.js").status_code == 200
     assert client.get("/explore/assets/secrets.txt").status_code == 404
+    # The page's scheme choices are the API's (schemas.models.SCHEMES), and the empty one: the checkpoint's own.
+    offered = re.findall(r'<option value="([^"]*)"', page.text.split('id="scheme"')[1].split("</select>")[0])
+    assert offered == ["", *SCHEMES]
