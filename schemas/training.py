@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.analysis import RoofOptions
 from schemas.common import DeviceId, NonNegativeFinite, PositiveFinite, StrictModel
 from schemas.models import Count, Length, ModelChoice, ParamCounts, RowOut, UsableMemory
+from service.core.training.schedules import SCHEDULES
 
 Degree = Annotated[int, Field(ge=1, le=65_536)]
 # Floating-point types a training step can keep parameters, gradients and states in (no integer training).
 TrainingDType = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+# Spelled out for the OpenAPI document; the core's list is the one the step reads.
+ScheduleName = Literal["1f1b", "interleaved", "zero_bubble"]
+if set(get_args(ScheduleName)) != set(SCHEDULES):
+    raise ImportError(f"schedules named in ScheduleName and SCHEDULES differ: {set(get_args(ScheduleName)) ^ set(SCHEDULES)}")
 
 
 class TrainingDTypes(StrictModel):
@@ -38,7 +43,20 @@ class TrainingStepOptions(RoofOptions, UsableMemory):
                           "gradient_accumulation_steps x data_parallel; gradient_accumulation_steps is derived from it "
                           "when not given")
     tensor_parallel: Degree = Field(1, description="Megatron tensor parallelism: heads, MLP and vocabulary split")
-    pipeline_parallel: Degree = Field(1, description="Pipeline stages (1F1B schedule, layers split evenly)")
+    pipeline_parallel: Degree = Field(1, description="Pipeline stages (layers split evenly, the fullest stage "
+                                                     "holding ceil(layers / stages))")
+    pipeline_schedule: ScheduleName = Field(
+        "1f1b", description="'1f1b': (m + p - 1) micro-batch slots; 'interleaved': Megatron's virtual pipeline, "
+                            "m + (p - 1)/v slots, v times the sends, the first stage holding p + (p - 1)/v "
+                            "micro-batches; 'zero_bubble': Qi et al. 2024's ZB-H1, the weight gradients filling the "
+                            "drain, bubble (p - 1)(T_F + T_B - T_W), 1F1B's memory")
+    virtual_pipeline_stages: Annotated[int, Field(ge=1, le=1024)] = Field(
+        1, description="Model chunks per pipeline stage (v): at least 2 with the interleaved schedule, 1 otherwise; "
+                       "v x pipeline_parallel may not exceed the layers")
+    sequence_parallel: bool = Field(
+        False, description="Megatron's sequence parallelism over the tensor-parallel group: norms and residuals on "
+                           "1/t of the tokens, each block's all-reduce an all-gather before it and a reduce-scatter "
+                           "after it (the same bytes, twice the latencies), the stream's kept copies split by t")
     zero_stage: Annotated[int, Field(ge=0, le=3)] = Field(
         0, description="ZeRO / FSDP sharding over data parallelism: 1 optimizer states, 2 and gradients, "
                        "3 and parameters (FSDP full sharding)")
@@ -109,7 +127,9 @@ class TrainingMemoryOut(BaseModel):
     activations_bytes: float = Field(description="Saved for the backward at the chosen recomputation, over the "
                                                  "micro-batches in flight, plus the head's logits, bytes")
     activations_per_layer_bytes: float = Field(description="One layer, one micro-batch, bytes")
-    in_flight_micro_batches: int = Field(description="Micro-batches whose activations the first stage holds (1F1B)")
+    in_flight_micro_batches: float = Field(
+        description="Micro-batches whose activations the first stage holds at its fullest, in its layers' worth: "
+                    "min(m, p) for 1F1B and zero bubble, min(m, p + (p - 1)/v) interleaved")
     workspace_bytes: float
     required_bytes: float
     usable_bytes: float
@@ -143,8 +163,9 @@ class RecomputeAdvice(BaseModel):
 class TrainingTime(BaseModel):
     micro_batch_s: float = Field(description="One micro-batch's forward, recompute and backward on the slowest "
                                              "stage, its tensor-parallel collectives and pipeline sends included, seconds")
-    pipeline_s: float = Field(description="(m + p - 1) x micro_batch_s, seconds")
-    bubble_fraction: float = Field(description="(p - 1) / (m + p - 1)")
+    pipeline_s: float = Field(description="m x micro_batch_s plus the schedule's bubble, seconds")
+    bubble_fraction: float = Field(description="bubble_s / pipeline_s: (p - 1) / (m + p - 1) for 1F1B, "
+                                               "((p - 1)/v) / (m + (p - 1)/v) interleaved")
     bubble_s: float
     optimizer_s: float
     data_parallel_s: float = Field(description="All data-parallel collectives of the step, seconds")
@@ -159,6 +180,9 @@ class TrainingAnalysis(BaseModel):
     data_parallel: int
     tensor_parallel: int
     pipeline_parallel: int
+    pipeline_schedule: ScheduleName
+    virtual_pipeline_stages: int
+    sequence_parallel: bool
     zero_stage: int
     recompute: str
     seq_len: int

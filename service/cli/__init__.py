@@ -30,6 +30,7 @@ from service.cli.render import (
     training_table,
 )
 from service.core.operators.registry import KINDS, OPERATORS
+from service.core.training.schedules import SCHEDULES
 
 # Sweeps of more points than one request allows are sent in chunks of this many.
 SWEEP_CHUNK = 256
@@ -211,7 +212,9 @@ def cmd_plan_serving(args) -> None:
 def training_body(args) -> dict[str, Any]:
     body = {"device_id": args.device, **model_choice(args.model), "seq_len": args.seq_len,
             "micro_batch_size": args.micro_batch_size, "tensor_parallel": args.tensor_parallel,
-            "pipeline_parallel": args.pipeline_parallel, "zero_stage": args.zero_stage, "recompute": args.recompute,
+            "pipeline_parallel": args.pipeline_parallel, "pipeline_schedule": args.pipeline_schedule,
+            "virtual_pipeline_stages": args.virtual_pipeline_stages, "sequence_parallel": args.sequence_parallel,
+            "zero_stage": args.zero_stage, "recompute": args.recompute,
             "optimizer": args.optimizer, "roofs": args.roofs}
     for name in ("gradient_accumulation_steps", "global_batch_tokens", "node_size"):
         if getattr(args, name) is not None:
@@ -394,6 +397,12 @@ def parser() -> argparse.ArgumentParser:
                                                                 "accumulation steps)")
         p.add_argument("--tensor-parallel", type=int, default=1, help="tensor-parallel degree (default 1)")
         p.add_argument("--pipeline-parallel", type=int, default=1, help="pipeline stages (default 1)")
+        p.add_argument("--pipeline-schedule", default="1f1b", choices=list(SCHEDULES),
+                       help="pipeline schedule (default 1f1b; interleaved needs --virtual-pipeline-stages 2 or more)")
+        p.add_argument("--virtual-pipeline-stages", type=int, default=1,
+                       help="model chunks per stage with the interleaved schedule (default 1)")
+        p.add_argument("--sequence-parallel", action="store_true",
+                       help="Megatron sequence parallelism over the tensor-parallel group")
         p.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO sharding (default 0)")
         p.add_argument("--recompute", default="none", choices=["none", "selective", "full"],
                        help="activation recomputation (default none)")

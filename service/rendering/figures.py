@@ -18,7 +18,8 @@ COMPUTE_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd
                    "#666666", "#b15928", "#fb9a99", "#cab2d6", "#fdbf6f", "#b2df8a", "#1b9e77", "#6a3d9a")
 BOUND_COLOURS = {"memory": "#f0a500", "compute": "#5b2c83", "interconnect": "#444444"}
 # Operator kinds in their descriptors' colours; the rows of a step that are no operator kind in their own.
-KIND_COLOURS = {name: kind.colour for name, kind in OPERATORS.items()} | {"allreduce": "#7f7f7f", "optimizer": "#bcbd22"}
+KIND_COLOURS = {name: kind.colour for name, kind in OPERATORS.items()} | {"allreduce": "#7f7f7f", "allgather": "#7f7f7f",
+                                                                       "reducescatter": "#7f7f7f", "optimizer": "#bcbd22"}
 LABEL_PAD = 0.15
 LABEL_BOX = dict(boxstyle=f"square,pad={LABEL_PAD}", facecolor="white", edgecolor="none", alpha=0.85)
 

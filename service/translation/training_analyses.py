@@ -26,6 +26,7 @@ from service.core.hardware import DEFAULT_INTER_NODE_LATENCY_S, DeviceSpec
 from service.core.roofs import MeasuredRoofs, RoofMode
 from service.core.training import step as training
 from service.core.training.collectives import Link, Topology
+from service.core.training.schedules import Schedule
 from service.core.transformer.analysis import Evaluator
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
@@ -86,10 +87,11 @@ def _setup(request: TrainingRequest, device: DeviceSpec) -> tuple[training.Train
         micro_batch_size=request.micro_batch_size, seq_len=request.seq_len,
         gradient_accumulation_steps=_accumulation_steps(request),
         parallelism=training.Parallelism(request.data_parallel, request.tensor_parallel, request.pipeline_parallel,
-                                         request.zero_stage),
+                                         request.zero_stage, request.sequence_parallel),
         dtypes=training.TrainingDTypes(d.parameters, d.gradients, d.optimizer_states, d.activations, d.master_weights),
         optimizer=request.optimizer, recompute=request.recompute,
         attention_implementation=request.attention_implementation,
+        schedule=Schedule(request.pipeline_schedule, request.virtual_pipeline_stages),
         overlap_data_parallel=request.overlap_data_parallel, usable_bytes=usable,
         workspace_bytes=request.workspace_bytes), basis
 
@@ -144,11 +146,14 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
         "cross-entropy over the logits; a matmul's backward = dgrad + wgrad, each its forward's FLOPs; attention's "
         "backward = twice its forward; model FLOPs = forward + backward (3 x forward); hardware FLOPs add the "
         "recomputed forward",
-        f"schedule: 1F1B over {par.pipeline} stage(s) and {setup.gradient_accumulation_steps} micro-batch(es): "
-        f"(m + p - 1) micro-batch slots, bubble {result.bubble_fraction:.3g}; layers split evenly, embedding on the "
-        "first stage, head and loss on the last",
+        f"schedule: {_schedule_words(setup.schedule)} over {par.pipeline} stage(s) and "
+        f"{setup.gradient_accumulation_steps} micro-batch(es), bubble {result.bubble_fraction:.3g}; layers split "
+        "evenly, embedding on the first stage, head and loss on the last",
         f"parallelism: {par.data} data x {par.tensor} tensor x {par.pipeline} pipeline = {par.devices} devices, ranks "
-        f"tensor-fastest; ZeRO stage {par.zero_stage}",
+        f"tensor-fastest; ZeRO stage {par.zero_stage}; "
+        + ("sequence parallel: norms and residuals on 1/t of the tokens, all-gather before and reduce-scatter after "
+           "each tensor-parallel block, the backward's re-gather of kept input slices overlapped with dgrad; the "
+           "LM head's input gather not counted" if par.sequence_parallel else "no sequence parallelism"),
         f"optimizer: {setup.optimizer}, states in {setup.dtypes.optimizer_states}"
         + (" with master weights" if setup.dtypes.keeps_master else "") + "; gradient clipping and loss scaling not counted",
         "collectives: ring algorithms at the link of the tier the group crosses (intra-node when the group's ranks "
@@ -160,6 +165,15 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
     ]
 
 
+def _schedule_words(schedule: Schedule) -> str:
+    if schedule.name == "interleaved":
+        return (f"interleaved, {schedule.virtual_stages} model chunks a stage: m + (p - 1)/v micro-batch slots, "
+                "v x the sends")
+    if schedule.name == "zero_bubble":
+        return "zero bubble (ZB-H1): m slots and a bubble of (p - 1)(T_F + T_B - T_W)"
+    return "1F1B: (m + p - 1) micro-batch slots"
+
+
 def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -> TrainingAnalysis:
     name, arch, result, setup, evaluator, basis = run_training(request, catalog)
     memory = result.memory
@@ -168,7 +182,9 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
         device_id=request.device_id, model=name, params=ParamCounts(total=params.total, active=params.active,
                                                       active_with_embedding=params.active_with_embedding),
         devices=result.devices, data_parallel=setup.parallelism.data, tensor_parallel=setup.parallelism.tensor,
-        pipeline_parallel=setup.parallelism.pipeline, zero_stage=setup.parallelism.zero_stage,
+        pipeline_parallel=setup.parallelism.pipeline, pipeline_schedule=setup.schedule.name,
+        virtual_pipeline_stages=setup.schedule.virtual_stages, sequence_parallel=setup.parallelism.sequence_parallel,
+        zero_stage=setup.parallelism.zero_stage,
         recompute=setup.recompute, seq_len=setup.seq_len, micro_batch_size=setup.micro_batch_size,
         gradient_accumulation_steps=setup.gradient_accumulation_steps, tokens_per_step=result.tokens_per_step,
         rows=ROWS.validate_python([{**p.result._asdict(), "phase": p.phase} for p in result.rows]),

@@ -89,6 +89,15 @@ def test_time_to_train_at_the_roofline_and_at_a_stated_mfu(client):
     ({"dtypes": {"parameters": "int4"}}, "body.dtypes.parameters"),
     ({"recompute": "sometimes"}, "body.recompute"),
     ({"zero_stage": 4}, "body.zero_stage"),
+    ({"pipeline_schedule": "gpipe"}, "body.pipeline_schedule"),
+    ({"pipeline_schedule": "interleaved", "pipeline_parallel": 4, "data_parallel": 4}, "body.virtual_pipeline_stages"),
+    ({"virtual_pipeline_stages": 2, "pipeline_parallel": 4, "data_parallel": 4}, "body.virtual_pipeline_stages"),
+    ({"pipeline_schedule": "interleaved", "virtual_pipeline_stages": 2}, "body.pipeline_schedule"),  # one stage
+    # 4 stages x 16 chunks is 64 chunks for Llama 3.1 8B's 32 layers.
+    ({"pipeline_schedule": "interleaved", "virtual_pipeline_stages": 16, "pipeline_parallel": 4, "data_parallel": 4},
+     "body.virtual_pipeline_stages"),
+    # Sequence parallelism slices the 8,191 tokens of a micro-batch over 4 devices: they do not divide.
+    ({"sequence_parallel": True, "seq_len": 8191}, "body.tensor_parallel"),
 ])
 def test_bad_training_requests_name_the_field(client, change, loc):
     response = client.post("/v1/analyze/training", json={**EIGHT_B, **change})

@@ -109,6 +109,12 @@ def build_requests() -> list[dict]:
     add("/v1/analyze/model", {"device_id": "nvidia-h100-sxm", "phase": "prefill", "batch_size": 2, "seq_len": 1024,
                               "model": GENERIC})
     add("/v1/analyze/training", TRAINING_EXAMPLE)
+    # Training as run at scale: sequence parallelism and each pipeline schedule.
+    scaled = {**TRAINING_EXAMPLE, "model_id": "llama-3.1-70b", "tensor_parallel": 8, "pipeline_parallel": 4,
+              "gradient_accumulation_steps": 16, "data_parallel": 4, "sequence_parallel": True}
+    for schedule in ({"pipeline_schedule": "1f1b"}, {"pipeline_schedule": "zero_bubble"},
+                     {"pipeline_schedule": "interleaved", "virtual_pipeline_stages": 5}):
+        add("/v1/analyze/training", {**scaled, **schedule})
     add("/v1/analyze/fusion", {**SWIGLU_EXAMPLE, "device_id": "nvidia-a100-80gb-sxm"})
     add("/v1/analyze/fusion", SWIGLU_EXAMPLE)
     add("/v1/analyze/sweep", {"endpoint": "operator", "parameter": "operator.m", "values": [1, 16, 64, 256, 1024, 4096],

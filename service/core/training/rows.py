@@ -122,23 +122,33 @@ def _qk_bytes(params: dict, activations: str) -> float:
     return batch * params["head_dim"] * (heads * params["q_len"] + kv_heads * params["kv_len"]) * s
 
 
-def saved_activation_bytes(row: Row, activations: str, keep_scores: bool) -> float:
+# The column-parallel matmuls that read the normed residual stream. Under sequence parallelism that input is
+# all-gathered for the matmul, and what is kept for the backward is the device's 1/tp slice of it (Megatron
+# gathers it again for the weight gradient), as Korthikanti et al. 2022 count it.
+STREAM_READERS = frozenset({"qkv_proj", "q_proj", "q_a_proj", "kv_a_proj", "gate_up_proj", "up_proj", "router",
+                            "shared_gate_up_proj", "shared_up_proj"})
+
+
+def saved_activation_bytes(row: Row, activations: str, keep_scores: bool, stream_shards: int = 1) -> float:
     """Bytes of one forward row's outputs or inputs that its backward needs, held from the forward to the
-    backward (tensors another row already keeps are not counted twice: a matmul keeps its input, attention
-    Q, K, V and O; a residual add, RoPE, the embedding and collectives keep nothing)."""
+    backward (tensors another row already keeps are not counted twice: a matmul keeps its input, so attention
+    keeps Q, K, V and its softmax statistics, its output O being the output projection's input; a residual add,
+    RoPE, the embedding and collectives keep nothing). stream_shards: the sequence-parallel degree by which a
+    stream reader's kept input is sliced."""
     if row.is_comm or row.name.endswith("residual"):
         return 0.0
     cost, saved = cost_of(row), OPERATORS[row.kind].saved_for_backward
     if saved == "nothing":
         return 0.0
     if saved == "activations_read":
-        return cost.bytes_read - cost.weight_bytes_read
+        kept = cost.bytes_read - cost.weight_bytes_read
+        return kept / stream_shards if row.name in STREAM_READERS else kept
     if saved == "attention":
         params = attention_params_of(row)
         flash = attention_cost(**{**params, "implementation": "flash"})
         stats = params.get("batch", 1) * params["heads"] * params["q_len"] * LOGSUMEXP_BYTES
         naive_scores = _probabilities_bytes(params, activations) if params.get("implementation") == "naive" else 0.0
-        return flash.bytes_read + flash.bytes_written + stats + (naive_scores if keep_scores else 0.0)
+        return flash.bytes_read + stats + (naive_scores if keep_scores else 0.0)
     if saved == "output":
         # A softmax's backward needs its output; a norm's its input, the output's size (its weights are parameters).
         return cost.bytes_written

@@ -1,9 +1,8 @@
 """One training step on the roofline, per device: its rows, collectives, memory, time, MFU and HFU, and
 what recomputation would trade.
 
-A step runs gradient_accumulation_steps micro-batches through pipeline_parallel stages (1F1B: the first
-stage holds min(m, p) micro-batches' activations; the step takes (m + p - 1) micro-batch slots, so the
-bubble is (p - 1)/(m + p - 1) of the pipeline's time), then the data-parallel gradient sync and the optimizer.
+A step runs gradient_accumulation_steps (m) micro-batches through pipeline_parallel (p) stages on one of
+the schedules in `schedules.py`, then the data-parallel gradient sync and the optimizer.
 """
 
 from __future__ import annotations
@@ -16,6 +15,8 @@ from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.training.collectives import Collective, Link, Topology, ring_all_reduce_bytes, ring_shard_bytes
 from service.core.training.rows import (
+    BACKWARD_ACTIVATION,
+    BACKWARD_WEIGHT,
     FORWARD,
     OPTIMIZER,
     OPTIMIZER_STATES_PER_PARAMETER,
@@ -27,6 +28,7 @@ from service.core.training.rows import (
     optimizer_cost,
     saved_activation_bytes,
 )
+from service.core.training.schedules import PhaseTimes, Schedule
 from service.core.transformer.analysis import Evaluator, RowResult, group_label
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, cost_of
@@ -42,6 +44,12 @@ class Parallelism:
     tensor: int = 1
     pipeline: int = 1
     zero_stage: int = 0  # 1: optimizer states sharded over data parallelism; 2: and gradients; 3: and parameters
+    sequence_parallel: bool = False  # Megatron's: norms, residuals and the stream's saved copies split over tensor
+
+    @property
+    def stream_shards(self) -> int:
+        """Into how many slices the residual stream's activations are cut on a device."""
+        return self.tensor if self.sequence_parallel else 1
 
     @property
     def devices(self) -> int:
@@ -85,6 +93,7 @@ class TrainingSetup:
     optimizer: str = "adamw"
     recompute: str = "none"
     attention_implementation: str = "flash"
+    schedule: Schedule = field(default_factory=Schedule)
     overlap_data_parallel: bool = False
     usable_bytes: float = math.inf
     workspace_bytes: float = 0.0
@@ -109,7 +118,7 @@ class TrainingMemory:
     optimizer_bytes: float
     activations_bytes: float
     activations_per_layer_bytes: float  # one micro-batch, one layer, at the chosen recomputation
-    in_flight_micro_batches: int
+    in_flight_micro_batches: float  # the first stage's layers' worth: interleaving holds fractions of a stage
     workspace_bytes: float
     usable_bytes: float
 
@@ -215,11 +224,13 @@ class _Layers:
     groups: tuple[tuple[str, int, list[Row]], ...]  # (label, layers in the model, forward rows of one layer)
     share: float  # the slowest stage's share of the layers: ceil(L / p) / L
 
+    stream_shards: int  # sequence parallelism's slices of the residual stream
     def saved_per_layer(self, activations: str, policy: str, checkpoint_bytes: float) -> tuple[float, float]:
         """(saved bytes of the stage's layers for one micro-batch, of its largest single layer)."""
         total = largest = 0.0
         for _, count, rows in self.groups:
-            layer = sum(saved_activation_bytes(r, activations, keep_scores=policy == "none") * r.count for r in rows)
+            layer = sum(saved_activation_bytes(r, activations, policy == "none", self.stream_shards) * r.count
+                        for r in rows)
             largest = max(largest, layer)
             total += count * self.share * (checkpoint_bytes if policy == "full" else layer)
         return total, largest
@@ -231,8 +242,10 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         raise CostModelError("recompute", f"one of {', '.join(RECOMPUTE_POLICIES)}")
     if par.pipeline > arch.layers:
         raise CostModelError("pipeline_parallel", f"{par.pipeline} stages for {arch.layers} layers")
+    setup.schedule.check(par.pipeline, arch.layers)
     model_dtypes = dtypes.model_dtypes()
-    step = Step(setup.micro_batch_size, setup.seq_len, setup.seq_len, par.tensor, setup.attention_implementation)
+    step = Step(setup.micro_batch_size, setup.seq_len, setup.seq_len, par.tensor, setup.attention_implementation,
+                par.sequence_parallel)
     tp_link = topology.link_for(par.tensor, "tensor-parallel") if par.tensor > 1 else None
     micro_batches, stages = setup.gradient_accumulation_steps, par.pipeline
     gradient_ratio = bytes_per_element(dtypes.gradients) / bytes_per_element(dtypes.parameters)
@@ -240,7 +253,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
 
     first, last = forward_model_rows(arch, step, model_dtypes)
     layers = _Layers(tuple((group_label(g), g.count, forward_layer_rows(arch, g, step, model_dtypes)) for g in arch.groups),
-                     math.ceil(arch.layers / stages) / arch.layers)
+                     math.ceil(arch.layers / stages) / arch.layers, par.stream_shards)
     placed: list[PlacedRow] = []
 
     def place_all(rows: list[Row], phase: str, group: str, count: int) -> None:
@@ -264,18 +277,10 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     hidden_bytes = setup.micro_batch_size * setup.seq_len * arch.hidden * bytes_per_element(dtypes.activations)
     communication: list[Collective] = []
     if tp_link is not None:
-        communication.append(_tensor_parallel_all_reduces(placed, layers.share, setup, hidden_bytes, tp_link))
-    send_time = 0.0
-    if stages > 1:
-        pp_link = topology.link_for(par.tensor * par.data * stages, "pipeline-parallel")
-        sends = Collective("pipeline sends (activations forward, their gradients backward)", "send_recv", "pipeline",
-                           stages, hidden_bytes, hidden_bytes, 2 * micro_batches, pp_link, True)
-        communication.append(sends)
-        send_time = 2 * sends.time_s
-    micro_batch_time = _stage_time(placed, layers.share, stages) + send_time
-    pipeline_time = (micro_batches + stages - 1) * micro_batch_time
-    backward_time = micro_batches * _stage_time([p for p in placed if p.phase not in (FORWARD, RECOMPUTE)],
-                                                layers.share, stages)
+        communication += _tensor_parallel_collectives(placed, layers.share, setup, hidden_bytes, tp_link)
+    pipeline = _pipeline(placed, layers.share, setup, topology, hidden_bytes)
+    communication += pipeline.sends
+    micro_batch_time, pipeline_time, bubble_time = pipeline.micro_batch_s, pipeline.total_s, pipeline.bubble_s
 
     memory, params_device = _memory(arch, setup, layers, last, hidden_bytes)
     shard = params_device / par.shards(1)
@@ -286,7 +291,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
 
     communication += _data_parallel(topology, setup, params_device)
     dp_time = sum(c.total_time_s for c in communication if c.group == "data")
-    exposed = max(0.0, dp_time - backward_time) if setup.overlap_data_parallel else dp_time
+    exposed = max(0.0, dp_time - pipeline.backward_s) if setup.overlap_data_parallel else dp_time
     step_time = pipeline_time + optimizer_result.total_time_s + exposed
 
     forward_flops, recompute_flops = _unsplit_flops(arch, setup, model_dtypes)
@@ -301,9 +306,43 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         model_flops_per_step=3 * forward_flops * sequences,
         hardware_flops_per_step=(3 * forward_flops + recompute_flops) * sequences,
         tokens_per_step=setup.tokens_per_step, micro_batch_time_s=micro_batch_time, pipeline_time_s=pipeline_time,
-        bubble_fraction=(stages - 1) / (micro_batches + stages - 1), optimizer_time_s=optimizer_result.total_time_s,
+        bubble_fraction=bubble_time / pipeline_time, optimizer_time_s=optimizer_result.total_time_s,
         data_parallel_time_s=dp_time, data_parallel_exposed_s=exposed, step_time_s=step_time, peak_flops_per_s=peak,
         compute_roof_source=compute_source, devices=par.devices)
+
+
+class _PipelineTimes(NamedTuple):
+    sends: list[Collective]
+    micro_batch_s: float  # one micro-batch's forward and backward on the slowest stage, its sends included
+    total_s: float
+    bubble_s: float
+    backward_s: float  # the step's backward passes on the slowest stage, which a data-parallel sync can hide behind
+
+
+def _pipeline(placed: list[PlacedRow], share: float, setup: TrainingSetup, topology: Topology,
+              hidden_bytes: float) -> _PipelineTimes:
+    """The micro-batches through the stages on the setup's schedule. Each micro-batch crosses each of a stage's
+    boundaries once forward and once backward, once per model chunk the stage holds."""
+    par, micro_batches, stages = setup.parallelism, setup.gradient_accumulation_steps, setup.parallelism.pipeline
+    sends, send_each = [], 0.0
+    if stages > 1:
+        pp_link = topology.link_for(par.tensor * par.data * stages, "pipeline-parallel")
+        chunks = setup.schedule.chunks
+        sends.append(Collective("pipeline sends (activations forward, their gradients backward"
+                                + (f", {chunks} model chunks a stage)" if chunks > 1 else ")"), "send_recv", "pipeline",
+                                stages, hidden_bytes, hidden_bytes, 2 * chunks * micro_batches, pp_link, True))
+        send_each = chunks * sends[0].time_s
+
+    def phase_time(*phases: str) -> float:
+        return _stage_time([p for p in placed if p.phase in phases], share, stages)
+
+    micro_batch = _stage_time(placed, share, stages) + 2 * send_each
+    times = PhaseTimes(forward_s=phase_time(FORWARD) + send_each,
+                       backward_input_s=phase_time(BACKWARD_ACTIVATION, RECOMPUTE) + send_each,
+                       backward_weight_s=phase_time(BACKWARD_WEIGHT), micro_batch_s=micro_batch)
+    total, bubble = setup.schedule.pipeline_time(micro_batches, stages, times)
+    return _PipelineTimes(sends, micro_batch, total, bubble,
+                          micro_batches * phase_time(BACKWARD_ACTIVATION, BACKWARD_WEIGHT))
 
 
 def _stage_time(rows: list[PlacedRow], share: float, stages: int) -> float:
@@ -317,15 +356,36 @@ def _stage_time(rows: list[PlacedRow], share: float, stages: int) -> float:
     return by_group["layers"] * share + ends
 
 
-def _tensor_parallel_all_reduces(placed: list[PlacedRow], share: float, setup: TrainingSetup, hidden_bytes: float,
-                                 tp_link) -> Collective:
-    allreduces = [p.result for p in placed if p.result.bound == "interconnect"]
-    per_micro_batch = sum(r.instances * (1 if r.group in (FIRST_STAGE, LAST_STAGE) else share) for r in allreduces)
-    tensor = setup.parallelism.tensor
-    return Collective(
-        "tensor-parallel all-reduces (forward, backward" + (", recompute)" if setup.recompute == "full" else ")"),
-        "all_reduce", "tensor", tensor, hidden_bytes, ring_all_reduce_bytes(tensor, hidden_bytes),
-        round(per_micro_batch * setup.gradient_accumulation_steps), tp_link, True)
+# Row kinds of the tensor-parallel collectives, as a step summarises them.
+_TENSOR_COLLECTIVES = {"allreduce": ("all_reduce", "all-reduces", ring_all_reduce_bytes),
+                       "allgather": ("all_gather", "all-gathers", ring_shard_bytes),
+                       "reducescatter": ("reduce_scatter", "reduce-scatters", ring_shard_bytes)}
+
+
+def _tensor_parallel_collectives(placed: list[PlacedRow], share: float, setup: TrainingSetup, hidden_bytes: float,
+                                 tp_link: Link) -> list[Collective]:
+    """The step's tensor-parallel collectives by kind, per device: the fullest stage's share of each layer's."""
+    tensor, micro_batches = setup.parallelism.tensor, setup.gradient_accumulation_steps
+    passes = "(forward, backward" + (", recompute)" if setup.recompute == "full" else ")")
+    def per_step(rows: list[RowResult]) -> int:
+        per_micro_batch = sum(r.instances * (1 if r.group in (FIRST_STAGE, LAST_STAGE) else share) for r in rows)
+        return round(per_micro_batch * micro_batches)
+
+    found = []
+    for row_kind, (kind, plural, bytes_of) in _TENSOR_COLLECTIVES.items():
+        rows = [p.result for p in placed if p.result.kind == row_kind]
+        if rows:
+            found.append(Collective(f"tensor-parallel {plural} {passes}", kind, "tensor", tensor, hidden_bytes,
+                                    bytes_of(tensor, hidden_bytes), per_step(rows), tp_link, True))
+    if setup.parallelism.sequence_parallel:
+        # The backward gathers each block's kept input slice again for its weight gradient; Megatron runs that
+        # gather beside the activation-gradient matmul, so the step does not wait on it.
+        gathered = [p.result for p in placed if p.phase == FORWARD and p.result.kind == "allgather"]
+        if gathered:
+            found.append(Collective("tensor-parallel re-gathers of the kept input slices (backward, beside dgrad)",
+                                    "all_gather", "tensor", tensor, hidden_bytes, ring_shard_bytes(tensor, hidden_bytes),
+                                    per_step(gathered), tp_link, False))
+    return found
 
 
 def _unsplit_flops(arch: Architecture, setup: TrainingSetup, model_dtypes) -> tuple[float, float]:
@@ -369,8 +429,8 @@ def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: lis
     return memory, params_device
 
 
-def _in_flight(setup: TrainingSetup) -> int:
-    return min(setup.gradient_accumulation_steps, setup.parallelism.pipeline)
+def _in_flight(setup: TrainingSetup) -> float:
+    return setup.schedule.in_flight(setup.gradient_accumulation_steps, setup.parallelism.pipeline)
 
 
 def _activations(setup: TrainingSetup, layers: _Layers, last: list[Row], policy: str,

@@ -80,10 +80,20 @@ class Step(NamedTuple):
     kv_len: int
     tensor_parallel: int = 1
     attention_implementation: str = "flash"
+    # Megatron's sequence parallelism (training): norms and residuals run on tokens / tp, and each
+    # tensor-parallel block is entered by an all-gather and left by a reduce-scatter.
+    sequence_parallel: bool = False
 
     @property
     def tokens(self) -> int:
         return self.batch * self.q_len
+
+    @property
+    def stream_tokens(self) -> int:
+        """Tokens of the residual stream on one device: all of them, or a 1/tp slice under sequence parallelism."""
+        if self.sequence_parallel and self.tensor_parallel > 1:
+            return _split(self.tokens, self.tensor_parallel, "micro_batch_size x seq_len")
+        return self.tokens
 
 
 class Row(NamedTuple):
@@ -177,6 +187,25 @@ def _allreduce(name: str, tokens: int, arch: Architecture, dtypes: ModelDTypes, 
     # A ring all-reduce sends and receives 2 (t-1)/t of the buffer per device.
     buffer = tokens * arch.hidden * bytes_per_element(dtypes.activations)
     return Row(name, "allreduce", 1, comm_bytes=2 * (tp - 1) / tp * buffer)
+
+
+def _shard_collective(name: str, kind: str, tokens: int, arch: Architecture, dtypes: ModelDTypes, tp: int) -> Row:
+    """A ring all-gather or reduce-scatter of the [tokens, hidden] stream: (t-1)/t of it per device, half an
+    all-reduce's bytes."""
+    buffer = tokens * arch.hidden * bytes_per_element(dtypes.activations)
+    return Row(name, kind, 1, comm_bytes=(tp - 1) / tp * buffer)
+
+
+def _block(prefix: str, inner: list[Row], arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
+    """A tensor-parallel block with its collectives: none at tp 1; an all-reduce of its output; or, under
+    sequence parallelism, an all-gather of its input and a reduce-scatter of its output."""
+    tp, tokens = step.tensor_parallel, step.tokens
+    if tp == 1:
+        return inner
+    if not step.sequence_parallel:
+        return inner + [_allreduce(f"{prefix}_allreduce", tokens, arch, dtypes, tp)]
+    return ([_shard_collective(f"{prefix}_all_gather", "allgather", tokens, arch, dtypes, tp)] + inner
+            + [_shard_collective(f"{prefix}_reduce_scatter", "reducescatter", tokens, arch, dtypes, tp)])
 
 
 def linear_params(n: int, k: int, bias: bool = False) -> int:
@@ -347,19 +376,15 @@ def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTy
 
 
 def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
-    tokens, tp, act = step.tokens, step.tensor_parallel, dtypes.activations
+    stream, act = step.stream_tokens, dtypes.activations
     norms_each = arch.norms_per_layer // 2
-    norm = _norm(arch, [tokens, arch.hidden], dtypes)
+    norm = _norm(arch, [stream, arch.hidden], dtypes)
     rows = [Row("attn_norm", arch.norm, norms_each, norm, params=norm_weights(arch))]
-    rows += attention_rows(arch, group, step, dtypes)
-    if tp > 1:
-        rows.append(_allreduce("attn_allreduce", tokens, arch, dtypes, tp))
-    rows += [Row("attn_residual", "elementwise", 1, _elementwise("add", (tokens, arch.hidden), act)),
+    rows += _block("attn", attention_rows(arch, group, step, dtypes), arch, step, dtypes)
+    rows += [Row("attn_residual", "elementwise", 1, _elementwise("add", (stream, arch.hidden), act)),
              Row("mlp_norm", arch.norm, norms_each, norm, params=norm_weights(arch))]
-    rows += mlp_rows(arch, group, step, dtypes)
-    if tp > 1:
-        rows.append(_allreduce("mlp_allreduce", tokens, arch, dtypes, tp))
-    rows.append(Row("mlp_residual", "elementwise", 1, _elementwise("add", (tokens, arch.hidden), act)))
+    rows += _block("mlp", mlp_rows(arch, group, step, dtypes), arch, step, dtypes)
+    rows.append(Row("mlp_residual", "elementwise", 1, _elementwise("add", (stream, arch.hidden), act)))
     return rows
 
 
@@ -368,7 +393,8 @@ def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tup
     last token of each sequence only (what serving engines compute), split over the vocabulary under TP."""
     vocab = _split(arch.vocab, step.tensor_parallel, "vocab_size") if step.tensor_parallel > 1 else arch.vocab
     embed = _embedding(step.tokens, arch.hidden, arch.vocab, dtypes.activations)
-    head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.tokens, arch.hidden], dtypes), params=norm_weights(arch)),
+    head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.stream_tokens, arch.hidden], dtypes),
+                params=norm_weights(arch)),
             # A tied head is the embedding's table: the embedding row owns it.
             Row("lm_head", "matmul", 1, linear_cost(step.batch, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)),
                 params=0 if arch.tied_embeddings else linear_params(vocab, arch.hidden))]

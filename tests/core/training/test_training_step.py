@@ -91,11 +91,12 @@ def test_activation_memory_of_one_layer_with_and_without_full_recomputation():
     batch, s = 2, 16
     tokens = batch * s
     # Saved for the backward, bf16 (2 bytes), one layer: the attention norm's input (T x h), the QKV projection's
-    # input (T x h), attention's Q, K, V and O (T x (heads + 2 kv_heads + heads) x d) with its fp32 log-sum-exp
-    # per query and head (batch x heads x s x 4), o_proj's input (T x heads x d), the MLP norm's input and the
-    # gate/up projection's input (T x h each), SiLU's input (T x width), the gate product's two inputs
-    # (2 x T x width), down_proj's input (T x width). Residual adds, RoPE and the embedding keep nothing.
-    layer = 2 * tokens * (HIDDEN + HIDDEN + (2 * HEADS + 2 * KV_HEADS) * HEAD_DIM + HEADS * HEAD_DIM + 2 * HIDDEN
+    # input (T x h), attention's Q, K and V (T x (heads + 2 kv_heads) x d) with its fp32 log-sum-exp per query and
+    # head (batch x heads x s x 4), o_proj's input (T x heads x d: attention's output O, which attention's own
+    # backward reads too but which is one tensor, kept once), the MLP norm's input and the gate/up projection's
+    # input (T x h each), SiLU's input (T x width), the gate product's two inputs (2 x T x width), down_proj's
+    # input (T x width). Residual adds, RoPE and the embedding keep nothing.
+    layer = 2 * tokens * (HIDDEN + HIDDEN + (HEADS + 2 * KV_HEADS) * HEAD_DIM + HEADS * HEAD_DIM + 2 * HIDDEN
                           + WIDTH + 2 * WIDTH + WIDTH) + batch * HEADS * s * 4
     # The head keeps the final norm's input and the LM head's input (T x h each) and the softmax's output (T x vocab).
     head = 2 * tokens * (HIDDEN + HIDDEN + VOCAB)
