@@ -53,6 +53,10 @@ class TrainingStepOptions(RoofOptions, UsableMemory):
     virtual_pipeline_stages: Annotated[int, Field(ge=1, le=1024)] = Field(
         1, description="Model chunks per pipeline stage (v): at least 2 with the interleaved schedule, 1 otherwise; "
                        "v x pipeline_parallel may not exceed the layers")
+    context_parallel: Degree = Field(
+        1, description="Context parallelism (c): each sequence split over c ranks in 2c load-balanced causal chunks, "
+                       "K and V passed round a ring beside the attention they feed; seq_len must divide by 2c; "
+                       "devices = data x tensor x pipeline x context")
     sequence_parallel: bool = Field(
         False, description="Megatron's sequence parallelism over the tensor-parallel group: norms and residuals on "
                            "1/t of the tokens, each block's all-reduce an all-gather before it and a reduce-scatter "
@@ -101,7 +105,9 @@ class TrainingRowOut(RowOut):
 class CollectiveOut(BaseModel):
     name: str
     kind: Literal["all_reduce", "reduce_scatter", "all_gather", "send_recv"]
-    group: Literal["data", "tensor", "pipeline"] = Field(description="The parallelism whose group runs it")
+    group: Literal["data", "tensor", "pipeline", "context"] = Field(
+        description="The parallelism whose group runs it (data: the data- and context-parallel ranks that share "
+                    "weights)")
     group_size: int = Field(description="Devices in the group")
     tier: Literal["intra_node", "inter_node"] = Field(description="The link it crosses: inside a node or between nodes")
     bandwidth_bytes_per_s: float = Field(description="Link bandwidth per device and direction, bytes/s")
@@ -113,8 +119,10 @@ class CollectiveOut(BaseModel):
     count: int = Field(description="Per step, per device")
     time_s: float = Field(description="One: latency + bytes_per_device / bandwidth, seconds")
     total_time_s: float = Field(description="time_s x count, seconds")
-    on_critical_path: bool = Field(description="Whether the step waits on it (tensor and pipeline always; data "
-                                               "parallel unless overlapped)")
+    on_critical_path: bool = Field(description="Whether the step waits on it in full (tensor and pipeline always; "
+                                               "data parallel unless overlapped; the context-parallel ring and the "
+                                               "sequence-parallel re-gathers never: they run beside compute, and "
+                                               "only what outlasts it is in the step)")
 
 
 class TrainingMemoryOut(BaseModel):
@@ -176,10 +184,11 @@ class TrainingAnalysis(BaseModel):
     device_id: str
     model: str
     params: ParamCounts
-    devices: int = Field(description="data_parallel x tensor_parallel x pipeline_parallel")
+    devices: int = Field(description="data_parallel x tensor_parallel x pipeline_parallel x context_parallel")
     data_parallel: int
     tensor_parallel: int
     pipeline_parallel: int
+    context_parallel: int
     pipeline_schedule: ScheduleName
     virtual_pipeline_stages: int
     sequence_parallel: bool
@@ -246,6 +255,6 @@ class TrainingPlan(BaseModel):
     total_flops: float
     peak_flops_per_s: float = Field(description="Nominal peak per device the MFU applies to, FLOP/s")
     estimates: list[TrainingEstimate]
-    step: TrainingAnalysis = Field(description="The roofline step the 'roofline' estimate comes from: "
-                                               "num_devices / (tensor_parallel x pipeline_parallel) replicas")
+    step: TrainingAnalysis = Field(description="The roofline step the 'roofline' estimate comes from: num_devices / "
+                                               "(tensor_parallel x pipeline_parallel x context_parallel) replicas")
     assumptions: list[str]

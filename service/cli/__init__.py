@@ -214,6 +214,7 @@ def training_body(args) -> dict[str, Any]:
             "micro_batch_size": args.micro_batch_size, "tensor_parallel": args.tensor_parallel,
             "pipeline_parallel": args.pipeline_parallel, "pipeline_schedule": args.pipeline_schedule,
             "virtual_pipeline_stages": args.virtual_pipeline_stages, "sequence_parallel": args.sequence_parallel,
+            "context_parallel": args.context_parallel,
             "zero_stage": args.zero_stage, "recompute": args.recompute,
             "optimizer": args.optimizer, "roofs": args.roofs}
     for name in ("gradient_accumulation_steps", "global_batch_tokens", "node_size"):
@@ -401,6 +402,8 @@ def parser() -> argparse.ArgumentParser:
                        help="pipeline schedule (default 1f1b; interleaved needs --virtual-pipeline-stages 2 or more)")
         p.add_argument("--virtual-pipeline-stages", type=int, default=1,
                        help="model chunks per stage with the interleaved schedule (default 1)")
+        p.add_argument("--context-parallel", type=int, default=1,
+                       help="ranks each sequence is split over, ring attention (default 1)")
         p.add_argument("--sequence-parallel", action="store_true",
                        help="Megatron sequence parallelism over the tensor-parallel group")
         p.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO sharding (default 0)")

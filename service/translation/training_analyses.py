@@ -87,7 +87,7 @@ def _setup(request: TrainingRequest, device: DeviceSpec) -> tuple[training.Train
         micro_batch_size=request.micro_batch_size, seq_len=request.seq_len,
         gradient_accumulation_steps=_accumulation_steps(request),
         parallelism=training.Parallelism(request.data_parallel, request.tensor_parallel, request.pipeline_parallel,
-                                         request.zero_stage, request.sequence_parallel),
+                                         request.zero_stage, request.sequence_parallel, request.context_parallel),
         dtypes=training.TrainingDTypes(d.parameters, d.gradients, d.optimizer_states, d.activations, d.master_weights),
         optimizer=request.optimizer, recompute=request.recompute,
         attention_implementation=request.attention_implementation,
@@ -121,8 +121,8 @@ def _advice(result: training.TrainingStep, chosen: str) -> RecomputeAdvice:
              f"recomputed forward per step, against {full.reload_time_s:.3g} s of HBM traffic it saves: "
              + ("it pays (Q_saved / B > F_re / P)" if full.pays else "it does not pay in time (F_re / P >= Q_saved / B)"))
     if cheapest is None:
-        advice = ("does not fit at any recomputation: shard further (a higher zero_stage, tensor or pipeline "
-                  "parallelism) or use a smaller micro-batch")
+        advice = ("does not fit at any recomputation: shard further (a higher zero_stage; tensor, pipeline or, for "
+                  "long sequences, context parallelism; sequence parallelism) or use a smaller micro-batch")
     elif not without:
         advice = f"fits only with recompute '{cheapest}'; {trade}"
     else:
@@ -149,8 +149,12 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
         f"schedule: {_schedule_words(setup.schedule)} over {par.pipeline} stage(s) and "
         f"{setup.gradient_accumulation_steps} micro-batch(es), bubble {result.bubble_fraction:.3g}; layers split "
         "evenly, embedding on the first stage, head and loss on the last",
-        f"parallelism: {par.data} data x {par.tensor} tensor x {par.pipeline} pipeline = {par.devices} devices, ranks "
-        f"tensor-fastest; ZeRO stage {par.zero_stage}; "
+        f"parallelism: {par.data} data x {par.tensor} tensor x {par.pipeline} pipeline x {par.context} context = "
+        f"{par.devices} devices, ranks tensor-fastest, then context, data, pipeline; ZeRO stage {par.zero_stage} "
+        f"over the {par.replicas} data- and context-parallel ranks; "
+        + (f"context parallel: {setup.seq_len // par.context} tokens of each sequence a rank (2 load-balanced causal "
+           "chunks), attention FLOPs the whole sequence's / c, K and V passed round the ring beside the attention "
+           "they feed (only what outlasts it counted); " if par.context > 1 else "")
         + ("sequence parallel: norms and residuals on 1/t of the tokens, all-gather before and reduce-scatter after "
            "each tensor-parallel block, the backward's re-gather of kept input slices overlapped with dgrad; the "
            "LM head's input gather not counted" if par.sequence_parallel else "no sequence parallelism"),
@@ -182,7 +186,8 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
         device_id=request.device_id, model=name, params=ParamCounts(total=params.total, active=params.active,
                                                       active_with_embedding=params.active_with_embedding),
         devices=result.devices, data_parallel=setup.parallelism.data, tensor_parallel=setup.parallelism.tensor,
-        pipeline_parallel=setup.parallelism.pipeline, pipeline_schedule=setup.schedule.name,
+        pipeline_parallel=setup.parallelism.pipeline, context_parallel=setup.parallelism.context,
+        pipeline_schedule=setup.schedule.name,
         virtual_pipeline_stages=setup.schedule.virtual_stages, sequence_parallel=setup.parallelism.sequence_parallel,
         zero_stage=setup.parallelism.zero_stage,
         recompute=setup.recompute, seq_len=setup.seq_len, micro_batch_size=setup.micro_batch_size,
@@ -230,10 +235,10 @@ def _estimate(basis: str, mfu: float, total_flops: float, peak: float, request: 
 def plan_training(request: TrainingPlanRequest, catalog: DeviceCatalog) -> TrainingPlan:
     """Days, device-hours and cost of training on total_tokens, at the roofline step's MFU on num_devices and at
     the MFU the client states, side by side."""
-    shard = request.tensor_parallel * request.pipeline_parallel
+    shard = request.tensor_parallel * request.pipeline_parallel * request.context_parallel
     if request.num_devices % shard:
         reason = (f"{request.num_devices} devices do not split into replicas of tensor_parallel x pipeline_parallel "
-                  f"= {shard}")
+                  f"x context_parallel = {shard}")
         raise Unprocessable(reason, [{"loc": "body.num_devices", "msg": reason}])
     body = request.model_dump(exclude=PLAN_ONLY, exclude_unset=True)
     try:

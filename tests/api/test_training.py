@@ -98,6 +98,9 @@ def test_time_to_train_at_the_roofline_and_at_a_stated_mfu(client):
      "body.virtual_pipeline_stages"),
     # Sequence parallelism slices the 8,191 tokens of a micro-batch over 4 devices: they do not divide.
     ({"sequence_parallel": True, "seq_len": 8191}, "body.tensor_parallel"),
+    ({"context_parallel": 3}, "body.context_parallel"),  # 8,192 tokens are not 6 equal chunks
+    ({"context_parallel": 2, "attention_implementation": "naive"}, "body.context_parallel"),
+    ({"context_parallel": 0}, "body.context_parallel"),
 ])
 def test_bad_training_requests_name_the_field(client, change, loc):
     response = client.post("/v1/analyze/training", json={**EIGHT_B, **change})
@@ -137,3 +140,15 @@ def test_node_topology_on_a_device_needs_a_citation(client):
     uncited = client.post("/v1/devices", json={**body, "id": "cluster-h100", "node_size": 4,
                                                "citations": {"memory_capacity_bytes": "datasheet"}}, headers=AUTH)
     assert uncited.status_code == 422 and "node_size" in uncited.text
+
+
+def test_a_context_parallel_step_says_how_it_split_the_sequence(client):
+    body = {**EIGHT_B, "context_parallel": 2, "data_parallel": 8}
+    answer = client.post("/v1/analyze/training", json=body).json()
+    assert (answer["devices"], answer["context_parallel"], answer["tokens_per_step"]) == (64, 2, 8192 * 4 * 8)
+    ring = next(c for c in answer["communication"] if c["group"] == "context")
+    # Tensor parallelism 4 x context parallelism 2 spans 8 ranks: one node's NVLink.
+    assert (ring["tier"], ring["group_size"], ring["on_critical_path"]) == ("intra_node", 2, False)
+    # Gradients are reduced over the 8 x 2 ranks that hold the same weights.
+    assert {c["group"]: c["group_size"] for c in answer["communication"]}["data"] == 16
+    assert any("context parallel: 4096 tokens of each sequence a rank" in a for a in answer["assumptions"])

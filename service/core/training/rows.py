@@ -55,6 +55,42 @@ def forward_layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes
     return [row for row in layer_rows(arch, group, step, dtypes) if row.name != "kv_cache_write"]
 
 
+def context_parallel_rows(rows: list[Row], seq_len: int, context: int) -> list[Row]:
+    """One device's share of a layer under context parallelism: the other rows were built on its seq_len / c
+    tokens; its attention is rebuilt. Megatron cuts the sequence into 2c chunks and gives rank i chunks i and
+    2c - 1 - i, so each rank's queries see an equal share of the causal pairs: the FLOPs are the whole sequence's
+    over c. The ring brings every other rank's K and V through, so its queries (at the end of the sequence, the
+    least a rank can read) read all the keys they can see; it keeps only its own Q, K and V for the backward."""
+    if context == 1:
+        return rows
+    rebuilt = []
+    for row in rows:
+        if row.kind != "attention":
+            rebuilt.append(row)
+            continue
+        local = attention_params_of(row)
+        whole = attention_cost(**{**local, "q_len": seq_len, "kv_len": seq_len})
+        ring = attention_cost(**{**local, "q_len": local["q_len"], "kv_len": seq_len})
+        cost = ring._replace(flops=whole.flops / context, assumptions=ring.assumptions + (
+            f"context parallelism over {context}: the whole sequence's attention FLOPs over {context} (load-balanced "
+            "causal chunks); the ring's K and V read as they arrive",))
+        rebuilt.append(row._replace(cost=cost))
+    return rebuilt
+
+
+def kv_ring_buffer_bytes(rows: list[Row], activations: str) -> float:
+    """The K and V a rank passes on at each step of a context-parallel ring, per layer: its attention rows' own keys."""
+    s = bytes_per_element(activations)
+    total = 0.0
+    for row in rows:
+        if row.kind == "attention":
+            params = attention_params_of(row)
+            widths = params["head_dim"] + (params.get("v_head_dim") or params["head_dim"])
+            total += row.count * params.get("batch", 1) * (params.get("kv_heads") or params["heads"]) \
+                * params["kv_len"] * widths * s
+    return total
+
+
 def forward_model_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tuple[list[Row], list[Row]]:
     """(rows of the first stage before the layers, rows of the last stage after them)."""
     before, after = model_level_rows(arch, step, dtypes)

@@ -23,8 +23,10 @@ from service.core.training.rows import (
     RECOMPUTE,
     attention_scores_row,
     backward_rows,
+    context_parallel_rows,
     forward_layer_rows,
     forward_model_rows,
+    kv_ring_buffer_bytes,
     optimizer_cost,
     saved_activation_bytes,
 )
@@ -45,6 +47,7 @@ class Parallelism:
     pipeline: int = 1
     zero_stage: int = 0  # 1: optimizer states sharded over data parallelism; 2: and gradients; 3: and parameters
     sequence_parallel: bool = False  # Megatron's: norms, residuals and the stream's saved copies split over tensor
+    context: int = 1  # context parallelism: each sequence split over this many ranks
 
     @property
     def stream_shards(self) -> int:
@@ -53,12 +56,18 @@ class Parallelism:
 
     @property
     def devices(self) -> int:
-        return self.data * self.tensor * self.pipeline
+        return self.data * self.tensor * self.pipeline * self.context
+
+    @property
+    def replicas(self) -> int:
+        """Ranks holding the same weights: data- and context-parallel ones, over which gradients are reduced."""
+        return self.data * self.context
 
     def shards(self, stage: int) -> int:
         """Into how many pieces ZeRO cuts what it starts sharding at `stage` (1 optimizer states, 2 gradients,
-        3 parameters): the data-parallel degree from that stage on, else 1."""
-        return self.data if self.zero_stage >= stage else 1
+        3 parameters): the data- and context-parallel ranks from that stage on (Megatron's distributed optimizer
+        shards over both), else 1."""
+        return self.replicas if self.zero_stage >= stage else 1
 
 
 @dataclass(frozen=True)
@@ -243,8 +252,9 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     if par.pipeline > arch.layers:
         raise CostModelError("pipeline_parallel", f"{par.pipeline} stages for {arch.layers} layers")
     setup.schedule.check(par.pipeline, arch.layers)
+    local_len = _context_slice(setup)
     model_dtypes = dtypes.model_dtypes()
-    step = Step(setup.micro_batch_size, setup.seq_len, setup.seq_len, par.tensor, setup.attention_implementation,
+    step = Step(setup.micro_batch_size, local_len, local_len, par.tensor, setup.attention_implementation,
                 par.sequence_parallel)
     tp_link = topology.link_for(par.tensor, "tensor-parallel") if par.tensor > 1 else None
     micro_batches, stages = setup.gradient_accumulation_steps, par.pipeline
@@ -252,7 +262,8 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     accumulate = micro_batches > 1
 
     first, last = forward_model_rows(arch, step, model_dtypes)
-    layers = _Layers(tuple((group_label(g), g.count, forward_layer_rows(arch, g, step, model_dtypes)) for g in arch.groups),
+    layers = _Layers(tuple((group_label(g), g.count, context_parallel_rows(
+        forward_layer_rows(arch, g, step, model_dtypes), setup.seq_len, par.context)) for g in arch.groups),
                      math.ceil(arch.layers / stages) / arch.layers, par.stream_shards)
     placed: list[PlacedRow] = []
 
@@ -274,12 +285,13 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         place_backward(rows, label, count)
     place_backward(first, FIRST_STAGE, 1)
 
-    hidden_bytes = setup.micro_batch_size * setup.seq_len * arch.hidden * bytes_per_element(dtypes.activations)
+    hidden_bytes = setup.micro_batch_size * local_len * arch.hidden * bytes_per_element(dtypes.activations)
     communication: list[Collective] = []
     if tp_link is not None:
         communication += _tensor_parallel_collectives(placed, layers.share, setup, hidden_bytes, tp_link)
-    pipeline = _pipeline(placed, layers.share, setup, topology, hidden_bytes)
-    communication += pipeline.sends
+    ring = _context_ring(placed, layers, setup, topology)
+    pipeline = _pipeline(placed, layers.share, setup, topology, hidden_bytes, ring)
+    communication += pipeline.sends + ([ring.collective] if ring else [])
     micro_batch_time, pipeline_time, bubble_time = pipeline.micro_batch_s, pipeline.total_s, pipeline.bubble_s
 
     memory, params_device = _memory(arch, setup, layers, last, hidden_bytes)
@@ -319,14 +331,61 @@ class _PipelineTimes(NamedTuple):
     backward_s: float  # the step's backward passes on the slowest stage, which a data-parallel sync can hide behind
 
 
+def _context_slice(setup: TrainingSetup) -> int:
+    """The tokens of a sequence on one context-parallel rank: seq_len / c, in 2c load-balancing chunks."""
+    context = setup.parallelism.context
+    if context == 1:
+        return setup.seq_len
+    if setup.seq_len % (2 * context):
+        raise CostModelError("context_parallel", f"seq_len {setup.seq_len} does not split into 2 x {context} equal "
+                                                 "chunks (Megatron's load-balanced causal split)")
+    if setup.attention_implementation != "flash":
+        raise CostModelError("context_parallel", "context parallelism runs ring attention on flash kernels; "
+                                                 "use attention_implementation 'flash'")
+    return setup.seq_len // context
+
+
+class _Ring(NamedTuple):
+    collective: Collective
+    forward_exposed_s: float  # per micro-batch on the fullest stage: ring time the forward attention cannot hide
+    backward_exposed_s: float
+
+
+def _context_ring(placed: list[PlacedRow], layers: _Layers, setup: TrainingSetup, topology: Topology) -> _Ring | None:
+    """Context parallelism's ring: at each of c - 1 steps a rank passes on the K and V it holds (forward, and a
+    recomputed forward) or K, V and their gradients (backward, twice the bytes). Ring attention overlaps each step
+    with the attention block it feeds: only what outlasts a layer's attention is exposed."""
+    par = setup.parallelism
+    if par.context == 1:
+        return None
+    link = topology.link_for(par.tensor * par.context, "context-parallel")
+    attention = {(p.phase, p.result.group): p.result.time_s for p in placed if p.result.kind == "attention"
+                 and p.result.name in ("attention", "attention.backward")}
+    passes = 2 if setup.recompute == "full" else 1
+    buffer = forward_exposed = backward_exposed = 0.0
+    stage_layers = 0.0
+    for label, count, rows in layers.groups:
+        kv = kv_ring_buffer_bytes(rows, setup.dtypes.activations)
+        step_time = (par.context - 1) * (link.latency_s + kv / link.bandwidth_bytes_per_s)
+        on_stage = count * layers.share
+        forward_exposed += on_stage * passes * max(0.0, step_time - attention.get((FORWARD, label), 0.0))
+        backward_exposed += on_stage * max(0.0, 2 * step_time - attention.get((BACKWARD_ACTIVATION, label), 0.0))
+        buffer, stage_layers = max(buffer, kv), stage_layers + on_stage
+    sends = round(stage_layers * (passes + 2) * (par.context - 1) * setup.gradient_accumulation_steps)
+    collective = Collective("context-parallel KV ring (K, V forward; K, V and their gradients backward), beside "
+                            "the attention it feeds", "send_recv", "context", par.context, buffer, buffer, sends, link,
+                            False)
+    return _Ring(collective, forward_exposed, backward_exposed)
+
+
 def _pipeline(placed: list[PlacedRow], share: float, setup: TrainingSetup, topology: Topology,
-              hidden_bytes: float) -> _PipelineTimes:
+              hidden_bytes: float, ring: _Ring | None) -> _PipelineTimes:
     """The micro-batches through the stages on the setup's schedule. Each micro-batch crosses each of a stage's
     boundaries once forward and once backward, once per model chunk the stage holds."""
     par, micro_batches, stages = setup.parallelism, setup.gradient_accumulation_steps, setup.parallelism.pipeline
     sends, send_each = [], 0.0
     if stages > 1:
-        pp_link = topology.link_for(par.tensor * par.data * stages, "pipeline-parallel")
+        pp_link = topology.link_for(par.devices, "pipeline-parallel")
         chunks = setup.schedule.chunks
         sends.append(Collective("pipeline sends (activations forward, their gradients backward"
                                 + (f", {chunks} model chunks a stage)" if chunks > 1 else ")"), "send_recv", "pipeline",
@@ -336,9 +395,10 @@ def _pipeline(placed: list[PlacedRow], share: float, setup: TrainingSetup, topol
     def phase_time(*phases: str) -> float:
         return _stage_time([p for p in placed if p.phase in phases], share, stages)
 
-    micro_batch = _stage_time(placed, share, stages) + 2 * send_each
-    times = PhaseTimes(forward_s=phase_time(FORWARD) + send_each,
-                       backward_input_s=phase_time(BACKWARD_ACTIVATION, RECOMPUTE) + send_each,
+    forward_ring, backward_ring = (ring.forward_exposed_s, ring.backward_exposed_s) if ring else (0.0, 0.0)
+    micro_batch = _stage_time(placed, share, stages) + 2 * send_each + forward_ring + backward_ring
+    times = PhaseTimes(forward_s=phase_time(FORWARD) + send_each + forward_ring,
+                       backward_input_s=phase_time(BACKWARD_ACTIVATION, RECOMPUTE) + send_each + backward_ring,
                        backward_weight_s=phase_time(BACKWARD_WEIGHT), micro_batch_s=micro_batch)
     total, bubble = setup.schedule.pipeline_time(micro_batches, stages, times)
     return _PipelineTimes(sends, micro_batch, total, bubble,
@@ -474,17 +534,17 @@ def _recompute_options(evaluator: Evaluator, setup: TrainingSetup, layers: _Laye
 
 
 def _data_parallel(topology: Topology, setup: TrainingSetup, params_device: float) -> list[Collective]:
-    """Gradient sync over data parallelism: an all-reduce once per step (ZeRO 0; ZeRO 1 reduce-scatters the
+    """Gradient sync over the data- and context-parallel ranks: an all-reduce once per step (ZeRO 0; ZeRO 1 reduce-scatters the
     gradients and all-gathers the updated parameters, the same bytes); ZeRO 2 and 3 keep only a shard of the
     gradients, so each micro-batch's are reduce-scattered; ZeRO 3 also all-gathers the parameters before each
     micro-batch's forward and again before its backward."""
     par, dtypes = setup.parallelism, setup.dtypes
-    if par.data == 1:
+    if par.replicas == 1:
         return []
-    link = topology.link_for(par.tensor * par.data, "data-parallel")
+    link = topology.link_for(par.tensor * par.replicas, "data-parallel")
     grads = params_device * bytes_per_element(dtypes.gradients)
     params = params_device * bytes_per_element(dtypes.parameters)
-    n, m, waited_on = par.data, setup.gradient_accumulation_steps, not setup.overlap_data_parallel
+    n, m, waited_on = par.replicas, setup.gradient_accumulation_steps, not setup.overlap_data_parallel
     if par.zero_stage == 0:
         return [Collective("gradient all-reduce", "all_reduce", "data", n, grads, ring_all_reduce_bytes(n, grads), 1,
                            link, waited_on)]

@@ -189,3 +189,68 @@ def test_megatron_gpt_3_175b_stays_bounded_from_below(pipeline, schedule):
     # Their count against the service's hardware FLOPs (both with the recomputed forward): within 2 %.
     assert result.hardware_flops_per_step == pytest.approx(flops, rel=0.02)
     assert result.step_time_s < measured_step
+
+
+def test_context_parallel_step_by_hand():
+    batch, s, c, m = 1, 64, 2, 3
+    arch = tiny(layers=2)
+    # Fast links with no latency, so that the ring hides behind attention; then a slow one that it outlasts.
+    fast = Topology(8, Link("intra_node", 1e15, 0.0, "nominal"), Link("inter_node", 1e15, 0.0, "nominal"))
+    whole = step(arch, topology=fast, micro_batch_size=batch, seq_len=s, gradient_accumulation_steps=m)
+    half = step(arch, topology=fast, micro_batch_size=batch, seq_len=s // c, gradient_accumulation_steps=m)
+    cp = step(arch, topology=fast, micro_batch_size=batch, seq_len=s, gradient_accumulation_steps=m,
+              parallelism=Parallelism(context=c))
+    assert cp.devices == c and cp.tokens_per_step == whole.tokens_per_step == batch * s * m
+    # Model FLOPs are the whole model's; a rank's attention does the whole sequence's causal pairs over c:
+    # heads x s(s + 1)/2 pairs x (4d + 5) FLOPs, halved.
+    assert cp.model_flops_per_step == whole.model_flops_per_step
+
+    def forward_attention_flops(result):
+        return next(p.result.flops for p in result.rows if p.phase == "forward" and p.result.name == "attention")
+
+    assert forward_attention_flops(cp) == HEADS * s * (s + 1) / 2 * (4 * HEAD_DIM + 5) / c
+    # Every other row, and what a layer keeps for the backward, is that of a sequence of s / c tokens (the
+    # attention keeps only the rank's own Q, K and V).
+    assert cp.memory.activations_per_layer_bytes == half.memory.activations_per_layer_bytes
+    [ring] = [x for x in cp.communication if x.group == "context"]
+    # At each of c - 1 steps a rank passes on its K and V: s / c tokens x kv_heads x (d + d) x 2 bytes; per layer
+    # once forward and twice backward (K, V and their gradients), 2 layers, m micro-batches.
+    kv = batch * (s // c) * KV_HEADS * 2 * HEAD_DIM * 2
+    assert (ring.buffer_bytes, ring.count, ring.on_critical_path) == (kv, 2 * 3 * (c - 1) * m, False)
+    # The replicas the gradients are reduced over are the context-parallel ranks.
+    [all_reduce] = [x for x in cp.communication if x.group == "data"]
+    assert all_reduce.group_size == c
+    # On a link so slow that the ring outlasts attention, the step waits for the difference, per layer and pass.
+    slow = Topology(8, Link("intra_node", 1e6, 0.0, "nominal"), None)
+    exposed = step(arch, topology=slow, micro_batch_size=batch, seq_len=s, gradient_accumulation_steps=m,
+                   parallelism=Parallelism(context=c))
+    ring_step = (c - 1) * kv / 1e6
+    attention = {p.result.name: p.result.time_s for p in exposed.rows if p.result.name.startswith("attention")}
+    extra = 2 * ((ring_step - attention["attention"]) + (2 * ring_step - attention["attention.backward"]))
+    assert exposed.micro_batch_time_s == pytest.approx(cp.micro_batch_time_s + extra)
+
+
+def test_context_parallel_refusals():
+    for change, why in (({"seq_len": 66}, "2 x 2 equal chunks"), ({"attention_implementation": "naive"}, "flash")):
+        with pytest.raises(CostModelError) as refused:
+            step(tiny(), **{"micro_batch_size": 1, "seq_len": 64, **change}, parallelism=Parallelism(context=2))
+        assert refused.value.field == "context_parallel" and why in str(refused.value)
+
+
+def test_llama_3_405b_long_context_stage_is_bounded_by_its_measured_step():
+    """Dubey et al. 2024, Table 4, the long-context stage: 16,384 H100s as TP 8, CP 16, PP 16, DP 8, 131,072-token
+    sequences, 16 per data-parallel group (16M tokens a step), 380 TFLOP/s per GPU. At this length attention is 40 %
+    of the work, so the rate is read as counting it: over 6 N D alone the GPUs would be doing the whole work at 64 %
+    of peak, far above the 38-43 % the paper reports for every stage. The measured step is the service's model
+    FLOPs over the rate."""
+    result = analyze_training(LLAMA_3_405B, Evaluator(H100), topology(H100), TrainingSetup(
+        micro_batch_size=1, seq_len=131072, gradient_accumulation_steps=16, overlap_data_parallel=True,
+        parallelism=Parallelism(data=8, tensor=8, pipeline=16, zero_stage=1, sequence_parallel=True, context=16)))
+    assert result.devices == 16384 and result.tokens_per_step == 16 * 8 * 131072
+    attention_share = result.model_flops_per_step / (6 * LLAMA_3_405B_PARAMS * result.tokens_per_step) - 1
+    assert attention_share == pytest.approx(0.67, abs=0.02)  # attention adds 0.67 x 6 N: 40 % of the total
+    measured_step = result.model_flops_per_step / (16384 * 380e12)
+    assert measured_step == pytest.approx(10.95, rel=0.01)
+    # Even the plain 1F1B schedule's bound holds here; each rank's 8,192 tokens keep 8K's memory per device.
+    assert result.step_time_s <= measured_step
+    assert result.memory.activations_per_layer_bytes == pytest.approx(5.14e9 / 8, rel=0.01)
