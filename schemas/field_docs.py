@@ -91,6 +91,7 @@ FIELD_DOCS: dict[str, str] = {
     "pipeline_schedule": "The pipeline schedule: 1f1b, interleaved (virtual stages) or zero_bubble (ZB-H1)",
     "virtual_pipeline_stages": "Model chunks per pipeline stage (v); 1 unless interleaved",
     "context_parallel": "Ranks each sequence is split over (ring attention)",
+    "expert_parallel": "Ranks a MoE layer's routed experts are split over (drawn from the data-parallel ones)",
     "sequence_parallel": "Whether norms, residuals and the stream's kept copies are split over the tensor-parallel group",
     "micro_batch_size": "Sequences per micro-batch per replica",
     "gradient_accumulation_steps": "Micro-batches per optimizer step per replica",

@@ -57,6 +57,11 @@ class TrainingStepOptions(RoofOptions, UsableMemory):
         1, description="Context parallelism (c): each sequence split over c ranks in 2c load-balanced causal chunks, "
                        "K and V passed round a ring beside the attention they feed; seq_len must divide by 2c; "
                        "devices = data x tensor x pipeline x context")
+    expert_parallel: Degree = Field(
+        1, description="Expert parallelism (e): a MoE layer's routed experts split over e of the data- and "
+                       "context-parallel ranks (e divides them and the experts); a dispatch and a combine all-to-all "
+                       "per MoE layer forward and backward; expert gradients reduced over the ranks holding the same "
+                       "experts. With tensor parallelism it needs sequence_parallel, as Megatron does")
     sequence_parallel: bool = Field(
         False, description="Megatron's sequence parallelism over the tensor-parallel group: norms and residuals on "
                            "1/t of the tokens, each block's all-reduce an all-gather before it and a reduce-scatter "
@@ -104,8 +109,8 @@ class TrainingRowOut(RowOut):
 
 class CollectiveOut(BaseModel):
     name: str
-    kind: Literal["all_reduce", "reduce_scatter", "all_gather", "send_recv"]
-    group: Literal["data", "tensor", "pipeline", "context"] = Field(
+    kind: Literal["all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all"]
+    group: Literal["data", "tensor", "pipeline", "context", "expert"] = Field(
         description="The parallelism whose group runs it (data: the data- and context-parallel ranks that share "
                     "weights)")
     group_size: int = Field(description="Devices in the group")
@@ -189,6 +194,7 @@ class TrainingAnalysis(BaseModel):
     tensor_parallel: int
     pipeline_parallel: int
     context_parallel: int
+    expert_parallel: int
     pipeline_schedule: ScheduleName
     virtual_pipeline_stages: int
     sequence_parallel: bool

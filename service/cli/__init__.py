@@ -214,7 +214,7 @@ def training_body(args) -> dict[str, Any]:
             "micro_batch_size": args.micro_batch_size, "tensor_parallel": args.tensor_parallel,
             "pipeline_parallel": args.pipeline_parallel, "pipeline_schedule": args.pipeline_schedule,
             "virtual_pipeline_stages": args.virtual_pipeline_stages, "sequence_parallel": args.sequence_parallel,
-            "context_parallel": args.context_parallel,
+            "context_parallel": args.context_parallel, "expert_parallel": args.expert_parallel,
             "zero_stage": args.zero_stage, "recompute": args.recompute,
             "optimizer": args.optimizer, "roofs": args.roofs}
     for name in ("gradient_accumulation_steps", "global_batch_tokens", "node_size"):
@@ -404,6 +404,9 @@ def parser() -> argparse.ArgumentParser:
                        help="model chunks per stage with the interleaved schedule (default 1)")
         p.add_argument("--context-parallel", type=int, default=1,
                        help="ranks each sequence is split over, ring attention (default 1)")
+        p.add_argument("--expert-parallel", type=int, default=1,
+                       help="ranks a MoE model's routed experts are split over, drawn from the data-parallel ones "
+                            "(default 1)")
         p.add_argument("--sequence-parallel", action="store_true",
                        help="Megatron sequence parallelism over the tensor-parallel group")
         p.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO sharding (default 0)")

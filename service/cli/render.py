@@ -190,7 +190,8 @@ def training_table(r: dict) -> str:
     schedule = r["pipeline_schedule"] + (f" v={r['virtual_pipeline_stages']}" if r["virtual_pipeline_stages"] > 1 else "")
     summary = (f"{r['devices']} devices ({r['data_parallel']} DP x {r['tensor_parallel']} TP"
                f"{' with SP' if r['sequence_parallel'] else ''} x {r['pipeline_parallel']} PP {schedule}"
-               f"{' x ' + str(r['context_parallel']) + ' CP' if r['context_parallel'] > 1 else ''}, "
+               f"{' x ' + str(r['context_parallel']) + ' CP' if r['context_parallel'] > 1 else ''}"
+               f"{', EP ' + str(r['expert_parallel']) if r['expert_parallel'] > 1 else ''}, "
                f"ZeRO {r['zero_stage']}, recompute {r['recompute']}): step {si(r['step_time_s'], 's')} "
                f"(bubble {t['bubble_fraction']:.1%}, exposed DP sync {si(t['data_parallel_exposed_s'], 's')}), "
                f"{r['tokens_per_s']:,.0f} tokens/s, MFU {r['mfu'] or 0:.3f}, HFU {r['hfu'] or 0:.3f}")

@@ -87,7 +87,8 @@ def _setup(request: TrainingRequest, device: DeviceSpec) -> tuple[training.Train
         micro_batch_size=request.micro_batch_size, seq_len=request.seq_len,
         gradient_accumulation_steps=_accumulation_steps(request),
         parallelism=training.Parallelism(request.data_parallel, request.tensor_parallel, request.pipeline_parallel,
-                                         request.zero_stage, request.sequence_parallel, request.context_parallel),
+                                         request.zero_stage, request.sequence_parallel, request.context_parallel,
+                                         request.expert_parallel),
         dtypes=training.TrainingDTypes(d.parameters, d.gradients, d.optimizer_states, d.activations, d.master_weights),
         optimizer=request.optimizer, recompute=request.recompute,
         attention_implementation=request.attention_implementation,
@@ -155,6 +156,10 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
         + (f"context parallel: {setup.seq_len // par.context} tokens of each sequence a rank (2 load-balanced causal "
            "chunks), attention FLOPs the whole sequence's / c, K and V passed round the ring beside the attention "
            "they feed (only what outlasts it counted); " if par.context > 1 else "")
+        + (f"expert parallel: each MoE layer's routed experts over {par.expert} of the data-parallel ranks, a "
+           "dispatch and a combine all-to-all per MoE layer forward and backward (balanced routing: (e - 1)/e of "
+           "each token's top-k copies leave the rank), expert gradients reduced and sharded over the "
+           f"{par.replicas // par.expert} ranks holding the same experts; " if par.expert > 1 else "")
         + ("sequence parallel: norms and residuals on 1/t of the tokens, all-gather before and reduce-scatter after "
            "each tensor-parallel block, the backward's re-gather of kept input slices overlapped with dgrad; the "
            "LM head's input gather not counted" if par.sequence_parallel else "no sequence parallelism"),
@@ -187,6 +192,7 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
                                                       active_with_embedding=params.active_with_embedding),
         devices=result.devices, data_parallel=setup.parallelism.data, tensor_parallel=setup.parallelism.tensor,
         pipeline_parallel=setup.parallelism.pipeline, context_parallel=setup.parallelism.context,
+        expert_parallel=setup.parallelism.expert,
         pipeline_schedule=setup.schedule.name,
         virtual_pipeline_stages=setup.schedule.virtual_stages, sequence_parallel=setup.parallelism.sequence_parallel,
         zero_stage=setup.parallelism.zero_stage,

@@ -101,6 +101,8 @@ def test_time_to_train_at_the_roofline_and_at_a_stated_mfu(client):
     ({"context_parallel": 3}, "body.context_parallel"),  # 8,192 tokens are not 6 equal chunks
     ({"context_parallel": 2, "attention_implementation": "naive"}, "body.context_parallel"),
     ({"context_parallel": 0}, "body.context_parallel"),
+    ({"expert_parallel": 2}, "body.expert_parallel"),  # Llama 3.1 8B has no experts
+    ({"model_id": "mixtral-8x7b", "expert_parallel": 8}, "body.sequence_parallel"),  # with tensor parallelism 4
 ])
 def test_bad_training_requests_name_the_field(client, change, loc):
     response = client.post("/v1/analyze/training", json={**EIGHT_B, **change})
@@ -152,3 +154,19 @@ def test_a_context_parallel_step_says_how_it_split_the_sequence(client):
     # Gradients are reduced over the 8 x 2 ranks that hold the same weights.
     assert {c["group"]: c["group_size"] for c in answer["communication"]}["data"] == 16
     assert any("context parallel: 4096 tokens of each sequence a rank" in a for a in answer["assumptions"])
+
+
+def test_an_expert_parallel_step_lists_its_all_to_alls(client):
+    body = {**EIGHT_B, "model_id": "qwen3-30b-a3b", "tensor_parallel": 2, "sequence_parallel": True,
+            "expert_parallel": 8}
+    answer = client.post("/v1/analyze/training", json=body).json()
+    a2a = next(c for c in answer["communication"] if c["group"] == "expert")
+    # Eight expert-parallel ranks of two tensor-parallel devices span 16 ranks: beyond one node of 8.
+    assert (a2a["kind"], a2a["group_size"], a2a["tier"]) == ("all_to_all", 8, "inter_node")
+    # 8,192 tokens in slices of 4,096 per tensor-parallel rank, each to its top-8 experts, 2,048 wide in bf16,
+    # 7 in 8 copies leaving the rank.
+    assert a2a["bytes_per_device"] == 4096 * 8 * 2048 * 2 * 7 / 8
+    assert {c["name"] for c in answer["communication"] if c["group"] == "data"} == {
+        "non-expert gradient reduce-scatter", "non-expert updated-parameter all-gather",
+        "expert gradient reduce-scatter", "expert updated-parameter all-gather"}
+    assert answer["expert_parallel"] == 8

@@ -116,6 +116,8 @@ def build_requests() -> list[dict]:
                      {"pipeline_schedule": "interleaved", "virtual_pipeline_stages": 5}):
         add("/v1/analyze/training", {**scaled, **schedule})
     add("/v1/analyze/training", {**scaled, "seq_len": 65536, "context_parallel": 8, "gradient_accumulation_steps": 4})
+    add("/v1/analyze/training", {**TRAINING_EXAMPLE, "model_id": "qwen3-30b-a3b", "tensor_parallel": 2,
+                                 "sequence_parallel": True, "expert_parallel": 8})
     add("/v1/analyze/fusion", {**SWIGLU_EXAMPLE, "device_id": "nvidia-a100-80gb-sxm"})
     add("/v1/analyze/fusion", SWIGLU_EXAMPLE)
     add("/v1/analyze/sweep", {"endpoint": "operator", "parameter": "operator.m", "values": [1, 16, 64, 256, 1024, 4096],

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.training.collectives import Collective, Link, Topology, ring_all_reduce_bytes, ring_shard_bytes
+from service.core.training.experts import check_expert_parallel, expert_parallel_rows, routed_share
 from service.core.training.rows import (
     BACKWARD_ACTIVATION,
     BACKWARD_WEIGHT,
@@ -32,8 +33,8 @@ from service.core.training.rows import (
 )
 from service.core.training.schedules import PhaseTimes, Schedule
 from service.core.transformer.analysis import Evaluator, RowResult, group_label
-from service.core.transformer.architecture import Architecture
-from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, cost_of
+from service.core.transformer.architecture import Architecture, LayerGroup
+from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, cost_of, mlp_rows
 from service.core.transformer.params import layer_params, norm_params
 
 FIRST_STAGE, LAST_STAGE = "first stage", "last stage"
@@ -48,6 +49,7 @@ class Parallelism:
     zero_stage: int = 0  # 1: optimizer states sharded over data parallelism; 2: and gradients; 3: and parameters
     sequence_parallel: bool = False  # Megatron's: norms, residuals and the stream's saved copies split over tensor
     context: int = 1  # context parallelism: each sequence split over this many ranks
+    expert: int = 1  # expert parallelism: a MoE layer's routed experts split over this many of the replicas
 
     @property
     def stream_shards(self) -> int:
@@ -63,11 +65,12 @@ class Parallelism:
         """Ranks holding the same weights: data- and context-parallel ones, over which gradients are reduced."""
         return self.data * self.context
 
-    def shards(self, stage: int) -> int:
+    def shards(self, stage: int, experts: bool = False) -> int:
         """Into how many pieces ZeRO cuts what it starts sharding at `stage` (1 optimizer states, 2 gradients,
-        3 parameters): the data- and context-parallel ranks from that stage on (Megatron's distributed optimizer
-        shards over both), else 1."""
-        return self.replicas if self.zero_stage >= stage else 1
+        3 parameters): the ranks holding the same weights from that stage on (Megatron's distributed optimizer
+        shards over the data- and context-parallel ranks; a routed expert's over those of them that hold it),
+        else 1."""
+        return (self.replicas // self.expert if experts else self.replicas) if self.zero_stage >= stage else 1
 
 
 @dataclass(frozen=True)
@@ -204,10 +207,18 @@ class TrainingStep:
         return self._utilisation(self.hardware_flops_per_step)
 
 
-def _place(evaluator: Evaluator, row: Row, group: str, layers: int, link: Link | None) -> RowResult:
-    """A row at its roofs; a collective at the tensor-parallel group's link tier (not the device's one link)."""
+# The parallelism whose group runs each kind of collective row, and how a step summarises it.
+_LAYER_COLLECTIVES = {"allreduce": ("tensor", "all_reduce", "all-reduces", ring_all_reduce_bytes),
+                      "allgather": ("tensor", "all_gather", "all-gathers", ring_shard_bytes),
+                      "reducescatter": ("tensor", "reduce_scatter", "reduce-scatters", ring_shard_bytes),
+                      "alltoall": ("expert", "all_to_all", "all-to-alls (MoE dispatch and combine)", None)}
+
+
+def _place(evaluator: Evaluator, row: Row, group: str, layers: int, links: dict[str, Link]) -> RowResult:
+    """A row at its roofs; a collective at the link tier of the group that runs it (not the device's one link)."""
     if not row.is_comm:
         return evaluator.evaluate(row, group, layers)
+    link = links.get(_LAYER_COLLECTIVES[row.kind][0])
     if link is None:
         raise ValueError(f"collective {row.name} without a link to place it on")
     return evaluator.collective(row, group, layers, link.bandwidth_bytes_per_s, link.latency_s)
@@ -252,28 +263,31 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     if par.pipeline > arch.layers:
         raise CostModelError("pipeline_parallel", f"{par.pipeline} stages for {arch.layers} layers")
     setup.schedule.check(par.pipeline, arch.layers)
+    check_expert_parallel(arch, par.expert, par.replicas, par.tensor, par.sequence_parallel)
     local_len = _context_slice(setup)
     model_dtypes = dtypes.model_dtypes()
     step = Step(setup.micro_batch_size, local_len, local_len, par.tensor, setup.attention_implementation,
                 par.sequence_parallel)
-    tp_link = topology.link_for(par.tensor, "tensor-parallel") if par.tensor > 1 else None
+    links = {"tensor": topology.link_for(par.tensor, "tensor-parallel")} if par.tensor > 1 else {}
+    if par.expert > 1:
+        # Expert-parallel ranks are data- (or context-) parallel ones: e of them span t x c x e ranks.
+        links["expert"] = topology.link_for(par.tensor * par.context * par.expert, "expert-parallel")
     micro_batches, stages = setup.gradient_accumulation_steps, par.pipeline
     gradient_ratio = bytes_per_element(dtypes.gradients) / bytes_per_element(dtypes.parameters)
     accumulate = micro_batches > 1
 
     first, last = forward_model_rows(arch, step, model_dtypes)
-    layers = _Layers(tuple((group_label(g), g.count, context_parallel_rows(
-        forward_layer_rows(arch, g, step, model_dtypes), setup.seq_len, par.context)) for g in arch.groups),
+    layers = _Layers(tuple((group_label(g), g.count, _layer_rows(arch, g, step, setup)) for g in arch.groups),
                      math.ceil(arch.layers / stages) / arch.layers, par.stream_shards)
     placed: list[PlacedRow] = []
 
     def place_all(rows: list[Row], phase: str, group: str, count: int) -> None:
-        placed.extend(PlacedRow(phase, _place(evaluator, r, group, count, tp_link)) for r in rows)
+        placed.extend(PlacedRow(phase, _place(evaluator, r, group, count, links)) for r in rows)
 
     def place_backward(rows: list[Row], group: str, count: int) -> None:
         for row in rows:
             for phased in backward_rows(row, gradient_ratio, accumulate):
-                placed.append(PlacedRow(phased.phase, _place(evaluator, phased.row, group, count, tp_link)))
+                placed.append(PlacedRow(phased.phase, _place(evaluator, phased.row, group, count, links)))
 
     place_all(first, FORWARD, FIRST_STAGE, 1)
     for label, count, rows in layers.groups:
@@ -287,15 +301,14 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
 
     hidden_bytes = setup.micro_batch_size * local_len * arch.hidden * bytes_per_element(dtypes.activations)
     communication: list[Collective] = []
-    if tp_link is not None:
-        communication += _tensor_parallel_collectives(placed, layers.share, setup, hidden_bytes, tp_link)
+    communication += _layer_collectives(placed, layers.share, setup, hidden_bytes, links)
     ring = _context_ring(placed, layers, setup, topology)
     pipeline = _pipeline(placed, layers.share, setup, topology, hidden_bytes, ring)
     communication += pipeline.sends + ([ring.collective] if ring else [])
     micro_batch_time, pipeline_time, bubble_time = pipeline.micro_batch_s, pipeline.total_s, pipeline.bubble_s
 
     memory, params_device = _memory(arch, setup, layers, last, hidden_bytes)
-    shard = params_device / par.shards(1)
+    shard = params_device.sharded(par, 1)
     optimizer = Row("optimizer_update", "optimizer", 1, optimizer_cost(
         shard, setup.optimizer, dtypes.parameters, dtypes.gradients, dtypes.optimizer_states, dtypes.keeps_master))
     optimizer_result = evaluator.evaluate(optimizer, "optimizer", 1)
@@ -329,6 +342,15 @@ class _PipelineTimes(NamedTuple):
     total_s: float
     bubble_s: float
     backward_s: float  # the step's backward passes on the slowest stage, which a data-parallel sync can hide behind
+
+
+def _layer_rows(arch: Architecture, group: LayerGroup, step: Step, setup: TrainingSetup) -> list[Row]:
+    """One layer's forward on one device: the model's rows at the step's tokens, then context and expert
+    parallelism's changes to them."""
+    par = setup.parallelism
+    rows = context_parallel_rows(forward_layer_rows(arch, group, step, setup.dtypes.model_dtypes()), setup.seq_len,
+                                 par.context)
+    return expert_parallel_rows(rows, arch, par.expert, step.stream_tokens, setup.dtypes.activations)
 
 
 def _context_slice(setup: TrainingSetup) -> int:
@@ -416,35 +438,37 @@ def _stage_time(rows: list[PlacedRow], share: float, stages: int) -> float:
     return by_group["layers"] * share + ends
 
 
-# Row kinds of the tensor-parallel collectives, as a step summarises them.
-_TENSOR_COLLECTIVES = {"allreduce": ("all_reduce", "all-reduces", ring_all_reduce_bytes),
-                       "allgather": ("all_gather", "all-gathers", ring_shard_bytes),
-                       "reducescatter": ("reduce_scatter", "reduce-scatters", ring_shard_bytes)}
-
-
-def _tensor_parallel_collectives(placed: list[PlacedRow], share: float, setup: TrainingSetup, hidden_bytes: float,
-                                 tp_link: Link) -> list[Collective]:
-    """The step's tensor-parallel collectives by kind, per device: the fullest stage's share of each layer's."""
-    tensor, micro_batches = setup.parallelism.tensor, setup.gradient_accumulation_steps
+def _layer_collectives(placed: list[PlacedRow], share: float, setup: TrainingSetup, hidden_bytes: float,
+                       links: dict[str, Link]) -> list[Collective]:
+    """The step's in-layer collectives by kind, per device: the fullest stage's share of each layer's."""
+    par, micro_batches = setup.parallelism, setup.gradient_accumulation_steps
     passes = "(forward, backward" + (", recompute)" if setup.recompute == "full" else ")")
+
     def per_step(rows: list[RowResult]) -> int:
         per_micro_batch = sum(r.instances * (1 if r.group in (FIRST_STAGE, LAST_STAGE) else share) for r in rows)
         return round(per_micro_batch * micro_batches)
 
     found = []
-    for row_kind, (kind, plural, bytes_of) in _TENSOR_COLLECTIVES.items():
+    for row_kind, (group, kind, plural, bytes_of) in _LAYER_COLLECTIVES.items():
         rows = [p.result for p in placed if p.result.kind == row_kind]
-        if rows:
-            found.append(Collective(f"tensor-parallel {plural} {passes}", kind, "tensor", tensor, hidden_bytes,
-                                    bytes_of(tensor, hidden_bytes), per_step(rows), tp_link, True))
-    if setup.parallelism.sequence_parallel:
+        if not rows:
+            continue
+        if bytes_of is None:  # an all-to-all: its bytes are the row's, its buffer what a rank routes
+            sent = rows[0].bytes
+            found.append(Collective(f"expert-parallel {plural} {passes}", kind, group, par.expert,
+                                    sent * par.expert / (par.expert - 1), sent, per_step(rows), links[group], True))
+        else:
+            found.append(Collective(f"tensor-parallel {plural} {passes}", kind, group, par.tensor, hidden_bytes,
+                                    bytes_of(par.tensor, hidden_bytes), per_step(rows), links[group], True))
+    if par.sequence_parallel and par.tensor > 1:
         # The backward gathers each block's kept input slice again for its weight gradient; Megatron runs that
         # gather beside the activation-gradient matmul, so the step does not wait on it.
         gathered = [p.result for p in placed if p.phase == FORWARD and p.result.kind == "allgather"]
         if gathered:
             found.append(Collective("tensor-parallel re-gathers of the kept input slices (backward, beside dgrad)",
-                                    "all_gather", "tensor", tensor, hidden_bytes, ring_shard_bytes(tensor, hidden_bytes),
-                                    per_step(gathered), tp_link, False))
+                                    "all_gather", "tensor", par.tensor, hidden_bytes,
+                                    ring_shard_bytes(par.tensor, hidden_bytes), per_step(gathered), links["tensor"],
+                                    False))
     return found
 
 
@@ -460,29 +484,47 @@ def _unsplit_flops(arch: Architecture, setup: TrainingSetup, model_dtypes) -> tu
     return forward_flops, recompute_flops
 
 
-def _stage_parameters(arch: Architecture, tensor: int, share: float, stages: int) -> float:
+class _StageParams(NamedTuple):
+    """Parameters on one device of the fullest stage: those every replica holds, and its routed experts'."""
+
+    dense: float
+    experts: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.experts
+
+    def sharded(self, par: Parallelism, stage: int) -> float:
+        """What remains on the device once ZeRO shards what it shards from `stage` on."""
+        return self.dense / par.shards(stage) + self.experts / par.shards(stage, experts=True)
+
+
+def _stage_parameters(arch: Architecture, par: Parallelism, share: float) -> _StageParams:
     """Parameters on one device of the fullest stage: its layers' matrices split by tensor parallelism (norm
-    weights replicated), the vocabulary-parallel embedding on the first stage, the head and final norm on the
-    last (a tied head is a copy of the embedding there when the stages differ)."""
-    per_layer = 0.0
+    weights replicated; routed experts split over expert parallelism too), the vocabulary-parallel embedding on
+    the first stage, the head and final norm on the last (a tied head is a copy of the embedding there when the
+    stages differ)."""
+    dense = experts = 0.0
     for group in arch.groups:
         p = layer_params(arch, group)
-        per_layer += group.count * share * ((p.attention + p.mlp_total) / tensor + p.norms)
-    embedding = arch.vocab * arch.hidden / tensor
-    head = norm_params(arch) + (embedding if (not arch.tied_embeddings or stages > 1) else 0.0)
-    return per_layer + (embedding + head if stages == 1 else max(embedding, head))
+        routed = routed_share(mlp_rows(arch, group, Step(1, 1, 1), ModelDTypes())) if par.expert > 1 else 0
+        dense += group.count * share * ((p.attention + p.mlp_total - routed) / par.tensor + p.norms)
+        experts += group.count * share * routed / (par.tensor * par.expert)
+    embedding = arch.vocab * arch.hidden / par.tensor
+    head = norm_params(arch) + (embedding if (not arch.tied_embeddings or par.pipeline > 1) else 0.0)
+    return _StageParams(dense + (embedding + head if par.pipeline == 1 else max(embedding, head)), experts)
 
 
 def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: list[Row],
-            checkpoint_bytes: float) -> tuple[TrainingMemory, float]:
+            checkpoint_bytes: float) -> tuple[TrainingMemory, _StageParams]:
     par, dtypes = setup.parallelism, setup.dtypes
-    params_device = _stage_parameters(arch, par.tensor, layers.share, par.pipeline)
+    params_device = _stage_parameters(arch, par, layers.share)
     activations, per_layer = _activations(setup, layers, last, setup.recompute, checkpoint_bytes)
     memory = TrainingMemory(
-        parameters_per_device=params_device,
-        parameters_bytes=params_device * bytes_per_element(dtypes.parameters) / par.shards(3),
-        gradients_bytes=params_device * bytes_per_element(dtypes.gradients) / par.shards(2),
-        optimizer_bytes=params_device * dtypes.optimizer_bytes_per_parameter(setup.optimizer) / par.shards(1),
+        parameters_per_device=params_device.total,
+        parameters_bytes=params_device.sharded(par, 3) * bytes_per_element(dtypes.parameters),
+        gradients_bytes=params_device.sharded(par, 2) * bytes_per_element(dtypes.gradients),
+        optimizer_bytes=params_device.sharded(par, 1) * dtypes.optimizer_bytes_per_parameter(setup.optimizer),
         activations_bytes=activations, activations_per_layer_bytes=per_layer,
         in_flight_micro_batches=_in_flight(setup), workspace_bytes=setup.workspace_bytes,
         usable_bytes=setup.usable_bytes)
@@ -533,25 +575,37 @@ def _recompute_options(evaluator: Evaluator, setup: TrainingSetup, layers: _Laye
     return tuple(options)
 
 
-def _data_parallel(topology: Topology, setup: TrainingSetup, params_device: float) -> list[Collective]:
+def _data_parallel(topology: Topology, setup: TrainingSetup, params_device: _StageParams) -> list[Collective]:
+    """The gradient sync of the weights every replica holds and, under expert parallelism, that of the routed
+    experts over the fewer ranks holding each."""
+    par = setup.parallelism
+    if par.expert == 1:
+        return _gradient_sync(topology, setup, params_device.total, par.replicas, "")
+    return (_gradient_sync(topology, setup, params_device.dense, par.replicas, "non-expert ")
+            + _gradient_sync(topology, setup, params_device.experts, par.replicas // par.expert, "expert "))
+
+
+def _gradient_sync(topology: Topology, setup: TrainingSetup, params_device: float, n: int,
+                   which: str) -> list[Collective]:
     """Gradient sync over the data- and context-parallel ranks: an all-reduce once per step (ZeRO 0; ZeRO 1 reduce-scatters the
     gradients and all-gathers the updated parameters, the same bytes); ZeRO 2 and 3 keep only a shard of the
     gradients, so each micro-batch's are reduce-scattered; ZeRO 3 also all-gathers the parameters before each
     micro-batch's forward and again before its backward."""
     par, dtypes = setup.parallelism, setup.dtypes
-    if par.replicas == 1:
+    if n == 1:
         return []
+    # The ranks holding the same weights span every tensor-, context- and data-parallel rank of a stage.
     link = topology.link_for(par.tensor * par.replicas, "data-parallel")
     grads = params_device * bytes_per_element(dtypes.gradients)
     params = params_device * bytes_per_element(dtypes.parameters)
-    n, m, waited_on = par.replicas, setup.gradient_accumulation_steps, not setup.overlap_data_parallel
+    m, waited_on = setup.gradient_accumulation_steps, not setup.overlap_data_parallel
     if par.zero_stage == 0:
-        return [Collective("gradient all-reduce", "all_reduce", "data", n, grads, ring_all_reduce_bytes(n, grads), 1,
-                           link, waited_on)]
+        return [Collective(f"{which}gradient all-reduce", "all_reduce", "data", n, grads,
+                           ring_all_reduce_bytes(n, grads), 1, link, waited_on)]
     scatters = 1 if par.zero_stage == 1 else m
     gathered = (("parameter all-gathers (before each forward and backward)", 2 * m) if par.zero_stage == 3
                 else ("updated-parameter all-gather", 1))
-    return [Collective("gradient reduce-scatter", "reduce_scatter", "data", n, grads, ring_shard_bytes(n, grads),
-                       scatters, link, waited_on),
-            Collective(gathered[0], "all_gather", "data", n, params, ring_shard_bytes(n, params), gathered[1], link,
-                       waited_on)]
+    return [Collective(f"{which}gradient reduce-scatter", "reduce_scatter", "data", n, grads,
+                       ring_shard_bytes(n, grads), scatters, link, waited_on),
+            Collective(which + gathered[0], "all_gather", "data", n, params, ring_shard_bytes(n, params), gathered[1],
+                       link, waited_on)]

@@ -254,3 +254,51 @@ def test_llama_3_405b_long_context_stage_is_bounded_by_its_measured_step():
     # Even the plain 1F1B schedule's bound holds here; each rank's 8,192 tokens keep 8K's memory per device.
     assert result.step_time_s <= measured_step
     assert result.memory.activations_per_layer_bytes == pytest.approx(5.14e9 / 8, rel=0.01)
+
+
+def tiny_moe(layers=2):
+    return from_generic(dict(format="generic", layers=layers, hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS,
+                             head_dim=HEAD_DIM, intermediate=WIDTH, vocab=100, experts=8, top_k=2,
+                             expert_intermediate=32))
+
+
+def test_expert_parallel_all_to_alls_memory_and_gradient_sync_by_hand():
+    batch, s, m, d, e = 2, 16, 3, 4, 4
+    tokens = batch * s
+    flat = step(tiny_moe(), micro_batch_size=batch, seq_len=s, gradient_accumulation_steps=m,
+                parallelism=Parallelism(data=d, zero_stage=1))
+    ep = step(tiny_moe(), micro_batch_size=batch, seq_len=s, gradient_accumulation_steps=m,
+              parallelism=Parallelism(data=d, zero_stage=1, expert=e))
+    [a2a] = [c for c in ep.communication if c.group == "expert"]
+    # Each token's hidden vector goes to its top-2 experts; on balanced routing 3 in 4 of those copies leave the
+    # rank: 32 tokens x 2 x 64 x 2 bytes x 3/4 = 6,144 bytes a dispatch (and a combine brings as many back).
+    assert a2a.bytes_per_device == tokens * 2 * HIDDEN * 2 * (e - 1) / e == 6144
+    assert (a2a.kind, a2a.group_size, a2a.on_critical_path) == ("all_to_all", e, True)
+    # Dispatch and combine, forward and backward, in 2 MoE layers, for 3 micro-batches.
+    assert a2a.count == 2 * 2 * 2 * m
+    # Routed experts: 8 x (gate/up 64 x 64 + down 32 x 64) = 49,152 parameters a layer, 98,304 in all; a rank
+    # holds a quarter of them. The rest (attention, router, norms, embedding and head) stays whole.
+    routed = 2 * 8 * (64 * 2 * 32 + 32 * 64)
+    assert flat.memory.parameters_per_device - ep.memory.parameters_per_device == pytest.approx(routed * (1 - 1 / e))
+    dense = flat.memory.parameters_per_device - routed
+    # ZeRO 1 shards the dense optimizer states over the 4 replicas; each expert's only over the 4 / 4 = 1 rank
+    # that holds it (12 bytes a parameter in mixed-precision Adam).
+    assert ep.memory.optimizer_bytes == pytest.approx(12 * (dense / d + routed / e / (d // e)))
+    # The gradients of the dense weights are reduced over 4 replicas; no two ranks hold the same experts.
+    assert [c.name for c in ep.communication if c.group == "data"] == [
+        "non-expert gradient reduce-scatter", "non-expert updated-parameter all-gather"]
+    # A rank reads a quarter of the experts' weights in each routed projection.
+    weights = {label: sum(p.result.weight_bytes for p in r.rows if p.phase == "forward"
+                          and p.result.kind == "grouped_matmul") for label, r in (("flat", flat), ("ep", ep))}
+    assert weights["ep"] == pytest.approx(weights["flat"] / e)
+
+
+def test_expert_parallel_refusals():
+    cases = ((tiny(), Parallelism(data=4, expert=2), "expert_parallel"),  # a dense model
+             (tiny_moe(), Parallelism(data=6, expert=3), "expert_parallel"),  # 8 experts over 3
+             (tiny_moe(), Parallelism(data=2, expert=4), "expert_parallel"),  # 4 ranks from 2 replicas
+             (tiny_moe(), Parallelism(data=4, tensor=2, expert=4), "sequence_parallel"))
+    for arch, parallelism, field in cases:
+        with pytest.raises(CostModelError) as refused:
+            step(arch, micro_batch_size=1, seq_len=16, parallelism=parallelism)
+        assert refused.value.field == field
