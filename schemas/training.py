@@ -238,6 +238,13 @@ class TrainingPlanRequest(ModelChoice, TrainingStepOptions):
         None, description="Price of one device for an hour, in any currency: the answer adds cost")
     deadline_days: Annotated[float, Field(gt=0, le=36_500)] | None = Field(
         None, description="A deadline: the answer adds the devices each MFU needs to meet it")
+    search: bool = Field(
+        False, description="Search the layout instead of taking it: every tensor (within a node), context, pipeline "
+                           "(each schedule), expert and data parallelism that divides num_devices and the global "
+                           "batch, sequence parallelism with tensor parallelism, recomputation only where it is needed "
+                           "to fit; the fastest that fits becomes the plan's step. Needs global_batch_tokens (held "
+                           "fixed across layouts); the layout fields may not be given with it")
+    top_n: Annotated[int, Field(ge=1, le=20)] = Field(5, description="With search: how many fitting layouts to list")
 
 
 class TrainingEstimate(BaseModel):
@@ -248,6 +255,35 @@ class TrainingEstimate(BaseModel):
     device_hours: float
     cost: float | None = Field(description="device_hours x price_per_device_hour")
     devices_for_deadline: int | None = Field(description="With deadline_days: devices needed at this MFU (rounded up)")
+
+
+class TrainingLayoutOut(BaseModel):
+    data_parallel: int
+    tensor_parallel: int
+    sequence_parallel: bool
+    pipeline_parallel: int
+    pipeline_schedule: ScheduleName
+    virtual_pipeline_stages: int
+    context_parallel: int
+    expert_parallel: int
+    recompute: Literal["none", "full"] = Field(description="'full' only where the layout fits no other way")
+    gradient_accumulation_steps: int = Field(description="Micro-batches per replica that keep the global batch")
+    step_time_s: float = Field(description="The roofline step, seconds (a lower bound)")
+    tokens_per_s: float
+    mfu: float | None
+    bubble_fraction: float = Field(description="The pipeline bubble's share of the pipeline's time")
+    required_bytes: float = Field(description="Memory per device the layout needs, bytes")
+    usable_bytes: float
+    fits: bool
+
+
+class TrainingSearchOut(BaseModel):
+    searched: int = Field(description="Layouts placed on the roofline")
+    refused: int = Field(description="Layouts the model cannot take (heads, experts or lengths that do not divide)")
+    layouts: list[TrainingLayoutOut] = Field(description="The fastest layouts that fit, fastest first (top_n)")
+    faster_unfitting: TrainingLayoutOut | None = Field(
+        description="The fastest layout searched, when it does not fit: memory is what keeps the plan from it")
+    binding: str = Field(description="What limits the chosen layout: memory, or the roofline itself")
 
 
 class TrainingPlan(BaseModel):
@@ -262,5 +298,7 @@ class TrainingPlan(BaseModel):
     peak_flops_per_s: float = Field(description="Nominal peak per device the MFU applies to, FLOP/s")
     estimates: list[TrainingEstimate]
     step: TrainingAnalysis = Field(description="The roofline step the 'roofline' estimate comes from: num_devices / "
-                                               "(tensor_parallel x pipeline_parallel x context_parallel) replicas")
+                                               "(tensor_parallel x pipeline_parallel x context_parallel) replicas; "
+                                               "with search, the fastest layout that fits")
+    search: TrainingSearchOut | None = Field(None, description="With search: the layouts ranked, and what binds")
     assumptions: list[str]

@@ -229,8 +229,22 @@ def cmd_train(args) -> None:
     show(args, result, training_table)
 
 
+# The layout flags at their defaults: what `plan training --search` chooses itself.
+LAYOUT_DEFAULTS = {"tensor_parallel": 1, "pipeline_parallel": 1, "pipeline_schedule": "1f1b",
+                   "virtual_pipeline_stages": 1, "context_parallel": 1, "expert_parallel": 1,
+                   "sequence_parallel": False, "recompute": "none"}
+
+
 def cmd_plan_training(args) -> None:
     body = {**training_body(args), "num_devices": args.num_devices, "total_tokens": args.total_tokens}
+    if args.search:
+        given = [name for name, default in LAYOUT_DEFAULTS.items() if body[name] != default]
+        given += ["gradient_accumulation_steps"] if "gradient_accumulation_steps" in body else []
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise SystemExit(f"--search chooses the layout: leave out {flags}")
+        body = {name: value for name, value in body.items() if name not in LAYOUT_DEFAULTS}
+        body |= {"search": True, "top_n": args.top_n}
     for name in ("mfu", "price_per_device_hour", "deadline_days"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
@@ -452,6 +466,10 @@ def parser() -> argparse.ArgumentParser:
     training.add_argument("--mfu", type=float, help="an MFU to plan at beside the roofline's (e.g. 0.4)")
     training.add_argument("--price-per-device-hour", type=float, help="adds the cost")
     training.add_argument("--deadline-days", type=float, help="adds the devices needed to finish in time")
+    training.add_argument("--search", action="store_true",
+                          help="search the layout (tensor, context, pipeline and schedule, expert, data parallelism, "
+                               "recomputation) for the fastest step that fits; needs --global-batch-tokens")
+    training.add_argument("--top-n", type=int, default=5, help="with --search: layouts to show (default 5)")
     training.set_defaults(run=cmd_plan_training)
 
     serve = commands.add_parser("serve", help="migrate, then serve the API")

@@ -207,7 +207,26 @@ def training_plan_table(r: dict) -> str:
     return (f"{r['total_flops']:.3g} FLOP to train on {r['total_tokens']:,.0f} tokens "
             f"({si(r['model_flops_per_token'], 'FLOP')} per token) on {r['num_devices']:,} x {r['device_id']}\n"
             + table(rows, ["MFU basis", "MFU", "days", "device-hours", "cost", "devices for deadline"])
-            + "\n" + training_memory_line(r["step"]))
+            + "\n" + training_memory_line(r["step"]) + (layout_search_table(r["search"]) if r.get("search") else ""))
+
+
+def layout_search_table(search: dict) -> str:
+    def layout(x: dict) -> list:
+        schedule = x["pipeline_schedule"] + (f" v={x['virtual_pipeline_stages']}" if x["virtual_pipeline_stages"] > 1
+                                             else "")
+        return [x["data_parallel"], f"{x['tensor_parallel']}{' +SP' if x['sequence_parallel'] else ''}",
+                x["pipeline_parallel"], schedule, x["context_parallel"], x["expert_parallel"], x["recompute"],
+                x["gradient_accumulation_steps"], si(x["step_time_s"], "s"), f"{x['mfu'] or 0:.3f}",
+                f"{si(x['required_bytes'], 'B')} of {si(x['usable_bytes'], 'B')}" + ("" if x["fits"] else " DOES NOT FIT")]
+
+    rows = [layout(x) for x in search["layouts"]]
+    if search["faster_unfitting"]:
+        rows.append(layout(search["faster_unfitting"]))
+    return (f"\nlayouts: {search['searched']} searched, {search['refused']} the model cannot take; fastest that fit"
+            + (" (and the faster one that does not)" if search["faster_unfitting"] else "") + ":\n"
+            + table(rows, ["DP", "TP", "PP", "schedule", "CP", "EP", "recompute", "micro-batches", "step", "MFU",
+                           "memory per device"])
+            + f"\nbinding: {search['binding']}")
 
 
 def training_memory_line(step: dict) -> str:

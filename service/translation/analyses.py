@@ -35,7 +35,8 @@ from service.translation.operator_analyses import analyze_operator_request, oper
 from service.translation.plain_fields import json_bytes
 from service.translation.serving_plans import plan_serving, plan_work
 from service.translation.sweeps import compare_devices, run_sweep
-from service.translation.training_analyses import analyze_training_request, plan_training
+from service.translation.training_analyses import analyze_training_request
+from service.translation.training_plans import plan_training
 
 
 @dataclass(frozen=True)

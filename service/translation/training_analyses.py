@@ -1,10 +1,8 @@
-"""Training requests to the core's training step and time to train, and back to their HTTP answers."""
+"""Training requests to the core's training step, and back to their HTTP answers."""
 
 from __future__ import annotations
 
-import math
-
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from schemas.models import ParamCounts
 from schemas.training import (
@@ -12,10 +10,7 @@ from schemas.training import (
     RecomputeAdvice,
     RecomputeOptionOut,
     TrainingAnalysis,
-    TrainingEstimate,
     TrainingMemoryOut,
-    TrainingPlan,
-    TrainingPlanRequest,
     TrainingRequest,
     TrainingRowOut,
     TrainingStepOptions,
@@ -32,11 +27,10 @@ from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.core.transformer.params import model_params
 from service.persistence.catalog import DeviceCatalog
-from service.runtime.errors import Unprocessable, invalid_nested
+from service.runtime.errors import Unprocessable
 from service.translation.model_analyses import resolve_model, unprocessable, usable_memory
 
 ROWS = TypeAdapter(list[TrainingRowOut])
-SECONDS_PER_DAY = 86_400
 
 
 def _link(device: DeviceSpec, measured: MeasuredRoofs, tier: str, mode: RoofMode, override: float | None,
@@ -80,7 +74,7 @@ def _accumulation_steps(request: TrainingRequest) -> int:
     return steps
 
 
-def _setup(request: TrainingRequest, device: DeviceSpec) -> tuple[training.TrainingSetup, str]:
+def setup_for(request: TrainingRequest, device: DeviceSpec) -> tuple[training.TrainingSetup, str]:
     usable, basis = usable_memory(device, request)
     d = request.dtypes
     return training.TrainingSetup(
@@ -102,7 +96,7 @@ def run_training(request: TrainingRequest, catalog: DeviceCatalog) -> tuple[str,
     name, arch = resolve_model(request, catalog)
     device = catalog.get(request.device_id)
     measured = catalog.measured(device.id)
-    setup, basis = _setup(request, device)
+    setup, basis = setup_for(request, device)
     evaluator = Evaluator(device, measured, RoofMode(request.roofs), request.sustained_clock_hz)
     try:
         check_positions(arch, request.seq_len, "seq_len")
@@ -221,52 +215,4 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
         compute_roof_source=result.compute_roof_source,
         memory_roof_source=evaluator.hbm.source.value,
         assumptions=_assumptions(request, setup, result, evaluator, basis),
-    )
-
-
-PLAN_ONLY = {"num_devices", "total_tokens", "mfu", "price_per_device_hour", "deadline_days"}
-
-
-def _estimate(basis: str, mfu: float, total_flops: float, peak: float, request: TrainingPlanRequest) -> TrainingEstimate:
-    seconds = total_flops / (request.num_devices * peak * mfu)
-    device_hours = request.num_devices * seconds / 3600
-    price = request.price_per_device_hour
-    deadline = request.deadline_days
-    return TrainingEstimate(
-        basis=basis, mfu=mfu, days=seconds / SECONDS_PER_DAY, device_hours=device_hours,
-        cost=device_hours * price if price is not None else None,
-        devices_for_deadline=math.ceil(total_flops / (peak * mfu * deadline * SECONDS_PER_DAY)) if deadline else None)
-
-
-def plan_training(request: TrainingPlanRequest, catalog: DeviceCatalog) -> TrainingPlan:
-    """Days, device-hours and cost of training on total_tokens, at the roofline step's MFU on num_devices and at
-    the MFU the client states, side by side."""
-    shard = request.tensor_parallel * request.pipeline_parallel * request.context_parallel
-    if request.num_devices % shard:
-        reason = (f"{request.num_devices} devices do not split into replicas of tensor_parallel x pipeline_parallel "
-                  f"x context_parallel = {shard}")
-        raise Unprocessable(reason, [{"loc": "body.num_devices", "msg": reason}])
-    body = request.model_dump(exclude=PLAN_ONLY, exclude_unset=True)
-    try:
-        step_request = TrainingRequest.model_validate({**body, "data_parallel": request.num_devices // shard})
-    except ValidationError as exc:
-        raise invalid_nested(exc, ["body"]) from None
-    step = analyze_training_request(step_request, catalog)
-    if not step.peak_flops_per_s or step.mfu is None:
-        reason = f"device {request.device_id} has no nominal peak for the matmuls' dtype to plan MFU against"
-        raise Unprocessable(reason, [{"loc": "body.device_id", "msg": reason}])
-    total_flops = step.model_flops_per_token * request.total_tokens
-    estimates = [_estimate("roofline", step.mfu, total_flops, step.peak_flops_per_s, request)]
-    if request.mfu is not None:
-        estimates.append(_estimate("stated", request.mfu, total_flops, step.peak_flops_per_s, request))
-    return TrainingPlan(
-        device_id=request.device_id, model=step.model, num_devices=request.num_devices,
-        total_tokens=request.total_tokens, seq_len=request.seq_len, model_flops_per_token=step.model_flops_per_token,
-        total_flops=total_flops, peak_flops_per_s=step.peak_flops_per_s, estimates=estimates, step=step,
-        assumptions=[
-            "total FLOPs = model FLOPs per token (forward + backward at seq_len, from the roofline step) x total_tokens",
-            "days = total FLOPs / (num_devices x nominal peak x MFU) / 86,400; device_hours = num_devices x hours",
-            "the roofline MFU is a bound: a real run reaches a fraction of it (40-60 % MFU is good practice on "
-            "large runs); the stated MFU is the client's",
-        ] + ([] if step.fits else ["the roofline step does NOT fit in memory as configured: its MFU is a what-if"]),
     )

@@ -170,3 +170,40 @@ def test_an_expert_parallel_step_lists_its_all_to_alls(client):
         "non-expert gradient reduce-scatter", "non-expert updated-parameter all-gather",
         "expert gradient reduce-scatter", "expert updated-parameter all-gather"}
     assert answer["expert_parallel"] == 8
+
+
+SEARCH = {"device_id": H100, "model_id": "mixtral-8x7b", "num_devices": 64, "total_tokens": 1e12, "seq_len": 4096,
+          "global_batch_tokens": 4096 * 256, "zero_stage": 1, "search": True, "top_n": 3}
+
+
+def test_a_training_plan_searches_the_layout(client):
+    response = client.post("/v1/plan/training", json=SEARCH)
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    search, step = plan["search"], plan["step"]
+    assert len(search["layouts"]) == 3 and search["searched"] > 100
+    best = search["layouts"][0]
+    # The plan's step is the best layout, in full.
+    for name in ("data_parallel", "tensor_parallel", "pipeline_parallel", "pipeline_schedule", "context_parallel",
+                 "expert_parallel", "sequence_parallel", "recompute", "gradient_accumulation_steps"):
+        assert step[name] == best[name], name
+    assert step["step_time_s"] == best["step_time_s"] and step["fits"]
+    assert step["devices"] == 64 and step["tokens_per_step"] == 4096 * 256
+    assert [x["step_time_s"] for x in search["layouts"]] == sorted(x["step_time_s"] for x in search["layouts"])
+    assert search["binding"].startswith(("memory", "the roofline itself"))
+    assert plan["estimates"][0]["mfu"] == step["mfu"]
+
+
+@pytest.mark.parametrize("change, loc", [
+    ({"tensor_parallel": 2}, "body.tensor_parallel"),  # the search chooses it
+    ({"global_batch_tokens": None}, "body.global_batch_tokens"),  # nothing to hold fixed across layouts
+    ({"global_batch_tokens": 4096 * 256 + 1}, "body.global_batch_tokens"),
+    ({"num_devices": 2}, "body.num_devices"),  # Mixtral's 47B parameters fit no layout of 2 H100s
+])
+def test_a_search_that_cannot_be_made_is_422(client, change, loc):
+    body = {key: value for key, value in {**SEARCH, **change}.items() if value is not None}
+    response = client.post("/v1/plan/training", json=body)
+    assert response.status_code == 422, response.text
+    assert loc in [f["loc"] for f in response.json()["fields"]]
+    if loc == "body.num_devices":
+        assert "no layout of 2 devices fits in memory" in response.json()["detail"]

@@ -13,7 +13,7 @@ from service.api.lean_route import LeanAnalysisRoute
 from service.api.responses import INVALID, NOT_FOUND
 from service.api.routes.analyze import answered
 from service.translation.serving_plans import plan_serving
-from service.translation.training_analyses import plan_training
+from service.translation.training_plans import plan_training
 
 router = APIRouter(prefix="/v1/plan", tags=["plans"], route_class=LeanAnalysisRoute)
 
@@ -42,8 +42,11 @@ def plan_serving_route(body: Annotated[ServingPlanRequest, Body(openapi_examples
     description=(
         "total_tokens on num_devices: total FLOPs (model FLOPs per token at seq_len x tokens), then days, device-hours "
         "and, with price_per_device_hour, cost, at the MFU of the roofline's own step on those devices (num_devices / "
-        "(tensor_parallel x pipeline_parallel) data-parallel replicas, the step in `step`) and at the `mfu` the client "
-        "states, side by side; with deadline_days, the devices each MFU needs to meet it."
+        "(tensor_parallel x pipeline_parallel x context_parallel) data-parallel replicas, the step in `step`) and at "
+        "the `mfu` the client states, side by side; with deadline_days, the devices each MFU needs to meet it. With "
+        "`search`, the layout is searched instead (tensor, context, pipeline with each schedule, expert and data "
+        "parallelism, recomputation where needed, the global batch held fixed): the fastest that fits becomes the "
+        "step, `search` ranks the top_n and says what binds, and a 422 names num_devices when no layout fits."
     ),
 )
 def plan_training_route(body: Annotated[TrainingPlanRequest, Body(openapi_examples={
