@@ -187,6 +187,21 @@ def test_train_and_plan_training(local_database, capsys):
     assert "days" in run(capsys, "plan", "training", *argv, "--num-devices", "64", "--total-tokens", "1e12").out
 
 
+def test_plan_training_searches_the_layout(local_database, capsys):
+    argv = ["plan", "training", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--seq-len", "8192",
+            "--global-batch-tokens", str(8192 * 64), "--num-devices", "16", "--total-tokens", "1e12", "--search",
+            "--top-n", "2"]
+    out = run(capsys, *argv).out
+    assert "layouts:" in out and "binding:" in out and "micro-batches" in out
+    plan = json.loads(run(capsys, *argv, "--json").out)
+    best = plan["search"]["layouts"][0]
+    assert len(plan["search"]["layouts"]) == 2 and plan["step"]["tensor_parallel"] == best["tensor_parallel"]
+    # A layout flag beside --search is refused before anything is asked.
+    with pytest.raises(SystemExit) as refused:
+        run(capsys, *argv, "--pipeline-parallel", "2")
+    assert "--search chooses the layout: leave out --pipeline-parallel" in str(refused.value)
+
+
 def test_model_from_a_config_file_a_folder_and_the_hugging_face_cache(local_database, capsys, tmp_path, monkeypatch):
     from service.persistence.catalog import model_catalog
 
