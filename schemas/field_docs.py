@@ -92,6 +92,7 @@ FIELD_DOCS: dict[str, str] = {
     "virtual_pipeline_stages": "Model chunks per pipeline stage (v); 1 unless interleaved",
     "context_parallel": "Ranks each sequence is split over (ring attention)",
     "expert_parallel": "Ranks a MoE layer's routed experts are split over (drawn from the data-parallel ones)",
+    "reshard_after_forward": "With ZeRO 3: whether gathered parameters are freed after the forward and gathered again",
     "sequence_parallel": "Whether norms, residuals and the stream's kept copies are split over the tensor-parallel group",
     "micro_batch_size": "Sequences per micro-batch per replica",
     "gradient_accumulation_steps": "Micro-batches per optimizer step per replica",

@@ -69,6 +69,11 @@ class TrainingStepOptions(RoofOptions, UsableMemory):
     zero_stage: Annotated[int, Field(ge=0, le=3)] = Field(
         0, description="ZeRO / FSDP sharding over data parallelism: 1 optimizer states, 2 and gradients, "
                        "3 and parameters (FSDP full sharding)")
+    reshard_after_forward: bool = Field(
+        True, description="With zero_stage 3: free each layer's gathered parameters after its forward and gather them "
+                          "again for its backward (FSDP's default: two all-gathers a micro-batch, one layer held at a "
+                          "time); false keeps them from the forward to the backward, as Llama 3 trained (one "
+                          "all-gather a micro-batch, the stage's whole parameters held)")
     recompute: Literal["none", "selective", "full"] = Field(
         "none", description="Activation recomputation: 'selective' recomputes attention scores and softmax (it frees "
                             "memory only with naive attention: flash attention never stores them); 'full' keeps each "
@@ -128,6 +133,24 @@ class CollectiveOut(BaseModel):
                                                "data parallel unless overlapped; the context-parallel ring and the "
                                                "sequence-parallel re-gathers never: they run beside compute, and "
                                                "only what outlasts it is in the step)")
+
+
+class ShardingOut(BaseModel):
+    """What ZeRO / FSDP shards, over how many ranks, and when the parameters are gathered back."""
+
+    parameters_sharded_over: int = Field(description="Ranks the parameters are sharded over (1: every replica holds "
+                                                     "them whole)")
+    gradients_sharded_over: int = Field(description="Ranks the gradients are sharded over (1: reduced whole)")
+    optimizer_states_sharded_over: int = Field(description="Ranks the optimizer states and master weights are "
+                                                           "sharded over")
+    expert_states_sharded_over: int | None = Field(
+        description="With expert parallelism: ranks a routed expert's states are sharded over (those holding it)")
+    parameter_gathers: Literal["none", "before each forward and backward", "before each forward, kept through the "
+                                                                          "backward"] = Field(
+        description="When ZeRO 3 gathers a layer's parameters back")
+    gradient_accumulation_dtype: TrainingDType = Field(
+        description="What micro-batches' gradients accumulate in: dtypes.gradients (fp32 for Megatron's main-grad "
+                    "buffer)")
 
 
 class TrainingMemoryOut(BaseModel):
@@ -199,6 +222,8 @@ class TrainingAnalysis(BaseModel):
     virtual_pipeline_stages: int
     sequence_parallel: bool
     zero_stage: int
+    reshard_after_forward: bool
+    sharding: ShardingOut = Field(description="What ZeRO shards over how many ranks, and when parameters are gathered")
     recompute: str
     seq_len: int
     micro_batch_size: int

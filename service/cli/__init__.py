@@ -216,6 +216,7 @@ def training_body(args) -> dict[str, Any]:
             "virtual_pipeline_stages": args.virtual_pipeline_stages, "sequence_parallel": args.sequence_parallel,
             "context_parallel": args.context_parallel, "expert_parallel": args.expert_parallel,
             "zero_stage": args.zero_stage, "recompute": args.recompute,
+            "reshard_after_forward": not args.keep_parameters_after_forward,
             "optimizer": args.optimizer, "roofs": args.roofs}
     for name in ("gradient_accumulation_steps", "global_batch_tokens", "node_size"):
         if getattr(args, name) is not None:
@@ -424,6 +425,9 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--sequence-parallel", action="store_true",
                        help="Megatron sequence parallelism over the tensor-parallel group")
         p.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO sharding (default 0)")
+        p.add_argument("--keep-parameters-after-forward", action="store_true",
+                       help="with --zero-stage 3: keep gathered parameters from the forward to the backward (Llama 3's "
+                            "FSDP) instead of gathering them again")
         p.add_argument("--recompute", default="none", choices=["none", "selective", "full"],
                        help="activation recomputation (default none)")
         p.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd_momentum", "sgd"],

@@ -9,6 +9,7 @@ from schemas.training import (
     CollectiveOut,
     RecomputeAdvice,
     RecomputeOptionOut,
+    ShardingOut,
     TrainingAnalysis,
     TrainingMemoryOut,
     TrainingRequest,
@@ -82,7 +83,7 @@ def setup_for(request: TrainingRequest, device: DeviceSpec) -> tuple[training.Tr
         gradient_accumulation_steps=_accumulation_steps(request),
         parallelism=training.Parallelism(request.data_parallel, request.tensor_parallel, request.pipeline_parallel,
                                          request.zero_stage, request.sequence_parallel, request.context_parallel,
-                                         request.expert_parallel),
+                                         request.expert_parallel, request.reshard_after_forward),
         dtypes=training.TrainingDTypes(d.parameters, d.gradients, d.optimizer_states, d.activations, d.master_weights),
         optimizer=request.optimizer, recompute=request.recompute,
         attention_implementation=request.attention_implementation,
@@ -168,6 +169,19 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
     ]
 
 
+def _sharding(setup: training.TrainingSetup) -> ShardingOut:
+    par = setup.parallelism
+    if par.zero_stage < 3 or par.replicas == 1:
+        gathers = "none"
+    else:
+        gathers = ("before each forward and backward" if par.reshard_after_forward
+                   else "before each forward, kept through the backward")
+    return ShardingOut(parameters_sharded_over=par.shards(3), gradients_sharded_over=par.shards(2),
+                       optimizer_states_sharded_over=par.shards(1),
+                       expert_states_sharded_over=par.shards(1, experts=True) if par.expert > 1 else None,
+                       parameter_gathers=gathers, gradient_accumulation_dtype=setup.dtypes.gradients)
+
+
 def _schedule_words(schedule: Schedule) -> str:
     if schedule.name == "interleaved":
         return (f"interleaved, {schedule.virtual_stages} model chunks a stage: m + (p - 1)/v micro-batch slots, "
@@ -189,7 +203,8 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
         expert_parallel=setup.parallelism.expert,
         pipeline_schedule=setup.schedule.name,
         virtual_pipeline_stages=setup.schedule.virtual_stages, sequence_parallel=setup.parallelism.sequence_parallel,
-        zero_stage=setup.parallelism.zero_stage,
+        zero_stage=setup.parallelism.zero_stage, reshard_after_forward=setup.parallelism.reshard_after_forward,
+        sharding=_sharding(setup),
         recompute=setup.recompute, seq_len=setup.seq_len, micro_batch_size=setup.micro_batch_size,
         gradient_accumulation_steps=setup.gradient_accumulation_steps, tokens_per_step=result.tokens_per_step,
         rows=ROWS.validate_python([{**p.result._asdict(), "phase": p.phase} for p in result.rows]),

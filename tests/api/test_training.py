@@ -207,3 +207,17 @@ def test_a_search_that_cannot_be_made_is_422(client, change, loc):
     assert loc in [f["loc"] for f in response.json()["fields"]]
     if loc == "body.num_devices":
         assert "no layout of 2 devices fits in memory" in response.json()["detail"]
+
+
+def test_the_answer_says_what_zero_shards_and_when_it_gathers(client):
+    zero_1 = client.post("/v1/analyze/training", json=EIGHT_B).json()["sharding"]
+    assert zero_1 == {"parameters_sharded_over": 1, "gradients_sharded_over": 1, "optimizer_states_sharded_over": 16,
+                      "expert_states_sharded_over": None, "parameter_gathers": "none",
+                      "gradient_accumulation_dtype": "bf16"}
+    kept = client.post("/v1/analyze/training", json={**EIGHT_B, "zero_stage": 3, "reshard_after_forward": False,
+                                                     "dtypes": {"gradients": "fp32"}}).json()
+    assert kept["sharding"]["parameters_sharded_over"] == kept["sharding"]["gradients_sharded_over"] == 16
+    assert kept["sharding"]["parameter_gathers"] == "before each forward, kept through the backward"
+    assert kept["sharding"]["gradient_accumulation_dtype"] == "fp32"
+    refused = client.post("/v1/analyze/training", json={**EIGHT_B, "reshard_after_forward": False})
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.reshard_after_forward"

@@ -65,9 +65,9 @@ def _model_splits(node_size: int, seq_len: int, layers: int) -> Iterator[tuple[i
 
 
 def layouts(arch: Architecture, devices: int, node_size: int, seq_len: int, micro_batch_size: int,
-            global_sequences: int, zero_stage: int) -> Iterator[Layout]:
+            global_sequences: int, sharding: Parallelism) -> Iterator[Layout]:
     """Every layout of `devices` that divides the global batch, with expert parallelism over the replicas for a
-    MoE model."""
+    MoE model; ZeRO as `sharding` has it."""
     experts = arch.moe.experts if arch.moe else 1
     for tensor, context, pipeline in _model_splits(node_size, seq_len, arch.layers):
         data, left = divmod(devices, tensor * context * pipeline)
@@ -75,7 +75,8 @@ def layouts(arch: Architecture, devices: int, node_size: int, seq_len: int, micr
             continue
         micro_batches = global_sequences // (data * micro_batch_size)
         for expert in (e for e in POWERS_OF_TWO if experts % e == 0 and (data * context) % e == 0):
-            parallelism = Parallelism(data, tensor, pipeline, zero_stage, tensor > 1, context, expert)
+            parallelism = replace(sharding, data=data, tensor=tensor, pipeline=pipeline, sequence_parallel=tensor > 1,
+                                  context=context, expert=expert)
             for schedule in _schedules(pipeline, arch.layers):
                 yield Layout(parallelism, schedule, micro_batches)
 
@@ -89,7 +90,7 @@ def search_layouts(arch: Architecture, evaluator: Evaluator, topology: Topology,
     closest: Placed | None = None
     searched = refused = 0
     for layout in layouts(arch, devices, node, base.seq_len, base.micro_batch_size, global_sequences,
-                          base.parallelism.zero_stage):
+                          base.parallelism):
         if searched + refused >= MAX_LAYOUTS:
             break
         budget.check()

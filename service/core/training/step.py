@@ -50,6 +50,9 @@ class Parallelism:
     sequence_parallel: bool = False  # Megatron's: norms, residuals and the stream's saved copies split over tensor
     context: int = 1  # context parallelism: each sequence split over this many ranks
     expert: int = 1  # expert parallelism: a MoE layer's routed experts split over this many of the replicas
+    # ZeRO 3 only: free a layer's gathered parameters after its forward and gather them again for its backward
+    # (FSDP's default); False keeps them from the forward to the backward (Llama 3's choice), one gather fewer.
+    reshard_after_forward: bool = True
 
     @property
     def stream_shards(self) -> int:
@@ -263,6 +266,9 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     if par.pipeline > arch.layers:
         raise CostModelError("pipeline_parallel", f"{par.pipeline} stages for {arch.layers} layers")
     setup.schedule.check(par.pipeline, arch.layers)
+    if not par.reshard_after_forward and par.zero_stage != 3:
+        raise CostModelError("reshard_after_forward", "only ZeRO 3 reshards parameters: keeping them after the "
+                                                      "forward needs zero_stage 3")
     check_expert_parallel(arch, par.expert, par.replicas, par.tensor, par.sequence_parallel)
     local_len = _context_slice(setup)
     model_dtypes = dtypes.model_dtypes()
@@ -489,6 +495,7 @@ class _StageParams(NamedTuple):
 
     dense: float
     experts: float
+    largest_layer: float  # one layer's, what ZeRO 3 gathers at a time
 
     @property
     def total(self) -> float:
@@ -504,15 +511,28 @@ def _stage_parameters(arch: Architecture, par: Parallelism, share: float) -> _St
     weights replicated; routed experts split over expert parallelism too), the vocabulary-parallel embedding on
     the first stage, the head and final norm on the last (a tied head is a copy of the embedding there when the
     stages differ)."""
-    dense = experts = 0.0
+    dense = experts = largest = 0.0
     for group in arch.groups:
         p = layer_params(arch, group)
         routed = routed_share(mlp_rows(arch, group, Step(1, 1, 1), ModelDTypes())) if par.expert > 1 else 0
-        dense += group.count * share * ((p.attention + p.mlp_total - routed) / par.tensor + p.norms)
-        experts += group.count * share * routed / (par.tensor * par.expert)
+        layer_dense = (p.attention + p.mlp_total - routed) / par.tensor + p.norms
+        layer_experts = routed / (par.tensor * par.expert)
+        dense += group.count * share * layer_dense
+        experts += group.count * share * layer_experts
+        largest = max(largest, layer_dense + layer_experts)
     embedding = arch.vocab * arch.hidden / par.tensor
     head = norm_params(arch) + (embedding if (not arch.tied_embeddings or par.pipeline > 1) else 0.0)
-    return _StageParams(dense + (embedding + head if par.pipeline == 1 else max(embedding, head)), experts)
+    return _StageParams(dense + (embedding + head if par.pipeline == 1 else max(embedding, head)), experts, largest)
+
+
+def _held_parameters(params: _StageParams, par: Parallelism) -> float:
+    """Parameters resident on a device at the step's peak: ZeRO 3 keeps a shard and gathers one layer at a time
+    (its next layer's prefetch not counted), or, keeping them after the forward, the stage's whole set for the
+    micro-batch beside the shard."""
+    held = params.sharded(par, 3)
+    if par.zero_stage == 3 and par.replicas > 1:
+        held += params.largest_layer if par.reshard_after_forward else params.total
+    return held
 
 
 def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: list[Row],
@@ -522,7 +542,7 @@ def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: lis
     activations, per_layer = _activations(setup, layers, last, setup.recompute, checkpoint_bytes)
     memory = TrainingMemory(
         parameters_per_device=params_device.total,
-        parameters_bytes=params_device.sharded(par, 3) * bytes_per_element(dtypes.parameters),
+        parameters_bytes=_held_parameters(params_device, par) * bytes_per_element(dtypes.parameters),
         gradients_bytes=params_device.sharded(par, 2) * bytes_per_element(dtypes.gradients),
         optimizer_bytes=params_device.sharded(par, 1) * dtypes.optimizer_bytes_per_parameter(setup.optimizer),
         activations_bytes=activations, activations_per_layer_bytes=per_layer,
@@ -603,8 +623,11 @@ def _gradient_sync(topology: Topology, setup: TrainingSetup, params_device: floa
         return [Collective(f"{which}gradient all-reduce", "all_reduce", "data", n, grads,
                            ring_all_reduce_bytes(n, grads), 1, link, waited_on)]
     scatters = 1 if par.zero_stage == 1 else m
-    gathered = (("parameter all-gathers (before each forward and backward)", 2 * m) if par.zero_stage == 3
-                else ("updated-parameter all-gather", 1))
+    if par.zero_stage == 3:
+        gathered = (("parameter all-gathers (before each forward and backward)", 2 * m) if par.reshard_after_forward
+                    else ("parameter all-gathers (before each forward, kept through the backward)", m))
+    else:
+        gathered = ("updated-parameter all-gather", 1)
     return [Collective(f"{which}gradient reduce-scatter", "reduce_scatter", "data", n, grads,
                        ring_shard_bytes(n, grads), scatters, link, waited_on),
             Collective(which + gathered[0], "all_gather", "data", n, params, ring_shard_bytes(n, params), gathered[1],

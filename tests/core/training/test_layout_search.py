@@ -15,7 +15,7 @@ def test_the_layouts_of_four_devices_by_hand():
     # pipelines of 1 or 2 stages. The (t, c, p) whose product divides 4 (and leaves a data-parallel degree that
     # divides the 8 sequences): (1,1,1) (1,1,2) (1,2,1) (1,2,2) (1,4,1) (2,1,1) (2,1,2) (2,2,1) (4,1,1): 9. The
     # three two-stage ones run 1F1B or zero bubble (interleaving 2 chunks on 2 stages needs 4 layers): 6 + 2 x 3.
-    found = list(layouts(tiny(layers=2), 4, 8, 16, 1, 8, 0))
+    found = list(layouts(tiny(layers=2), 4, 8, 16, 1, 8, Parallelism()))
     assert len(found) == 12
     assert {(x.parallelism.tensor, x.parallelism.context, x.parallelism.pipeline) for x in found} == {
         (1, 1, 1), (1, 1, 2), (1, 2, 1), (1, 2, 2), (1, 4, 1), (2, 1, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)}
@@ -61,7 +61,7 @@ def test_memory_binds_when_the_fastest_layout_does_not_fit():
 
 
 def test_interleaving_is_searched_where_the_layers_allow_it():
-    found = list(layouts(tiny(layers=8), 8, 8, 64, 1, 16, 1))
+    found = list(layouts(tiny(layers=8), 8, 8, 64, 1, 16, Parallelism(zero_stage=1)))
     schedules = {(x.parallelism.pipeline, x.schedule) for x in found}
     assert (4, Schedule("interleaved", 2)) in schedules and (8, Schedule("interleaved", 2)) not in schedules
     assert all(x.parallelism.zero_stage == 1 and x.parallelism.expert == 1 for x in found)

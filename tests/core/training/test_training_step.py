@@ -74,11 +74,20 @@ def test_adam_keeps_twelve_bytes_per_parameter_in_mixed_precision():
     # bf16 parameters and gradients (2 + 2), fp32 master copy, first and second moments (4 + 4 + 4).
     assert (memory.parameters_bytes, memory.gradients_bytes, memory.optimizer_bytes) == (2 * params, 2 * params,
                                                                                           12 * params)
-    # ZeRO 1 over 8 replicas shards the optimizer's 12 bytes; ZeRO 2 the gradients too; ZeRO 3 the parameters.
-    for stage, expected in ((1, (2, 2, 12 / 8)), (2, (2, 2 / 8, 12 / 8)), (3, (2 / 8, 2 / 8, 12 / 8))):
+    # ZeRO 1 over 8 replicas shards the optimizer's 12 bytes; ZeRO 2 the gradients too; ZeRO 3 the parameters,
+    # gathering one layer's at a time: 4 h^2 (q, k, v, o) + 3 h i (the MLP) + 2 h (two norms) = 202,383,360.
+    layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
+    assert layer == 202_383_360
+    for stage, expected, gathered in ((1, (2, 2, 12 / 8), 0), (2, (2, 2 / 8, 12 / 8), 0),
+                                      (3, (2 / 8, 2 / 8, 12 / 8), 2 * layer)):
         sharded = step(arch, micro_batch_size=1, seq_len=128, parallelism=Parallelism(data=8, zero_stage=stage)).memory
         assert (sharded.parameters_bytes, sharded.gradients_bytes, sharded.optimizer_bytes) == pytest.approx(
-            tuple(b * params for b in expected))
+            (expected[0] * params + gathered, expected[1] * params, expected[2] * params))
+    # Keeping the gathered parameters from the forward to the backward (Llama 3's FSDP) holds the whole model for
+    # the micro-batch beside the shard.
+    kept = step(arch, micro_batch_size=1, seq_len=128,
+                parallelism=Parallelism(data=8, zero_stage=3, reshard_after_forward=False)).memory
+    assert kept.parameters_bytes == pytest.approx(2 * params / 8 + 2 * params)
     # SGD with momentum: the momentum and the master copy, 8 bytes; Adam on fp32 parameters has no master copy.
     sgd = step(arch, micro_batch_size=1, seq_len=128, optimizer="sgd_momentum").memory
     assert sgd.optimizer_bytes == 8 * params
@@ -181,6 +190,14 @@ def test_zero_3_gathers_parameters_before_each_forward_and_backward():
     params = result.memory.parameters_per_device * 2
     assert kinds["all_gather"].count == 2 * 3 and kinds["all_gather"].bytes_per_device == pytest.approx(3 / 4 * params)
     assert kinds["reduce_scatter"].count == 3  # ZeRO 2 and 3 keep a gradient shard: reduced every micro-batch
+    kept = step(arch, micro_batch_size=1, seq_len=16, gradient_accumulation_steps=3,
+                parallelism=Parallelism(data=4, zero_stage=3, reshard_after_forward=False))
+    gathers = next(c for c in kept.communication if c.kind == "all_gather")
+    assert gathers.count == 3 and gathers.name == "parameter all-gathers (before each forward, kept through the backward)"
+    with pytest.raises(CostModelError) as refused:
+        step(arch, micro_batch_size=1, seq_len=16, parallelism=Parallelism(data=4, zero_stage=2,
+                                                                          reshard_after_forward=False))
+    assert refused.value.field == "reshard_after_forward"
 
 
 def test_selective_recomputation_of_naive_attention_pays_by_the_seed_test():
