@@ -9,11 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.analysis import RoofOptions
 from schemas.common import DeviceId, NonNegativeFinite, PositiveFinite, StrictModel
 from schemas.models import Count, Length, ModelChoice, ParamCounts, RowOut, UsableMemory
+from service.core.training.fp8 import RECIPES
 from service.core.training.schedules import SCHEDULES
 
 Degree = Annotated[int, Field(ge=1, le=65_536)]
 # Floating-point types a training step can keep parameters, gradients and states in (no integer training).
 TrainingDType = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+Fp8Recipe = Literal["none", "delayed", "current", "blockwise", "mxfp8"]
+if set(get_args(Fp8Recipe)) != set(RECIPES):
+    raise ImportError(f"recipes named in Fp8Recipe and RECIPES differ: {set(get_args(Fp8Recipe)) ^ set(RECIPES)}")
 # Spelled out for the OpenAPI document; the core's list is the one the step reads.
 ScheduleName = Literal["1f1b", "interleaved", "zero_bubble"]
 if set(get_args(ScheduleName)) != set(SCHEDULES):
@@ -28,6 +32,14 @@ class TrainingDTypes(StrictModel):
     master_weights: bool | None = Field(
         None, description="Keep an fp32 (optimizer_states-typed) master copy of the parameters; default: when the "
                           "parameters are narrower than the optimizer states (mixed precision)")
+    fp8_recipe: Fp8Recipe = Field(
+        "none", description="FP8 training as Transformer Engine runs it: the layers' matmuls at the fp8 peak on fp8 "
+                            "inputs and weights, each input and output gradient cast first (read in 16 bits, written "
+                            "as row- and column-wise fp8 copies with the recipe's scales: 'delayed' per-tensor from "
+                            "the amax history, 'current' per-tensor with an amax pass first, 'blockwise' 1 x 128 "
+                            "fp32 scales, 'mxfp8' an e8m0 scale per 32), the weights cast once a step; attention, "
+                            "norms, the LM head, master weights and the optimizer stay as dtypes say. Needs 16-bit "
+                            "activations")
 
 
 class TrainingStepOptions(RoofOptions, UsableMemory):

@@ -30,6 +30,7 @@ from service.cli.render import (
     training_table,
 )
 from service.core.operators.registry import KINDS, OPERATORS
+from service.core.training.fp8 import RECIPES
 from service.core.training.schedules import SCHEDULES
 
 # Sweeps of more points than one request allows are sent in chunks of this many.
@@ -217,6 +218,7 @@ def training_body(args) -> dict[str, Any]:
             "context_parallel": args.context_parallel, "expert_parallel": args.expert_parallel,
             "zero_stage": args.zero_stage, "recompute": args.recompute,
             "reshard_after_forward": not args.keep_parameters_after_forward,
+            "dtypes": {"fp8_recipe": args.fp8_recipe},
             "optimizer": args.optimizer, "roofs": args.roofs}
     for name in ("gradient_accumulation_steps", "global_batch_tokens", "node_size"):
         if getattr(args, name) is not None:
@@ -430,6 +432,8 @@ def parser() -> argparse.ArgumentParser:
                             "FSDP) instead of gathering them again")
         p.add_argument("--recompute", default="none", choices=["none", "selective", "full"],
                        help="activation recomputation (default none)")
+        p.add_argument("--fp8-recipe", default="none", choices=list(RECIPES),
+                       help="fp8 training of the layers' matmuls with this scaling (default none: the dtypes')")
         p.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd_momentum", "sgd"],
                        help="optimizer (default adamw)")
         p.add_argument("--node-size", type=int, help="devices per node (default: the device's)")

@@ -84,7 +84,8 @@ def setup_for(request: TrainingRequest, device: DeviceSpec) -> tuple[training.Tr
         parallelism=training.Parallelism(request.data_parallel, request.tensor_parallel, request.pipeline_parallel,
                                          request.zero_stage, request.sequence_parallel, request.context_parallel,
                                          request.expert_parallel, request.reshard_after_forward),
-        dtypes=training.TrainingDTypes(d.parameters, d.gradients, d.optimizer_states, d.activations, d.master_weights),
+        dtypes=training.TrainingDTypes(d.parameters, d.gradients, d.optimizer_states, d.activations, d.master_weights,
+                                       d.fp8_recipe),
         optimizer=request.optimizer, recompute=request.recompute,
         attention_implementation=request.attention_implementation,
         schedule=Schedule(request.pipeline_schedule, request.virtual_pipeline_stages),
@@ -158,6 +159,7 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
         + ("sequence parallel: norms and residuals on 1/t of the tokens, all-gather before and reduce-scatter after "
            "each tensor-parallel block, the backward's re-gather of kept input slices overlapped with dgrad; the "
            "LM head's input gather not counted" if par.sequence_parallel else "no sequence parallelism"),
+        _precision_words(setup.dtypes),
         f"optimizer: {setup.optimizer}, states in {setup.dtypes.optimizer_states}"
         + (" with master weights" if setup.dtypes.keeps_master else "") + "; gradient clipping and loss scaling not counted",
         "collectives: ring algorithms at the link of the tier the group crosses (intra-node when the group's ranks "
@@ -180,6 +182,17 @@ def _sharding(setup: training.TrainingSetup) -> ShardingOut:
                        optimizer_states_sharded_over=par.shards(1),
                        expert_states_sharded_over=par.shards(1, experts=True) if par.expert > 1 else None,
                        parameter_gathers=gathers, gradient_accumulation_dtype=setup.dtypes.gradients)
+
+
+def _precision_words(dtypes: training.TrainingDTypes) -> str:
+    if dtypes.fp8_recipe == "none":
+        return (f"precision: matmuls in {dtypes.parameters} x {dtypes.activations} as the dtypes say (no fp8 recipe: "
+                "fp8 dtypes alone are not an fp8 training recipe's casts)")
+    return (f"precision: fp8 recipe '{dtypes.fp8_recipe}': the layers' matmuls at the fp8 peak on fp8 copies of "
+            "their inputs, output gradients and weights, each cast from 16 bits into row- and column-wise copies "
+            "with the recipe's scales (the casts are rows of their own; the weights' once a step); attention, norms, "
+            "the LM head, the master weights, gradients and the optimizer as dtypes say; MFU against the fp8 peak; "
+            "whether the device scales MXFP8 in hardware is not checked")
 
 
 def _schedule_words(schedule: Schedule) -> str:

@@ -102,6 +102,8 @@ def test_time_to_train_at_the_roofline_and_at_a_stated_mfu(client):
     ({"context_parallel": 2, "attention_implementation": "naive"}, "body.context_parallel"),
     ({"context_parallel": 0}, "body.context_parallel"),
     ({"expert_parallel": 2}, "body.expert_parallel"),  # Llama 3.1 8B has no experts
+    ({"dtypes": {"fp8_recipe": "delayed"}, "device_id": "nvidia-a100-80gb-sxm"}, "body.dtypes.fp8_recipe"),
+    ({"dtypes": {"fp8_recipe": "tensorwise"}}, "body.dtypes.fp8_recipe"),
     ({"model_id": "mixtral-8x7b", "expert_parallel": 8}, "body.sequence_parallel"),  # with tensor parallelism 4
 ])
 def test_bad_training_requests_name_the_field(client, change, loc):

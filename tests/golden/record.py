@@ -118,6 +118,8 @@ def build_requests() -> list[dict]:
     add("/v1/analyze/training", {**scaled, "seq_len": 65536, "context_parallel": 8, "gradient_accumulation_steps": 4})
     add("/v1/analyze/training", {**TRAINING_EXAMPLE, "model_id": "qwen3-30b-a3b", "tensor_parallel": 2,
                                  "sequence_parallel": True, "expert_parallel": 8})
+    add("/v1/analyze/training", {**TRAINING_EXAMPLE, "dtypes": {"fp8_recipe": "delayed"}})
+    add("/v1/analyze/training", {**TRAINING_EXAMPLE, "dtypes": {"fp8_recipe": "mxfp8"}, "device_id": "nvidia-b200"})
     add("/v1/plan/training", {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "num_devices": 512,
                               "total_tokens": 15e12, "seq_len": 8192, "global_batch_tokens": 16 * 2**20,
                               "zero_stage": 1, "search": True})

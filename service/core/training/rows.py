@@ -25,6 +25,7 @@ from service.core.operators import attention_cost, softmax_cost
 from service.core.operators.attention import SOFTMAX_FLOPS_PER_SCORE, causal_pairs
 from service.core.operators.base import OperatorCost
 from service.core.operators.registry import OPERATORS
+from service.core.training.fp8 import QUANTIZE
 from service.core.transformer.architecture import Architecture, LayerGroup
 from service.core.transformer.layers import (
     ModelDTypes,
@@ -171,7 +172,7 @@ def saved_activation_bytes(row: Row, activations: str, keep_scores: bool, stream
     keeps Q, K, V and its softmax statistics, its output O being the output projection's input; a residual add,
     RoPE, the embedding and collectives keep nothing). stream_shards: the sequence-parallel degree by which a
     stream reader's kept input is sliced."""
-    if row.is_comm or row.name.endswith("residual"):
+    if row.is_comm or row.name.endswith(("residual", QUANTIZE)):  # a cast's fp8 output is its matmul's input
         return 0.0
     cost, saved = cost_of(row), OPERATORS[row.kind].saved_for_backward
     if saved == "nothing":

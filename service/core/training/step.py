@@ -15,6 +15,7 @@ from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.training.collectives import Collective, Link, Topology, ring_all_reduce_bytes, ring_shard_bytes
 from service.core.training.experts import check_expert_parallel, expert_parallel_rows, routed_share
+from service.core.training.fp8 import QUANTIZE, check_recipe, fp8_backward, fp8_rows, is_fp8, weight_cast
 from service.core.training.rows import (
     BACKWARD_ACTIVATION,
     BACKWARD_WEIGHT,
@@ -22,6 +23,7 @@ from service.core.training.rows import (
     OPTIMIZER,
     OPTIMIZER_STATES_PER_PARAMETER,
     RECOMPUTE,
+    PhasedRow,
     attention_scores_row,
     backward_rows,
     context_parallel_rows,
@@ -83,6 +85,7 @@ class TrainingDTypes:
     optimizer_states: str = "fp32"
     activations: str = "bf16"
     master_weights: bool | None = None  # default: kept when the parameters are narrower than the states
+    fp8_recipe: str = "none"  # the layers' matmuls in fp8 with this scaling (fp8.py), or not
 
     @property
     def keeps_master(self) -> bool:
@@ -259,7 +262,8 @@ class _Layers:
         return total, largest
 
 
-def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topology, setup: TrainingSetup) -> TrainingStep:
+def _check(arch: Architecture, evaluator: Evaluator, setup: TrainingSetup) -> None:
+    """What the step cannot be built from, named by its field."""
     par, dtypes = setup.parallelism, setup.dtypes
     if setup.recompute not in RECOMPUTE_POLICIES:
         raise CostModelError("recompute", f"one of {', '.join(RECOMPUTE_POLICIES)}")
@@ -270,6 +274,15 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         raise CostModelError("reshard_after_forward", "only ZeRO 3 reshards parameters: keeping them after the "
                                                       "forward needs zero_stage 3")
     check_expert_parallel(arch, par.expert, par.replicas, par.tensor, par.sequence_parallel)
+    check_recipe(dtypes.fp8_recipe, dtypes.activations)
+    if dtypes.fp8_recipe != "none" and evaluator.device.peak("fp8", "tensor") is None:
+        raise CostModelError("dtypes.fp8_recipe", f"device {evaluator.device.id} publishes no fp8 tensor peak to run "
+                                                  "fp8 matmuls at")
+
+
+def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topology, setup: TrainingSetup) -> TrainingStep:
+    par, dtypes = setup.parallelism, setup.dtypes
+    _check(arch, evaluator, setup)
     local_len = _context_slice(setup)
     model_dtypes = dtypes.model_dtypes()
     step = Step(setup.micro_batch_size, local_len, local_len, par.tensor, setup.attention_implementation,
@@ -292,7 +305,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
 
     def place_backward(rows: list[Row], group: str, count: int) -> None:
         for row in rows:
-            for phased in backward_rows(row, gradient_ratio, accumulate):
+            for phased in _backward(row, setup, gradient_ratio, accumulate):
                 placed.append(PlacedRow(phased.phase, _place(evaluator, phased.row, group, count, links)))
 
     place_all(first, FORWARD, FIRST_STAGE, 1)
@@ -319,11 +332,16 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         shard, setup.optimizer, dtypes.parameters, dtypes.gradients, dtypes.optimizer_states, dtypes.keeps_master))
     optimizer_result = evaluator.evaluate(optimizer, "optimizer", 1)
     placed.append(PlacedRow(OPTIMIZER, optimizer_result))
+    optimizer_time = optimizer_result.total_time_s
+    if dtypes.fp8_recipe != "none":
+        cast = evaluator.evaluate(weight_cast(_held_parameters(params_device, par), dtypes.fp8_recipe), "optimizer", 1)
+        placed.append(PlacedRow(OPTIMIZER, cast))
+        optimizer_time += cast.total_time_s
 
     communication += _data_parallel(topology, setup, params_device)
     dp_time = sum(c.total_time_s for c in communication if c.group == "data")
     exposed = max(0.0, dp_time - pipeline.backward_s) if setup.overlap_data_parallel else dp_time
-    step_time = pipeline_time + optimizer_result.total_time_s + exposed
+    step_time = pipeline_time + optimizer_time + exposed
 
     forward_flops, recompute_flops = _unsplit_flops(arch, setup, model_dtypes)
     if not math.isfinite(step_time + memory.required_bytes + forward_flops * micro_batches * par.data):
@@ -337,7 +355,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         model_flops_per_step=3 * forward_flops * sequences,
         hardware_flops_per_step=(3 * forward_flops + recompute_flops) * sequences,
         tokens_per_step=setup.tokens_per_step, micro_batch_time_s=micro_batch_time, pipeline_time_s=pipeline_time,
-        bubble_fraction=bubble_time / pipeline_time, optimizer_time_s=optimizer_result.total_time_s,
+        bubble_fraction=bubble_time / pipeline_time, optimizer_time_s=optimizer_time,
         data_parallel_time_s=dp_time, data_parallel_exposed_s=exposed, step_time_s=step_time, peak_flops_per_s=peak,
         compute_roof_source=compute_source, devices=par.devices)
 
@@ -352,11 +370,25 @@ class _PipelineTimes(NamedTuple):
 
 def _layer_rows(arch: Architecture, group: LayerGroup, step: Step, setup: TrainingSetup) -> list[Row]:
     """One layer's forward on one device: the model's rows at the step's tokens, then context and expert
-    parallelism's changes to them."""
-    par = setup.parallelism
-    rows = context_parallel_rows(forward_layer_rows(arch, group, step, setup.dtypes.model_dtypes()), setup.seq_len,
+    parallelism's and the fp8 recipe's changes to them."""
+    par, dtypes = setup.parallelism, setup.dtypes
+    rows = context_parallel_rows(forward_layer_rows(arch, group, step, dtypes.model_dtypes()), setup.seq_len,
                                  par.context)
-    return expert_parallel_rows(rows, arch, par.expert, step.stream_tokens, setup.dtypes.activations)
+    rows = expert_parallel_rows(rows, arch, par.expert, step.stream_tokens, dtypes.activations)
+    return fp8_rows(rows, dtypes.fp8_recipe, bytes_per_element(dtypes.parameters))
+
+
+def _backward(row: Row, setup: TrainingSetup, gradient_ratio: float, accumulate: bool) -> list[PhasedRow]:
+    """A forward row's backward: an fp8 matmul's in fp8 after its output gradient's cast; a cast's nothing (the
+    gradient passes straight through); any other row's as rows.py counts it."""
+    if row.name.endswith(QUANTIZE):
+        return []
+    if is_fp8(row):
+        cast, dgrad, wgrad = fp8_backward(row, setup.dtypes.fp8_recipe, bytes_per_element(setup.dtypes.gradients),
+                                          accumulate)
+        return [PhasedRow(BACKWARD_ACTIVATION, cast), PhasedRow(BACKWARD_ACTIVATION, dgrad),
+                PhasedRow(BACKWARD_WEIGHT, wgrad)]
+    return backward_rows(row, gradient_ratio, accumulate)
 
 
 def _context_slice(setup: TrainingSetup) -> int:

@@ -302,3 +302,53 @@ def test_expert_parallel_refusals():
         with pytest.raises(CostModelError) as refused:
             step(arch, micro_batch_size=1, seq_len=16, parallelism=parallelism)
         assert refused.value.field == field
+
+
+def test_an_fp8_recipe_by_hand():
+    from service.core.training.step import TrainingDTypes
+
+    batch, s = 2, 16
+    tokens = batch * s
+    qkv = (HEADS + 2 * KV_HEADS) * HEAD_DIM
+    plain = step(tiny(), micro_batch_size=batch, seq_len=s)
+    results = {recipe: step(tiny(), micro_batch_size=batch, seq_len=s, dtypes=TrainingDTypes(fp8_recipe=recipe))
+               for recipe in ("delayed", "current", "blockwise", "mxfp8")}
+    rows = {name: p.result for name, p in ((p.result.name, p) for p in results["delayed"].rows)}
+    # The QKV projection's input, T x h, is cast first: read in bf16, written as two fp8 copies (rows, columns).
+    cast = rows["qkv_proj.quantize"]
+    assert (cast.bytes, cast.flops) == (2 * tokens * HIDDEN + 2 * tokens * HIDDEN, 3 * tokens * HIDDEN)
+    # The projection reads its fp8 input and fp8 weights (1 byte each), writes bf16, at the fp8 peak.
+    proj = rows["qkv_proj"]
+    assert proj.bytes == tokens * HIDDEN + HIDDEN * qkv + 2 * tokens * qkv
+    assert proj.compute_time_s == pytest.approx(2 * tokens * HIDDEN * qkv / H100.peak("fp8", "tensor").flops_per_s)
+    # Backward: dY (T x qkv) cast; dX = dY W^T reads fp8 dY and W, writes bf16 dX; dW = X^T dY reads the two fp8
+    # copies and writes bf16 gradients.
+    assert rows["qkv_proj.grad_quantize"].bytes == 2 * tokens * qkv + 2 * tokens * qkv
+    assert rows["qkv_proj.dgrad"].bytes == tokens * qkv + HIDDEN * qkv + 2 * tokens * HIDDEN
+    assert rows["qkv_proj.wgrad"].bytes == tokens * qkv + tokens * HIDDEN + 2 * HIDDEN * qkv
+    # Attention, norms and the LM head stay in bf16.
+    assert rows["attention"].flops == next(p.result.flops for p in plain.rows if p.result.name == "attention")
+    assert "lm_head.quantize" not in rows
+    # The recipes differ only in their casts: current scaling reads the input twice (amax, then the cast);
+    # blockwise writes an fp32 scale per 128 elements, MXFP8 an 8-bit one per 32.
+    def cast_bytes(recipe):
+        return next(p.result.bytes for p in results[recipe].rows if p.result.name == "qkv_proj.quantize")
+    elements = tokens * HIDDEN
+    assert cast_bytes("current") == 4 * elements + 2 * elements
+    assert cast_bytes("blockwise") == pytest.approx(2 * elements + 2 * elements * (1 + 4 / 128))
+    assert cast_bytes("mxfp8") == pytest.approx(2 * elements + 2 * elements * (1 + 1 / 32))
+    # Kept for the backward: each matmul's input in fp8, a byte an element instead of two: the QKV and gate/up
+    # inputs (T x h each), o_proj's (T x heads x d) and down_proj's (T x width).
+    saved = tokens * (HIDDEN + HEADS * HEAD_DIM + HIDDEN + WIDTH)
+    assert plain.memory.activations_per_layer_bytes - results["delayed"].memory.activations_per_layer_bytes == saved
+    # Once a step the updated weights are cast to their fp8 copies.
+    [weight_cast] = [p.result for p in results["delayed"].rows if p.result.name == "fp8_weight_cast"]
+    assert weight_cast.bytes == 4 * results["delayed"].memory.parameters_per_device
+
+
+def test_an_fp8_recipe_needs_sixteen_bit_activations():
+    from service.core.training.step import TrainingDTypes
+
+    with pytest.raises(CostModelError) as refused:
+        step(tiny(), micro_batch_size=1, seq_len=16, dtypes=TrainingDTypes(activations="fp8", fp8_recipe="delayed"))
+    assert refused.value.field == "dtypes.fp8_recipe"
