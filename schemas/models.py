@@ -173,7 +173,7 @@ class ModelAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
     tensor_parallel: Annotated[int, Field(ge=1, le=1024)] = 1
     collective_latency_s: NonNegativeFinite | None = Field(
         None, le=1, description="Fixed cost of each tensor-parallel all-reduce beside its bytes / bandwidth, seconds; "
-                                "default: the device's collective_latency_s (5e-6 when unset)")
+                                "default: the device's collective_latency_s (2e-6 when unset)")
     output_len: Length | None = Field(None, description="Tokens to generate: the answer adds the end-to-end latency")
     measured_time_s: Annotated[float, Field(ge=1e-9, le=1e6)] | None = Field(
         None, description="A measured time of this step (e.g. the TPOT or TTFT a serving benchmark reported), seconds: "

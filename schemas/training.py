@@ -103,7 +103,7 @@ class TrainingStepOptions(RoofOptions, UsableMemory):
     inter_node_bandwidth_bytes_per_s: PositiveFinite | None = Field(
         None, description="Inter-node link per device and direction, bytes/s, instead of the device's (or measured)")
     collective_latency_s: NonNegativeFinite | None = Field(
-        None, le=1, description="Fixed cost of one intra-node collective or send, seconds; default the device's (5e-6)")
+        None, le=1, description="Fixed cost of one intra-node collective or send, seconds; default the device's (2e-6)")
     inter_node_latency_s: NonNegativeFinite | None = Field(
         None, le=1, description="Fixed cost of one collective or send that crosses nodes, seconds; default 1e-5")
 

@@ -23,9 +23,11 @@ class MemoryLevelName(StrEnum):
 # names no overhead of its own (an order of magnitude, not a measured figure).
 DEFAULT_LAUNCH_OVERHEAD_S = 4e-6
 # The fixed cost of one collective (an all-reduce) beside its bytes / bandwidth: synchronisation and the
-# first hop. 5 us is an order of magnitude for a small NCCL all-reduce inside an NVLink node, not a
-# measurement; devices and requests override it (collective_latency_s).
-DEFAULT_COLLECTIVE_LATENCY_S = 5e-6
+# first hop. It must not exceed what the fastest kernels take, or a bound on a decode step (dozens of small
+# all-reduces) would sit above real runs: small 8-way all-reduces captured in a CUDA graph on an NVSwitch node
+# measured 2.3-3.3 us (the team's runs, issue 25), so 2 us, just under them. (It was 5 us, an order of
+# magnitude for an uncaptured NCCL ring.) Devices and requests override it (collective_latency_s).
+DEFAULT_COLLECTIVE_LATENCY_S = 2e-6
 # The same for a collective whose ring leaves the node (a NIC, a switch hop or two): an order of magnitude
 # again, overridable per request (inter_node_latency_s).
 DEFAULT_INTER_NODE_LATENCY_S = 1e-5
