@@ -93,6 +93,8 @@ FIELD_DOCS: dict[str, str] = {
     "context_parallel": "Ranks each sequence is split over (ring attention)",
     "expert_parallel": "Ranks a MoE layer's routed experts are split over (drawn from the data-parallel ones)",
     "reshard_after_forward": "With ZeRO 3: whether gathered parameters are freed after the forward and gathered again",
+    "first_stage_layers": "Layers on the first pipeline stage, when not an even split",
+    "last_stage_layers": "Layers on the last pipeline stage, when not an even split",
     "sequence_parallel": "Whether norms, residuals and the stream's kept copies are split over the tensor-parallel group",
     "micro_batch_size": "Sequences per micro-batch per replica",
     "gradient_accumulation_steps": "Micro-batches per optimizer step per replica",

@@ -57,6 +57,13 @@ class TrainingStepOptions(RoofOptions, UsableMemory):
     tensor_parallel: Degree = Field(1, description="Megatron tensor parallelism: heads, MLP and vocabulary split")
     pipeline_parallel: Degree = Field(1, description="Pipeline stages (layers split evenly, the fullest stage "
                                                      "holding ceil(layers / stages))")
+    first_stage_layers: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        None, description="Layers on the first pipeline stage (beside the embedding), as Megatron's "
+                          "--decoder-first-pipeline-num-layers; the other stages share the rest evenly. Default: every "
+                          "stage ceil(layers / stages)")
+    last_stage_layers: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        None, description="Layers on the last pipeline stage (beside the LM head and loss), as Megatron's "
+                          "--decoder-last-pipeline-num-layers")
     pipeline_schedule: ScheduleName = Field(
         "1f1b", description="'1f1b': (m + p - 1) micro-batch slots; 'interleaved': Megatron's virtual pipeline, "
                             "m + (p - 1)/v slots, v times the sends, the first stage holding p + (p - 1)/v "
@@ -168,6 +175,9 @@ class ShardingOut(BaseModel):
 class TrainingMemoryOut(BaseModel):
     """Per device, on the fullest pipeline stage."""
 
+    stage: int = Field(description="The fullest pipeline stage, 0 the first (the one these figures are of)")
+    stage_layers: int = Field(description="Layers on that stage")
+
     parameters_per_device: float = Field(description="Parameters held (before ZeRO-3 sharding), count")
     parameters_bytes: float
     gradients_bytes: float
@@ -232,6 +242,8 @@ class TrainingAnalysis(BaseModel):
     expert_parallel: int
     pipeline_schedule: ScheduleName
     virtual_pipeline_stages: int
+    stage_layers: list[int] = Field(description="Layers each pipeline stage holds, first to last (the fullest "
+                                                "stage's count for every stage when split evenly)")
     sequence_parallel: bool
     zero_stage: int
     reshard_after_forward: bool

@@ -220,7 +220,8 @@ def training_body(args) -> dict[str, Any]:
             "reshard_after_forward": not args.keep_parameters_after_forward,
             "dtypes": {"fp8_recipe": args.fp8_recipe},
             "optimizer": args.optimizer, "roofs": args.roofs}
-    for name in ("gradient_accumulation_steps", "global_batch_tokens", "node_size"):
+    for name in ("gradient_accumulation_steps", "global_batch_tokens", "node_size", "first_stage_layers",
+                 "last_stage_layers"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     return body
@@ -242,7 +243,8 @@ def cmd_plan_training(args) -> None:
     body = {**training_body(args), "num_devices": args.num_devices, "total_tokens": args.total_tokens}
     if args.search:
         given = [name for name, default in LAYOUT_DEFAULTS.items() if body[name] != default]
-        given += ["gradient_accumulation_steps"] if "gradient_accumulation_steps" in body else []
+        given += [name for name in ("gradient_accumulation_steps", "first_stage_layers", "last_stage_layers")
+                  if name in body]
         if given:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             raise SystemExit(f"--search chooses the layout: leave out {flags}")
@@ -415,6 +417,8 @@ def parser() -> argparse.ArgumentParser:
                                                                 "accumulation steps)")
         p.add_argument("--tensor-parallel", type=int, default=1, help="tensor-parallel degree (default 1)")
         p.add_argument("--pipeline-parallel", type=int, default=1, help="pipeline stages (default 1)")
+        p.add_argument("--first-stage-layers", type=int, help="layers on the first pipeline stage (default: even)")
+        p.add_argument("--last-stage-layers", type=int, help="layers on the last pipeline stage (default: even)")
         p.add_argument("--pipeline-schedule", default="1f1b", choices=list(SCHEDULES),
                        help="pipeline schedule (default 1f1b; interleaved needs --virtual-pipeline-stages 2 or more)")
         p.add_argument("--virtual-pipeline-stages", type=int, default=1,

@@ -89,6 +89,7 @@ def setup_for(request: TrainingRequest, device: DeviceSpec) -> tuple[training.Tr
         optimizer=request.optimizer, recompute=request.recompute,
         attention_implementation=request.attention_implementation,
         schedule=Schedule(request.pipeline_schedule, request.virtual_pipeline_stages),
+        first_stage_layers=request.first_stage_layers, last_stage_layers=request.last_stage_layers,
         overlap_data_parallel=request.overlap_data_parallel, usable_bytes=usable,
         workspace_bytes=request.workspace_bytes), basis
 
@@ -215,7 +216,8 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
         pipeline_parallel=setup.parallelism.pipeline, context_parallel=setup.parallelism.context,
         expert_parallel=setup.parallelism.expert,
         pipeline_schedule=setup.schedule.name,
-        virtual_pipeline_stages=setup.schedule.virtual_stages, sequence_parallel=setup.parallelism.sequence_parallel,
+        virtual_pipeline_stages=setup.schedule.virtual_stages, stage_layers=list(result.stage_layers),
+        sequence_parallel=setup.parallelism.sequence_parallel,
         zero_stage=setup.parallelism.zero_stage, reshard_after_forward=setup.parallelism.reshard_after_forward,
         sharding=_sharding(setup),
         recompute=setup.recompute, seq_len=setup.seq_len, micro_batch_size=setup.micro_batch_size,

@@ -15,7 +15,8 @@ from service.translation.training_analyses import setup_for, topology_for
 
 # What a search chooses: a request that searches may not also give them.
 LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "pipeline_schedule", "virtual_pipeline_stages",
-                 "context_parallel", "expert_parallel", "sequence_parallel", "recompute", "gradient_accumulation_steps")
+                 "context_parallel", "expert_parallel", "sequence_parallel", "recompute", "gradient_accumulation_steps",
+                 "first_stage_layers", "last_stage_layers")
 
 
 def _refuse(loc: str, reason: str) -> Unprocessable:

@@ -34,6 +34,7 @@ from service.core.training.rows import (
     saved_activation_bytes,
 )
 from service.core.training.schedules import PhaseTimes, Schedule
+from service.core.training.stages import StagePlan, plan_stages
 from service.core.transformer.analysis import Evaluator, RowResult, group_label
 from service.core.transformer.architecture import Architecture, LayerGroup
 from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, cost_of, mlp_rows
@@ -112,6 +113,8 @@ class TrainingSetup:
     recompute: str = "none"
     attention_implementation: str = "flash"
     schedule: Schedule = field(default_factory=Schedule)
+    first_stage_layers: int | None = None  # uneven pipeline stages (stages.py); None: an even split
+    last_stage_layers: int | None = None
     overlap_data_parallel: bool = False
     usable_bytes: float = math.inf
     workspace_bytes: float = 0.0
@@ -130,13 +133,16 @@ class PlacedRow(NamedTuple):
 class TrainingMemory:
     """Per device, on the step's fullest pipeline stage."""
 
+    stage: int  # which (0: the first)
+    stage_layers: int
+
     parameters_per_device: float
     parameters_bytes: float
     gradients_bytes: float
     optimizer_bytes: float
     activations_bytes: float
     activations_per_layer_bytes: float  # one micro-batch, one layer, at the chosen recomputation
-    in_flight_micro_batches: float  # the first stage's layers' worth: interleaving holds fractions of a stage
+    in_flight_micro_batches: float  # the stage's layers' worth: interleaving holds fractions of a stage
     workspace_bytes: float
     usable_bytes: float
 
@@ -194,6 +200,7 @@ class TrainingStep:
     peak_flops_per_s: float | None
     compute_roof_source: str  # of the matmuls: "nominal" or "measured"
     devices: int
+    stage_layers: tuple[int, ...]  # per pipeline stage
 
     @property
     def tokens_per_s(self) -> float:
@@ -248,17 +255,25 @@ class _Layers:
     """The layer groups of one micro-batch on one tensor-parallel shard, each with its forward rows."""
 
     groups: tuple[tuple[str, int, list[Row]], ...]  # (label, layers in the model, forward rows of one layer)
-    share: float  # the slowest stage's share of the layers: ceil(L / p) / L
-
+    plan: StagePlan
     stream_shards: int  # sequence parallelism's slices of the residual stream
-    def saved_per_layer(self, activations: str, policy: str, checkpoint_bytes: float) -> tuple[float, float]:
-        """(saved bytes of the stage's layers for one micro-batch, of its largest single layer)."""
+
+    @property
+    def share(self) -> float:
+        """The fullest stage's share of the layers, what the step's per-layer work is counted at."""
+        return self.plan.fullest_share
+
+    def saved_per_layer(self, activations: str, policy: str, checkpoint_bytes: float,
+                        stage: int | None = None) -> tuple[float, float]:
+        """(saved bytes of a stage's layers for one micro-batch, of its largest single layer); the fullest
+        stage's unless `stage` says which."""
+        share = self.share if stage is None else self.plan.share(stage)
         total = largest = 0.0
         for _, count, rows in self.groups:
             layer = sum(saved_activation_bytes(r, activations, policy == "none", self.stream_shards) * r.count
                         for r in rows)
             largest = max(largest, layer)
-            total += count * self.share * (checkpoint_bytes if policy == "full" else layer)
+            total += count * share * (checkpoint_bytes if policy == "full" else layer)
         return total, largest
 
 
@@ -297,7 +312,8 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
 
     first, last = forward_model_rows(arch, step, model_dtypes)
     layers = _Layers(tuple((group_label(g), g.count, _layer_rows(arch, g, step, setup)) for g in arch.groups),
-                     math.ceil(arch.layers / stages) / arch.layers, par.stream_shards)
+                     plan_stages(arch.layers, stages, setup.first_stage_layers, setup.last_stage_layers),
+                     par.stream_shards)
     placed: list[PlacedRow] = []
 
     def place_all(rows: list[Row], phase: str, group: str, count: int) -> None:
@@ -322,7 +338,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     communication: list[Collective] = []
     communication += _layer_collectives(placed, layers.share, setup, hidden_bytes, links)
     ring = _context_ring(placed, layers, setup, topology)
-    pipeline = _pipeline(placed, layers.share, setup, topology, hidden_bytes, ring)
+    pipeline = _pipeline(placed, layers.plan, setup, topology, hidden_bytes, ring)
     communication += pipeline.sends + ([ring.collective] if ring else [])
     micro_batch_time, pipeline_time, bubble_time = pipeline.micro_batch_s, pipeline.total_s, pipeline.bubble_s
 
@@ -357,7 +373,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
         tokens_per_step=setup.tokens_per_step, micro_batch_time_s=micro_batch_time, pipeline_time_s=pipeline_time,
         bubble_fraction=bubble_time / pipeline_time, optimizer_time_s=optimizer_time,
         data_parallel_time_s=dp_time, data_parallel_exposed_s=exposed, step_time_s=step_time, peak_flops_per_s=peak,
-        compute_roof_source=compute_source, devices=par.devices)
+        compute_roof_source=compute_source, devices=par.devices, stage_layers=layers.plan.layers)
 
 
 class _PipelineTimes(NamedTuple):
@@ -438,7 +454,7 @@ def _context_ring(placed: list[PlacedRow], layers: _Layers, setup: TrainingSetup
     return _Ring(collective, forward_exposed, backward_exposed)
 
 
-def _pipeline(placed: list[PlacedRow], share: float, setup: TrainingSetup, topology: Topology,
+def _pipeline(placed: list[PlacedRow], plan: StagePlan, setup: TrainingSetup, topology: Topology,
               hidden_bytes: float, ring: _Ring | None) -> _PipelineTimes:
     """The micro-batches through the stages on the setup's schedule. Each micro-batch crosses each of a stage's
     boundaries once forward and once backward, once per model chunk the stage holds."""
@@ -453,10 +469,10 @@ def _pipeline(placed: list[PlacedRow], share: float, setup: TrainingSetup, topol
         send_each = chunks * sends[0].time_s
 
     def phase_time(*phases: str) -> float:
-        return _stage_time([p for p in placed if p.phase in phases], share, stages)
+        return _stage_time([p for p in placed if p.phase in phases], plan)
 
     forward_ring, backward_ring = (ring.forward_exposed_s, ring.backward_exposed_s) if ring else (0.0, 0.0)
-    micro_batch = _stage_time(placed, share, stages) + 2 * send_each + forward_ring + backward_ring
+    micro_batch = _stage_time(placed, plan) + 2 * send_each + forward_ring + backward_ring
     times = PhaseTimes(forward_s=phase_time(FORWARD) + send_each + forward_ring,
                        backward_input_s=phase_time(BACKWARD_ACTIVATION, RECOMPUTE) + send_each + backward_ring,
                        backward_weight_s=phase_time(BACKWARD_WEIGHT), micro_batch_s=micro_batch)
@@ -465,15 +481,17 @@ def _pipeline(placed: list[PlacedRow], share: float, setup: TrainingSetup, topol
                           micro_batches * phase_time(BACKWARD_ACTIVATION, BACKWARD_WEIGHT))
 
 
-def _stage_time(rows: list[PlacedRow], share: float, stages: int) -> float:
-    """One micro-batch's time on the fullest stage: its share of the layers, and the first and last stages'
-    own rows (both on one device without pipelining, the slower of the two with it)."""
+def _stage_time(rows: list[PlacedRow], plan: StagePlan) -> float:
+    """One micro-batch's time on the slowest stage: the first stage's layers and the embedding, a middle
+    stage's layers, or the last stage's layers and the head (all on one device without pipelining)."""
     by_group = {FIRST_STAGE: 0.0, LAST_STAGE: 0.0, "layers": 0.0}
     for p in rows:
         by_group[p.result.group if p.result.group in by_group else "layers"] += p.result.total_time_s
-    ends = (by_group[FIRST_STAGE] + by_group[LAST_STAGE] if stages == 1
-            else max(by_group[FIRST_STAGE], by_group[LAST_STAGE]))
-    return by_group["layers"] * share + ends
+    layers, last = by_group["layers"], plan.stages - 1
+    if plan.stages == 1:
+        return layers + by_group[FIRST_STAGE] + by_group[LAST_STAGE]
+    return max(layers * plan.share(s) + (by_group[FIRST_STAGE] if s == 0 else 0.0)
+               + (by_group[LAST_STAGE] if s == last else 0.0) for s in plan.kinds())
 
 
 def _layer_collectives(placed: list[PlacedRow], share: float, setup: TrainingSetup, hidden_bytes: float,
@@ -538,11 +556,12 @@ class _StageParams(NamedTuple):
         return self.dense / par.shards(stage) + self.experts / par.shards(stage, experts=True)
 
 
-def _stage_parameters(arch: Architecture, par: Parallelism, share: float) -> _StageParams:
-    """Parameters on one device of the fullest stage: its layers' matrices split by tensor parallelism (norm
+def _stage_parameters(arch: Architecture, par: Parallelism, plan: StagePlan, stage: int) -> _StageParams:
+    """Parameters on one device of a pipeline stage: its layers' matrices split by tensor parallelism (norm
     weights replicated; routed experts split over expert parallelism too), the vocabulary-parallel embedding on
     the first stage, the head and final norm on the last (a tied head is a copy of the embedding there when the
     stages differ)."""
+    share = plan.share(stage)
     dense = experts = largest = 0.0
     for group in arch.groups:
         p = layer_params(arch, group)
@@ -553,8 +572,9 @@ def _stage_parameters(arch: Architecture, par: Parallelism, share: float) -> _St
         experts += group.count * share * layer_experts
         largest = max(largest, layer_dense + layer_experts)
     embedding = arch.vocab * arch.hidden / par.tensor
-    head = norm_params(arch) + (embedding if (not arch.tied_embeddings or par.pipeline > 1) else 0.0)
-    return _StageParams(dense + (embedding + head if par.pipeline == 1 else max(embedding, head)), experts, largest)
+    head = norm_params(arch) + (embedding if (not arch.tied_embeddings or plan.stages > 1) else 0.0)
+    ends = (embedding if stage == 0 else 0.0) + (head if stage == plan.stages - 1 else 0.0)
+    return _StageParams(dense + ends, experts, largest)
 
 
 def _held_parameters(params: _StageParams, par: Parallelism) -> float:
@@ -569,34 +589,42 @@ def _held_parameters(params: _StageParams, par: Parallelism) -> float:
 
 def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: list[Row],
             checkpoint_bytes: float) -> tuple[TrainingMemory, _StageParams]:
-    par, dtypes = setup.parallelism, setup.dtypes
-    params_device = _stage_parameters(arch, par, layers.share)
-    activations, per_layer = _activations(setup, layers, last, setup.recompute, checkpoint_bytes)
-    memory = TrainingMemory(
-        parameters_per_device=params_device.total,
-        parameters_bytes=_held_parameters(params_device, par) * bytes_per_element(dtypes.parameters),
-        gradients_bytes=params_device.sharded(par, 2) * bytes_per_element(dtypes.gradients),
-        optimizer_bytes=params_device.sharded(par, 1) * dtypes.optimizer_bytes_per_parameter(setup.optimizer),
-        activations_bytes=activations, activations_per_layer_bytes=per_layer,
-        in_flight_micro_batches=_in_flight(setup), workspace_bytes=setup.workspace_bytes,
-        usable_bytes=setup.usable_bytes)
-    return memory, params_device
+    """The memory of the fullest stage (the first holds the most micro-batches, the last the head's logits),
+    and the parameters of the stage with the most, whose gradient sync and update take longest."""
+    par, dtypes, plan = setup.parallelism, setup.dtypes, layers.plan
+    candidates = []
+    for stage in plan.kinds():
+        params = _stage_parameters(arch, par, plan, stage)
+        activations, per_layer = _activations(setup, layers, last, setup.recompute, checkpoint_bytes, stage)
+        candidates.append((params, TrainingMemory(
+            stage=stage, stage_layers=plan.layers[stage], parameters_per_device=params.total,
+            parameters_bytes=_held_parameters(params, par) * bytes_per_element(dtypes.parameters),
+            gradients_bytes=params.sharded(par, 2) * bytes_per_element(dtypes.gradients),
+            optimizer_bytes=params.sharded(par, 1) * dtypes.optimizer_bytes_per_parameter(setup.optimizer),
+            activations_bytes=activations, activations_per_layer_bytes=per_layer,
+            in_flight_micro_batches=_in_flight(setup, stage), workspace_bytes=setup.workspace_bytes,
+            usable_bytes=setup.usable_bytes)))
+    memory = max((m for _, m in candidates), key=lambda m: m.required_bytes)
+    return memory, max((p for p, _ in candidates), key=lambda p: p.total)
 
 
-def _in_flight(setup: TrainingSetup) -> float:
-    return setup.schedule.in_flight(setup.gradient_accumulation_steps, setup.parallelism.pipeline)
+def _in_flight(setup: TrainingSetup, stage: int = 0) -> float:
+    """Micro-batches a stage holds: its schedule's count for a pipeline of the stages from it to the last."""
+    return setup.schedule.in_flight(setup.gradient_accumulation_steps, setup.parallelism.pipeline - stage)
 
 
 def _activations(setup: TrainingSetup, layers: _Layers, last: list[Row], policy: str,
-                 checkpoint_bytes: float) -> tuple[float, float]:
-    """(activation bytes per device, saved bytes of one layer for one micro-batch) at a recompute policy: the
-    in-flight micro-batches' saved tensors of the stage's layers (with full recomputation, each layer's input
-    only, and one layer's full set while its backward runs), plus the head's (its logits)."""
+                 checkpoint_bytes: float, stage: int) -> tuple[float, float]:
+    """(activation bytes per device, saved bytes of one layer for one micro-batch) on a stage at a recompute
+    policy: the in-flight micro-batches' saved tensors of its layers (with full recomputation, each layer's input
+    only, and one layer's full set while its backward runs), plus, on the last stage, the head's (its logits)."""
     act = setup.dtypes.activations
-    stage_layers, largest = layers.saved_per_layer(act, policy, checkpoint_bytes)
-    head = sum(saved_activation_bytes(r, act, keep_scores=True) * r.count for r in last)
+    stage_layers, largest = layers.saved_per_layer(act, policy, checkpoint_bytes, stage)
+    head = (sum(saved_activation_bytes(r, act, keep_scores=True) * r.count for r in last)
+            if stage == layers.plan.stages - 1 else 0.0)
     transient = largest if policy == "full" else 0.0
-    return _in_flight(setup) * stage_layers + transient + head, (checkpoint_bytes if policy == "full" else largest)
+    return (_in_flight(setup, stage) * stage_layers + transient + head,
+            checkpoint_bytes if policy == "full" else largest)
 
 
 def _recompute_options(evaluator: Evaluator, setup: TrainingSetup, layers: _Layers, last: list[Row],
@@ -604,11 +632,12 @@ def _recompute_options(evaluator: Evaluator, setup: TrainingSetup, layers: _Laye
     """Each policy against keeping everything: the activation memory it leaves, what it frees, the FLOPs it
     recomputes (F_re) at their compute roofs, and the HBM traffic of what it does not keep (Q_saved)."""
     act, micro_batches = setup.dtypes.activations, setup.gradient_accumulation_steps
-    without, _ = _activations(setup, layers, last, "none", checkpoint_bytes)
+    stage = memory.stage
+    without, _ = _activations(setup, layers, last, "none", checkpoint_bytes, stage)
     kept_without, _ = layers.saved_per_layer(act, "none", checkpoint_bytes)
     options = []
     for policy in RECOMPUTE_POLICIES:
-        at_policy, _ = _activations(setup, layers, last, policy, checkpoint_bytes)
+        at_policy, _ = _activations(setup, layers, last, policy, checkpoint_bytes, stage)
         # Per micro-batch, the stage's saved tensors this policy does not keep: written once in the forward and
         # read once in the backward when kept.
         kept, _ = layers.saved_per_layer(act, policy, checkpoint_bytes)

@@ -352,3 +352,48 @@ def test_an_fp8_recipe_needs_sixteen_bit_activations():
     with pytest.raises(CostModelError) as refused:
         step(tiny(), micro_batch_size=1, seq_len=16, dtypes=TrainingDTypes(activations="fp8", fp8_recipe="delayed"))
     assert refused.value.field == "dtypes.fp8_recipe"
+
+
+def test_uneven_end_stages_by_hand():
+    arch = tiny(layers=8)
+    p, m = 4, 8
+    # One layer on each end stage, the other six split over the two middle stages: 1, 3, 3, 1.
+    uneven = step(arch, micro_batch_size=2, seq_len=32, gradient_accumulation_steps=m,
+                  parallelism=Parallelism(pipeline=p), first_stage_layers=1, last_stage_layers=1)
+    assert uneven.stage_layers == (1, 3, 3, 1)
+    # The slowest stage is a middle one (3 of the 8 layers), or an end stage with its embedding or head.
+    flat = step(arch, micro_batch_size=2, seq_len=32, gradient_accumulation_steps=m)
+    layers = sum(x.result.total_time_s for x in flat.rows if x.phase != "optimizer"
+                 and x.result.group not in ("first stage", "last stage"))
+    first = sum(x.result.total_time_s for x in flat.rows if x.result.group == "first stage")
+    last = sum(x.result.total_time_s for x in flat.rows if x.result.group == "last stage")
+    [sends] = uneven.communication
+    assert uneven.micro_batch_time_s == pytest.approx(
+        max(layers / 8 + first, 3 * layers / 8, layers / 8 + last) + 2 * sends.time_s)
+    # Memory: 1F1B's stage k holds min(m, p - k) micro-batches: 4 x 1 layer on the first, 3 x 3 on the second,
+    # the fullest.
+    assert (uneven.memory.stage, uneven.memory.stage_layers, uneven.memory.in_flight_micro_batches) == (1, 3, 3)
+    assert uneven.memory.activations_bytes == pytest.approx(3 * 3 * flat.memory.activations_per_layer_bytes)
+    for first_layers, last_layers, stages, field in ((4, 4, 4, "first_stage_layers"), (3, 4, 2, "last_stage_layers"),
+                                                     (2, None, 1, "first_stage_layers")):
+        with pytest.raises(CostModelError) as refused:
+            step(arch, micro_batch_size=1, seq_len=16, parallelism=Parallelism(pipeline=stages),
+                 first_stage_layers=first_layers, last_stage_layers=last_layers)
+        assert refused.value.field == field
+
+
+def test_llama_3_405b_with_its_balanced_end_stages():
+    """Meta took a layer off the first and the last of its 16 stages (7 + 14 x 8 + 7 = 126). With 1F1B's counts
+    the second stage is then the fullest: 15 micro-batches of 8 layers at 0.642 GB, 77 GB of activations, beside
+    ~13 GB of states; the step's slowest stage is a middle one, without the head."""
+    setup = dict(micro_batch_size=1, seq_len=8192, gradient_accumulation_steps=16, overlap_data_parallel=True)
+    parallelism = Parallelism(data=128, tensor=8, pipeline=16, zero_stage=1, sequence_parallel=True)
+    even = analyze_training(LLAMA_3_405B, Evaluator(H100), topology(H100),
+                            TrainingSetup(**setup, parallelism=parallelism))
+    balanced = analyze_training(LLAMA_3_405B, Evaluator(H100), topology(H100), TrainingSetup(
+        **setup, parallelism=parallelism, first_stage_layers=7, last_stage_layers=7))
+    assert balanced.stage_layers == (7,) + (8,) * 14 + (7,)
+    memory = balanced.memory
+    assert (memory.stage, memory.stage_layers, memory.in_flight_micro_batches) == (1, 8, 15)
+    assert memory.activations_bytes == pytest.approx(15 * 8 * 5.14e9 / 8, rel=0.01)
+    assert balanced.step_time_s < even.step_time_s
