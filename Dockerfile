@@ -31,4 +31,4 @@ HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
     CMD python -c "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status != 200)"
 
 # Migrate explicitly first (a no-op at head), then serve without migrating again on start.
-CMD ["sh", "-c", "python -m service.persistence.migrate && ROOFLINE_MIGRATE_ON_START=false exec uvicorn service.main:app --host 0.0.0.0 --port 8000 --no-access-log --timeout-graceful-shutdown 10"]
+CMD ["sh", "-c", "python -m service.persistence.migrate && ROOFLINE_MIGRATE_ON_START=false exec python -m service.runtime.server --host 0.0.0.0 --port 8000"]

@@ -34,7 +34,7 @@ migrate: install
 # Migrates the embedded SQLite database (./data/roofline.db) and serves the API. Two malloc arenas instead of
 # one per thread-pool thread: a worker then keeps about 8 MB less after a long run (`make bench`).
 serve: migrate
-	MALLOC_ARENA_MAX=2 $(BIN)/uvicorn service.main:app --host $(HOST) --port $(PORT) --no-access-log --timeout-graceful-shutdown 10
+	MALLOC_ARENA_MAX=2 $(BIN)/python -m service.runtime.server --host $(HOST) --port $(PORT)
 
 POSTGRES_TEST_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 

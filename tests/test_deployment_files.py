@@ -49,5 +49,10 @@ def test_the_image_installs_dependencies_before_it_copies_the_code():
     copy_code = next(i for i, line in enumerate(lines) if line.startswith("COPY service"))
     assert install < copy_code
     assert any("pip install --no-deps -e ." in line for line in lines[copy_code:])
-    # Every server start gives in-flight requests a bounded time to finish on SIGTERM.
-    assert "--timeout-graceful-shutdown 10" in lines[-1]
+    # Every server start goes through service.runtime.server: in-flight requests get a bounded time to finish on
+    # SIGTERM there, and headers a bounded size.
+    assert "python -m service.runtime.server" in lines[-1]
+    scale_out = (ROOT / "docker-compose.scale-out.yml").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    assert "service.runtime.server" in scale_out and "service.runtime.server" in makefile
+    assert "uvicorn service.main:app" not in scale_out + makefile + lines[-1]

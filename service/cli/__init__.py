@@ -275,14 +275,12 @@ def cmd_batch(args) -> None:
 
 
 def cmd_serve(args) -> None:
-    import uvicorn
-
     from service.persistence.migrate import upgrade
     from service.runtime.config import get_settings
+    from service.runtime.server import serve
 
     upgrade(get_settings().database_url)
-    uvicorn.run("service.main:app", host=args.host, port=args.port, workers=args.workers, access_log=False,
-                timeout_graceful_shutdown=10)
+    serve(args.host, args.port, args.workers)
 
 
 def cmd_db_upgrade(args) -> None:

@@ -30,8 +30,8 @@ def start_server(database_url: str, port: int, log_path, workers: int = 2) -> su
     env = {**os.environ, "ROOFLINE_DATABASE_URL": database_url, "ROOFLINE_API_TOKENS": f"tester={TOKEN}",
            "ROOFLINE_LOG_LEVEL": "WARNING"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", str(workers), "--no-access-log", "--log-level", "warning"],
+        [sys.executable, "-m", "service.runtime.server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", str(workers), "--log-level", "warning"],
         env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=open(log_path, "ab"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
