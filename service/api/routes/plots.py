@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
+import anyio
 from fastapi import APIRouter, Query, Response
 
 from schemas.common import DTypeName, MemoryLevelName
@@ -27,6 +29,15 @@ from service.translation.charts import (
 )
 
 router = APIRouter(tags=["plots"])
+# Charts render with matplotlib, 0.1-6 s each: at most CHART_THREADS at once, in worker threads of their own limiter,
+# so charts waiting for one queue on the event loop and never hold the thread pool the analyses run in.
+CHART_THREADS = 2
+CHART_LIMITER = anyio.CapacityLimiter(CHART_THREADS)
+
+
+async def drawn(render: Callable[..., bytes], *args, **kwargs) -> bytes:
+    return await anyio.to_thread.run_sync(lambda: render(*args, **kwargs), limiter=CHART_LIMITER)
+
 IMAGE: Responses = {200: {"content": {"image/svg+xml": {}, "image/png": {}}, "description": "The chart"}}
 DRAWN = ("SVG keeps its labels as text, carries a <title> and a <desc> saying what it shows, and an id on every "
          "drawn element; `format: png` for a PNG.")
@@ -39,7 +50,7 @@ DRAWN = ("SVG keeps its labels as text, carries a <title> and a <desc> saying wh
                         "memory level, one colour each, every roof labelled along its line; roofs of equal height "
                         "drawn once. Nominal roofs dashed, measured ones solid in the same colour (roofs=effective). "
                         "Ridge points for `ridge` dtypes (default bf16). " + DRAWN)
-def device_roofline(
+async def device_roofline(
     device_id: DevicePath, catalog: CatalogDep,
     dtype: Annotated[list[DTypeName] | None, Query(max_length=16, description="Compute dtypes (tensor unit), "
                                                                               "repeatable, at most 16")] = None,
@@ -50,10 +61,13 @@ def device_roofline(
     roofs: Literal["nominal", "effective"] = "effective",
     format: Literal["svg", "png"] = "svg",
 ) -> Response:
-    compute = [(d, "vector" if d in ("fp32", "fp64") and not catalog.get(device_id).peak(d, "tensor") else "tensor")
-               for d in dtype] if dtype else None
-    image = chart(catalog, device_id, roofs=roofs, compute=compute, levels=levels, points=[], image_format=format,
-                  ridges=ridge)
+    def render() -> bytes:  # the device's lookup too, off the event loop
+        compute = [(d, "vector" if d in ("fp32", "fp64") and not catalog.get(device_id).peak(d, "tensor") else "tensor")
+                   for d in dtype] if dtype else None
+        return chart(catalog, device_id, roofs=roofs, compute=compute, levels=levels, points=[], image_format=format,
+                     ridges=ridge)
+
+    image = await drawn(render)
     return Response(image, media_type=MEDIA_TYPES[format])
 
 
@@ -63,8 +77,8 @@ def device_roofline(
                          "intensity (FLOP/byte) and attainable TFLOP/s, coloured by its bound (memory: amber triangle, "
                          "compute: purple square), numbered and keyed below the chart; an operator with traffic at "
                          "other levels (L2, SMEM) gets one diamond per level, joined to it. " + DRAWN)
-def plot_roofline(body: PlotRequest, catalog: CatalogDep) -> Response:
-    return Response(plot_request(body, catalog), media_type=MEDIA_TYPES[body.format])
+async def plot_roofline(body: PlotRequest, catalog: CatalogDep) -> Response:
+    return Response(await drawn(plot_request, body, catalog), media_type=MEDIA_TYPES[body.format])
 
 
 @router.post("/v1/plot/model-roofline", summary="A model step's operators on the roofline",
@@ -72,8 +86,8 @@ def plot_roofline(body: PlotRequest, catalog: CatalogDep) -> Response:
              description="The body of /v1/analyze/model (plus `format`): every operator row of the step on the "
                          "device's HBM roofline, each marker sized by the row's share of the step's time; the largest "
                          "24 numbered and keyed with their share. " + DRAWN)
-def plot_model_roofline_route(body: ModelRooflinePlotRequest, catalog: CatalogDep) -> Response:
-    return Response(plot_model_roofline(body, catalog), media_type=MEDIA_TYPES[body.format])
+async def plot_model_roofline_route(body: ModelRooflinePlotRequest, catalog: CatalogDep) -> Response:
+    return Response(await drawn(plot_model_roofline, body, catalog), media_type=MEDIA_TYPES[body.format])
 
 
 @router.post("/v1/plot/step-breakdown", summary="A step's time by operator kind", operation_id="plot_step_breakdown",
@@ -81,8 +95,8 @@ def plot_model_roofline_route(body: ModelRooflinePlotRequest, catalog: CatalogDe
              description="The body of /v1/analyze/model (plus `format` and `batch_sizes`, at most 8): one horizontal "
                          "bar per batch size, stacked by operator kind (matmul, attention, norms, elementwise, "
                          "all-reduce, ...), milliseconds, each segment's share written on it. " + DRAWN)
-def plot_step_breakdown_route(body: StepBreakdownPlotRequest, catalog: CatalogDep) -> Response:
-    return Response(plot_step_breakdown(body, catalog), media_type=MEDIA_TYPES[body.format])
+async def plot_step_breakdown_route(body: StepBreakdownPlotRequest, catalog: CatalogDep) -> Response:
+    return Response(await drawn(plot_step_breakdown, body, catalog), media_type=MEDIA_TYPES[body.format])
 
 
 @router.post("/v1/plot/sweep", summary="A sweep drawn", operation_id="plot_sweep", response_class=Response,
@@ -91,8 +105,8 @@ def plot_step_breakdown_route(body: StepBreakdownPlotRequest, catalog: CatalogDe
                          "against the swept parameter, points coloured by bound and hollow where the step does not fit "
                          "in memory, each crossover a dashed vertical line with its interpolated value, the largest "
                          "value that fits starred. " + DRAWN)
-def plot_sweep_route(body: SweepPlotRequest, catalog: CatalogDep) -> Response:
-    return Response(plot_sweep(body, catalog), media_type=MEDIA_TYPES[body.format])
+async def plot_sweep_route(body: SweepPlotRequest, catalog: CatalogDep) -> Response:
+    return Response(await drawn(plot_sweep, body, catalog), media_type=MEDIA_TYPES[body.format])
 
 
 @router.post("/v1/plot/serving-plan", summary="A serving plan's Pareto frontier", operation_id="plot_serving_plan",
@@ -100,5 +114,5 @@ def plot_sweep_route(body: SweepPlotRequest, catalog: CatalogDep) -> Response:
              description="The body of /v1/plan/serving (plus `format`): output tokens/s per device against tokens/s "
                          "per user for the frontier's configurations, joined, and the ranked ones starred, numbered "
                          "and keyed below. " + DRAWN)
-def plot_serving_plan_route(body: ServingPlanPlotRequest, catalog: CatalogDep) -> Response:
-    return Response(plot_serving_plan(body, catalog), media_type=MEDIA_TYPES[body.format])
+async def plot_serving_plan_route(body: ServingPlanPlotRequest, catalog: CatalogDep) -> Response:
+    return Response(await drawn(plot_serving_plan, body, catalog), media_type=MEDIA_TYPES[body.format])
