@@ -93,22 +93,37 @@ class LinkBenchmarkCreate(BenchmarkMetadata):
     bytes_per_s: BytesPerSecond
 
 
-BENCHMARK_KINDS = ("compute", "memory_bandwidth", "link_bandwidth")
-BenchmarkCreate = Annotated[ComputeBenchmarkCreate | BandwidthBenchmarkCreate | LinkBenchmarkCreate,
-                            Field(discriminator="kind")]
+class CollectiveLatencyBenchmarkCreate(BenchmarkMetadata):
+    """The fixed cost of one small collective on a link, as the fastest kernels take it (e.g. nccl-tests
+    all_reduce_perf at 8 bytes, captured in a CUDA graph): it replaces the device's collective_latency_s, so that
+    no bound charges more than was measured."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"kind": "collective_latency", "link": "intra_node", "seconds": 2.3e-6, "tool": "nccl-tests all_reduce_perf "
+         "-b 8 -e 8 -G 1 (8 GPUs, graph-captured)", "host": "cluster-a/node-17"}]})
+    kind: Literal["collective_latency"]
+    link: LinkName = Field(description="The link the collective's ranks share: 'intra_node' or 'inter_node'")
+    seconds: Annotated[float, Field(gt=0, le=0.01)] = Field(
+        description="Time of one small collective, seconds (at most 10 ms: larger is a unit slip)")
+
+
+BENCHMARK_KINDS = ("compute", "memory_bandwidth", "link_bandwidth", "collective_latency")
+BenchmarkCreate = Annotated[ComputeBenchmarkCreate | BandwidthBenchmarkCreate | LinkBenchmarkCreate
+                            | CollectiveLatencyBenchmarkCreate, Field(discriminator="kind")]
 
 
 class BenchmarkPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: int
     device_id: str
-    kind: Literal["compute", "memory_bandwidth", "link_bandwidth"]
+    kind: Literal["compute", "memory_bandwidth", "link_bandwidth", "collective_latency"]
     dtype: str | None
     unit: str | None
     level: str | None = Field(description="The memory level of a memory_bandwidth record")
-    link: str | None = Field(None, description="The link of a link_bandwidth record")
+    link: str | None = Field(None, description="The link of a link_bandwidth or collective_latency record")
     flops_per_s: float | None
     bytes_per_s: float | None
+    seconds: float | None = Field(None, description="A collective_latency record's time, seconds")
     tool: str
     measured_at: datetime
     host: str | None
@@ -122,7 +137,7 @@ class BenchmarkPublic(BaseModel):
 
     @model_validator(mode="after")
     def _link_is_not_a_level(self):
-        if self.kind == "link_bandwidth":
+        if self.kind in ("link_bandwidth", "collective_latency"):
             self.level = None
         return self
 
@@ -178,8 +193,14 @@ class LinkRoofView(BaseModel):
     link: LinkName
     nominal_bytes_per_s: float | None = Field(description="The device's figure per device and direction, bytes/s")
     measured: MeasuredStats | None
-    effective_bytes_per_s: float = Field(description="What training collectives use with roofs 'effective', bytes/s")
+    effective_bytes_per_s: float | None = Field(description="What training collectives use with roofs 'effective', "
+                                                            "bytes/s; null when neither is known")
     source: RoofSourceName
+    measured_latency: MeasuredStats | None = Field(None, description="Submitted collective_latency records, seconds")
+    effective_latency_s: float = Field(description="The fixed cost of one collective on this link with roofs "
+                                                   "'effective': the measured median, else the device's default, "
+                                                   "seconds")
+    latency_source: Literal["nominal", "measured"] = Field("nominal", description="'nominal': the device's default")
 
 
 class RidgePoint(BaseModel):

@@ -220,6 +220,7 @@ SCHEMA_FIELD_DOCS: dict[str, str] = {
     "ComputeBenchmarkCreate.kind": "'compute': a compute roof's FLOP/s",
     "BandwidthBenchmarkCreate.kind": "'memory_bandwidth': a memory level's bytes/s",
     "LinkBenchmarkCreate.kind": "'link_bandwidth': a link's bytes/s per device and direction",
+    "CollectiveLatencyBenchmarkCreate.kind": "'collective_latency': the seconds of one small collective on a link",
     "ModelPublic.id": "The catalog model id (use it as model_id)",
     "ModelSummary.id": "The catalog model id (use it as model_id)",
     "DevicePublic.id": "The device id (use it as device_id)",

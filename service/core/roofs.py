@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from service.core.dtypes import DType, peak_dtype
 from service.core.errors import CostModelError, NoComputePeakError
-from service.core.hardware import DeviceSpec, Unit
+from service.core.hardware import DEFAULT_INTER_NODE_LATENCY_S, DeviceSpec, Unit
 from service.core.memo import by_identity, read_only
 
 
@@ -46,10 +46,11 @@ class MeasuredRoofs:
     compute: Mapping[tuple[str, str], MeasuredRoof] = field(default_factory=dict)
     memory: Mapping[str, MeasuredRoof] = field(default_factory=dict)
     links: Mapping[str, MeasuredRoof] = field(default_factory=dict)  # "intra_node", "inter_node"
+    latencies: Mapping[str, MeasuredRoof] = field(default_factory=dict)  # seconds of one collective, per link
 
     def __post_init__(self):
         # Frozen all the way down: memos key measured roofs by identity (service/core/memo.py).
-        for name in ("compute", "memory", "links"):
+        for name in ("compute", "memory", "links", "latencies"):
             object.__setattr__(self, name, read_only(getattr(self, name)))
 
 
@@ -159,6 +160,17 @@ NOMINAL_TOLERANCE = 0.05
 # a bytes/s field is 1e-9 of the truth) than a slow card; it needs `off_nominal_reason`. Real sustained
 # figures sit at 60-95 % of nominal; a throttled or misconfigured card may fall further, but rarely to a tenth.
 NOMINAL_FLOOR = 0.10
+
+
+def select_collective_latency(device: DeviceSpec, measured: MeasuredRoofs, link: str,
+                              mode: RoofMode) -> tuple[float, str]:
+    """(seconds of one collective's fixed cost on `link`, "measured" or "nominal"): the median of submitted
+    collective_latency records (roofs 'effective' or 'measured'), else the device's intra-node figure or the
+    inter-node default."""
+    found = measured.latencies.get(link)
+    if found is not None and mode != RoofMode.nominal:
+        return found.median, "measured"
+    return (device.collective_latency_s if link == "intra_node" else DEFAULT_INTER_NODE_LATENCY_S), "nominal"
 
 
 def nominal_value(device: DeviceSpec, kind: str, key: tuple[str, str] | str) -> float | None:

@@ -137,6 +137,7 @@ def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
     compute: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     memory: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     links: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+    latencies: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if row.kind == "compute":
             # Keyed as peaks are: both fp8 encodings measure the device's one fp8 roof.
@@ -144,6 +145,8 @@ def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
             compute[row.device_id][(peak_dtype(row.dtype), row.unit)].append((row.flops_per_s, row.measured_at))
         elif row.kind == "link_bandwidth":
             links[row.device_id][row.level].append((row.bytes_per_s, row.measured_at))  # the link's name
+        elif row.kind == "collective_latency":
+            latencies[row.device_id][row.level].append((row.seconds, row.measured_at))
         else:
             memory[row.device_id][row.level].append((row.bytes_per_s, row.measured_at))
 
@@ -152,8 +155,8 @@ def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
 
     return {
         device_id: MeasuredRoofs(compute=aggregates(compute[device_id]), memory=aggregates(memory[device_id]),
-                                 links=aggregates(links[device_id]))
-        for device_id in set(compute) | set(memory) | set(links)
+                                 links=aggregates(links[device_id]), latencies=aggregates(latencies[device_id]))
+        for device_id in set(compute) | set(memory) | set(links) | set(latencies)
     }
 
 

@@ -9,6 +9,9 @@ from sqlalchemy import JSON, BigInteger, Column, DateTime, ForeignKey, Integer, 
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+# Benchmark kinds measured on a link between devices, whose link's name the level column keeps.
+LINK_KINDS = ("link_bandwidth", "collective_latency")
+
 # Stable constraint names, so that migrations can refer to them on every dialect.
 SQLModel.metadata.naming_convention = {
     "ix": "ix_%(column_0_label)s",
@@ -89,6 +92,7 @@ class Benchmark(SQLModel, table=True):
     level: str | None = Field(default=None, max_length=16)
     flops_per_s: float | None = None
     bytes_per_s: float | None = None
+    seconds: float | None = None  # a collective_latency record's
     tool: str = Field(max_length=200)
     measured_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     host: str | None = Field(default=None, max_length=200)
@@ -102,7 +106,7 @@ class Benchmark(SQLModel, table=True):
 
     @property
     def link(self) -> str | None:
-        return self.level if self.kind == "link_bandwidth" else None
+        return self.level if self.kind in LINK_KINDS else None
 
 
 class ModelConfig(SQLModel, table=True):

@@ -12,6 +12,7 @@ from service.core.roofs import (
     RoofMode,
     nominal_mismatch,
     nominal_value,
+    select_collective_latency,
     select_compute_roof,
     select_memory_roof,
 )
@@ -19,12 +20,14 @@ from service.runtime.errors import Unprocessable
 
 
 def roof_key(record: dict[str, Any]) -> tuple[str, str] | str:
-    if record["kind"] == "link_bandwidth":
+    if record["kind"] in ("link_bandwidth", "collective_latency"):
         return record["link"]
     return (record["dtype"], record["unit"]) if record["kind"] == "compute" else record["level"]
 
 
 def roof_value(record: dict[str, Any]) -> float:
+    if record["kind"] == "collective_latency":
+        return record["seconds"]
     return record["flops_per_s"] if record["kind"] == "compute" else record["bytes_per_s"]
 
 
@@ -82,10 +85,12 @@ def device_roofs(device: DeviceSpec, measured: MeasuredRoofs) -> DeviceRoofs:
     for link in ("intra_node", "inter_node"):
         nominal_link = nominal_value(device, "link_bandwidth", link)
         measured_link = measured.links.get(link)
-        if nominal_link is None and measured_link is None:
+        if nominal_link is None and measured_link is None and link not in measured.latencies:
             continue
+        latency, latency_source = select_collective_latency(device, measured, link, RoofMode.effective)
         links.append(LinkRoofView(
             link=link, nominal_bytes_per_s=nominal_link, measured=_stats(measured_link),
             effective_bytes_per_s=measured_link.median if measured_link else nominal_link,
-            source="measured" if measured_link else "nominal"))
+            source="measured" if measured_link else "nominal", measured_latency=_stats(measured.latencies.get(link)),
+            effective_latency_s=latency, latency_source=latency_source))
     return DeviceRoofs(device_id=device.id, compute=compute, memory=memory, links=links, ridge_points=ridge_points)

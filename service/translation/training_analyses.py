@@ -18,8 +18,8 @@ from schemas.training import (
     TrainingTime,
 )
 from service.core.errors import CostModelError
-from service.core.hardware import DEFAULT_INTER_NODE_LATENCY_S, DeviceSpec
-from service.core.roofs import MeasuredRoofs, RoofMode
+from service.core.hardware import DeviceSpec
+from service.core.roofs import MeasuredRoofs, RoofMode, select_collective_latency
 from service.core.training import step as training
 from service.core.training.collectives import Link, Topology
 from service.core.training.schedules import Schedule
@@ -50,8 +50,10 @@ def _link(device: DeviceSpec, measured: MeasuredRoofs, tier: str, mode: RoofMode
 
 def topology_for(device: DeviceSpec, measured: MeasuredRoofs, options: TrainingStepOptions) -> Topology:
     mode = RoofMode(options.roofs)
-    intra_latency = device.collective_latency_s if options.collective_latency_s is None else options.collective_latency_s
-    inter_latency = DEFAULT_INTER_NODE_LATENCY_S if options.inter_node_latency_s is None else options.inter_node_latency_s
+    intra_latency = (select_collective_latency(device, measured, "intra_node", mode)[0]
+                     if options.collective_latency_s is None else options.collective_latency_s)
+    inter_latency = (select_collective_latency(device, measured, "inter_node", mode)[0]
+                     if options.inter_node_latency_s is None else options.inter_node_latency_s)
     # A device without a published node is a node of one: every collective crosses nodes unless the request
     # says how many share a link.
     return Topology(options.node_size or device.node_size or 1,

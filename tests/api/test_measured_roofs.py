@@ -364,3 +364,36 @@ def test_a_measured_time_on_a_roof_without_a_nominal_peak_answers_with_mfu_undef
     assert body["achieved"]["mfu"] is None
     assert body["achieved"]["flops_per_s"] == pytest.approx(2 * 4096**3 / 1e-3)
     assert any(note.startswith("mfu: not defined") for note in body["assumptions"]), body["assumptions"]
+
+
+def test_a_measured_collective_latency_replaces_the_default(client):
+    """A small all-reduce measured at 1.6 us (graph-captured) replaces the 2 us default in every tensor-parallel
+    collective, with roofs 'effective'; 'nominal' keeps the default. Decode of Llama-3.1-70B at batch 32, TP 4:
+    the all-reduce of [32, 8192] bf16 moves 786,432 bytes per device, 1.7476 us at 450 GB/s."""
+    body = {"kind": "collective_latency", "link": "intra_node", "seconds": 1.6e-6,
+            "tool": "nccl-tests all_reduce_perf -b 8 -e 8 -G 1"}
+    created = client.post(f"/v1/devices/{H100}/benchmarks", json=body, headers=AUTH)
+    assert created.status_code == 201, created.text
+    assert (created.json()["link"], created.json()["seconds"], created.json()["level"]) == ("intra_node", 1.6e-6, None)
+    listed = client.get(f"/v1/devices/{H100}/benchmarks", params={"kind": "collective_latency"}).json()
+    assert [b["seconds"] for b in listed] == [1.6e-6]
+    step = {"device_id": H100, "model_id": "llama-3.1-70b", "phase": "decode", "batch_size": 32, "seq_len": 1024,
+            "tensor_parallel": 4}
+
+    def allreduce_time(roofs):
+        rows = client.post("/v1/analyze/model", json={**step, "roofs": roofs}).json()["rows"]
+        return next(r["time_s"] for r in rows if r["name"] == "attn_allreduce")
+
+    bare = 786_432 / 450e9
+    assert allreduce_time("effective") == pytest.approx(1.6e-6 + bare)
+    assert allreduce_time("nominal") == pytest.approx(2e-6 + bare)
+    # A training step's tensor-parallel collectives use it too.
+    training = client.post("/v1/analyze/training", json={"device_id": H100, "model_id": "llama-3.1-8b",
+                                                         "seq_len": 4096, "tensor_parallel": 4}).json()
+    assert next(c for c in training["communication"] if c["group"] == "tensor")["latency_s"] == 1.6e-6
+    roofs = {view["link"]: view for view in client.get(f"/v1/devices/{H100}/roofs").json()["links"]}
+    assert (roofs["intra_node"]["effective_latency_s"], roofs["intra_node"]["latency_source"]) == (1.6e-6, "measured")
+    assert (roofs["inter_node"]["effective_latency_s"], roofs["inter_node"]["latency_source"]) == (1e-5, "nominal")
+    # Seconds typed as microseconds are a unit slip.
+    slip = client.post(f"/v1/devices/{H100}/benchmarks", json={**body, "seconds": 1.6}, headers=AUTH)
+    assert slip.status_code == 422 and slip.json()["fields"][0]["loc"] == "body.seconds"

@@ -79,7 +79,7 @@ def import_ert(device_id: DevicePath, body: ErtImport, session: SessionDep, cata
             description="The device's submissions, oldest first, filtered by any of the query parameters.")
 def list_benchmarks(
     device_id: DevicePath, session: SessionDep, catalog: CatalogDep,
-    kind: Annotated[str | None, Query(pattern="^(compute|memory_bandwidth|link_bandwidth)$")] = None,
+    kind: Annotated[str | None, Query(pattern="^(compute|memory_bandwidth|link_bandwidth|collective_latency)$")] = None,
     dtype: DTypeName | None = None, unit: UnitName | None = None, level: MemoryLevelName | None = None,
     host: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000, offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,

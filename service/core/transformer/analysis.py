@@ -16,7 +16,15 @@ from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec, MemoryLevelName
 from service.core.operators import attention_cost
 from service.core.operators.base import OperatorCost
-from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, MemoryRoof, RoofMode, require_memory_roof, select_compute_roof
+from service.core.roofs import (
+    NO_MEASUREMENTS,
+    MeasuredRoofs,
+    MemoryRoof,
+    RoofMode,
+    require_memory_roof,
+    select_collective_latency,
+    select_compute_roof,
+)
 from service.core.transformer.architecture import Architecture, LayerGroup
 from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, layer_rows, model_level_rows
 
@@ -93,6 +101,12 @@ class Evaluator:
         self._hbm: MemoryRoof | None = None
         self._rows: dict[tuple, RowResult] = {}  # identical rows recur across the points of a sweep
 
+    def intra_node_latency_s(self) -> float:
+        """A tensor-parallel collective's fixed cost: the request's, else the measured median, else the device's."""
+        if self.collective_latency_s is not None:
+            return self.collective_latency_s
+        return select_collective_latency(self.device, self.measured, "intra_node", self.mode)[0]
+
     def evaluate(self, row: Row, group: str, layers: int) -> RowResult:
         cost = row.cost
         key: tuple
@@ -140,8 +154,7 @@ class Evaluator:
             link = self.device.interconnect_bandwidth_bytes_per_s
             if not link:
                 raise CostModelError("tensor_parallel", f"device {self.device.id} has no interconnect bandwidth")
-            latency = self.collective_latency_s if self.collective_latency_s is not None else self.device.collective_latency_s
-            return self.collective(row, group, layers, link, latency)
+            return self.collective(row, group, layers, link, self.intra_node_latency_s())
         roof = self._compute.get((cost.compute_dtype, cost.unit)) or self.compute_roof(cost)
         flops_per_s = roof[0]
         bandwidth = (self._hbm or self.hbm).bytes_per_s

@@ -149,8 +149,7 @@ class SteppedRows:
         latencies, links = [], []
         for evaluator, usable in zip(self._evaluators, self._usable):
             device = evaluator.device
-            latencies.append(evaluator.collective_latency_s if evaluator.collective_latency_s is not None
-                             else device.collective_latency_s)
+            latencies.append(evaluator.intra_node_latency_s())
             links.append(device.interconnect_bandwidth_bytes_per_s if usable else np.nan)
         line[_FLOPS], line[_BYTES], line[_INTENSITY], line[_BOUND] = 0.0, row.comm_bytes, np.nan, 2.0
         line[_COMPUTE], line[_MEMORY] = 0.0, np.array(latencies)[index] + row.comm_bytes / np.array(links)[index]
