@@ -103,3 +103,33 @@ def test_explorer_is_linked_from_the_docs(client):
     # The page's scheme choices are the API's (schemas.models.SCHEMES), and the empty one: the checkpoint's own.
     offered = re.findall(r'<option value="([^"]*)"', page.text.split('id="scheme"')[1].split("</select>")[0])
     assert offered == ["", *SCHEMES]
+
+
+def test_explorer_takes_memory_utilisation_and_a_price(browser, live_server):  # noqa: F811
+    wait = WebDriverWait(browser, 90)
+    browser.get(f"{live_server}/explore")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg") and table_text(d))
+    batch = browser.find_element(By.ID, "batch")
+    batch.send_keys(Keys.CONTROL, "a")
+    batch.send_keys("8", Keys.TAB)
+    wait.until(lambda d: "batch 8" in d.find_element(By.ID, "status").text)
+    summary = browser.find_element(By.ID, "summary").text
+    browser.find_element(By.ID, "utilization").send_keys("0.5", Keys.TAB)
+    wait.until(lambda d: d.find_element(By.ID, "summary").text != summary)
+    body = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 8,
+            "seq_len": 4096, "tensor_parallel": 1, "roofs": "effective", "memory_utilization": 0.5}
+    answer = httpx.post(f"{live_server}/v1/analyze/model", json=body, timeout=30).json()
+    # Half the H100's usable 85.52 GB: the summary's budget is the API's.
+    assert answer["memory"]["usable_bytes"] == pytest.approx(0.5 * 85.52e9, rel=1e-3)
+    assert f"of {answer['memory']['usable_bytes'] / 1e9:.3g} GB" in browser.find_element(By.ID, "summary").text
+    # 2 an hour for one device making tokens_per_s: 2 / (tokens_per_s x 3600) x 1e6 per million tokens.
+    browser.find_element(By.ID, "price").send_keys("2", Keys.TAB)
+    wait.until(lambda d: "cost per million tokens" in d.find_element(By.ID, "summary").text)
+    cost = 2 / (answer["tokens_per_s"] * 3600) * 1e6
+    assert f"{cost:.3g}" in browser.find_element(By.ID, "summary").text
+    # Out of range: named, and the figures cleared.
+    utilization = browser.find_element(By.ID, "utilization")
+    utilization.send_keys(Keys.CONTROL, "a")
+    utilization.send_keys("3", Keys.TAB)
+    wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert "Memory utilisation" in browser.find_element(By.ID, "error").text

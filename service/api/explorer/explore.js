@@ -47,6 +47,14 @@
     return value;
   }
 
+  function fraction(id, low, high) {
+    const value = Number($(id).value);
+    if (!Number.isFinite(value) || value < low || value > high) {
+      throw new Error($(id).labels[0].textContent + ": a number from " + low + " to " + high);
+    }
+    return value;
+  }
+
   function cell(row, text) {
     const td = document.createElement("td");
     td.textContent = text;
@@ -104,6 +112,8 @@
                        batch_size: integer("batch"), seq_len: integer("context"), tensor_parallel: integer("tp"), roofs };
         if ($("scheme").value) body.dtypes = { scheme: $("scheme").value };
         if ($("output").value !== "") body.output_len = integer("output");
+        if ($("utilization").value !== "") body.memory_utilization = fraction("utilization", 0.05, 1);
+        const price = $("price").value === "" ? null : fraction("price", 0, 1e9);
         const [analysis, chart] = await Promise.all([call("POST", "/v1/analyze/model", body),
                                                      call("POST", "/v1/plot/model-roofline", body)]);
         svg = chart;
@@ -120,6 +130,9 @@
           ...(analysis.e2e_latency_s === null ? [] : [["end-to-end latency", si(analysis.e2e_latency_s, "s")]]),
           ["memory per device", si(m.required_bytes, "B") + " of " + si(m.usable_bytes, "B")],
           ["memory fit", m.fits ? "fits" : "does not fit", m.fits ? "fits" : "no-fit"],
+          // The replica's devices for an hour over the tokens it makes in that hour, at the bound's rate: a floor.
+          ...(price === null ? [] : [["cost per million tokens (at the bound)",
+            (price * body.tensor_parallel / (analysis.tokens_per_s * 3600) * 1e6).toPrecision(3)]]),
         ];
         caption = analysis.model + " " + analysis.phase + ", batch " + analysis.batch_size + ", " + analysis.seq_len +
                   " tokens: each operator at its HBM intensity, sized by its share of the step's time.";
