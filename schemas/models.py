@@ -16,6 +16,29 @@ ModelIdField = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[a-
                                     examples=["llama-3.1-8b"])]
 
 
+class GenericLayers(StrictModel):
+    """`count` layers alike: their attention and their MLP."""
+
+    count: Annotated[int, Field(ge=1, le=65_536)] = Field(1, description="Layers of this kind")
+    attention: Literal["full", "sliding", "chunked"] = Field(
+        "full", description="'full': every earlier key; 'sliding': the last `window` keys (the cache holds `window` "
+                            "tokens); 'chunked': the keys of the query's own chunk of `chunk` tokens (Llama 4's local "
+                            "layers)")
+    window: Count | None = Field(None, description="With 'sliding': the window, tokens")
+    chunk: Count | None = Field(None, description="With 'chunked': the chunk, tokens")
+    mlp: Literal["dense", "moe"] = Field("dense", description="'dense': the `intermediate`-wide MLP; 'moe': the "
+                                                               "routed experts (and shared ones)")
+    rope: bool = Field(True, description="Rotary positions on this layer's queries and keys (false: NoPE)")
+
+    @model_validator(mode="after")
+    def _its_size(self):
+        if (self.attention == "sliding") != (self.window is not None):
+            raise ValueError("window is given with, and only with, attention 'sliding'")
+        if (self.attention == "chunked") != (self.chunk is not None):
+            raise ValueError("chunk is given with, and only with, attention 'chunked'")
+        return self
+
+
 class GenericArchitecture(StrictModel):
     """Any decoder-only transformer the family readers do not cover."""
 
@@ -40,6 +63,11 @@ class GenericArchitecture(StrictModel):
     top_k: Annotated[int, Field(ge=1, le=4096)] = 1
     expert_intermediate: Annotated[int, Field(ge=1, le=2**24)] = 1
     shared_experts: Annotated[int, Field(ge=0, le=64)] = 0
+    layer_types: list[GenericLayers] | None = Field(
+        None, max_length=1024, description="The layers kind by kind, their counts adding up to `layers` (in any "
+                                           "order: only how many of each kind is costed); instead of "
+                                           "`sliding_window`. Default: every layer full attention (or "
+                                           "`sliding_window`), MoE when `experts` is given")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -51,6 +79,17 @@ class GenericArchitecture(StrictModel):
             raise ValueError("top_k cannot exceed experts")
         if not self.experts and not self.intermediate:
             raise ValueError("intermediate is required for a dense model")
+        if self.layer_types is not None:
+            if sum(kind.count for kind in self.layer_types) != self.layers:
+                raise ValueError(f"layer_types count {sum(kind.count for kind in self.layer_types)} layers, not the "
+                                 f"model's {self.layers}")
+            if self.sliding_window is not None:
+                raise ValueError("give sliding_window or layer_types, not both")
+            mlps = {kind.mlp for kind in self.layer_types}
+            if "moe" in mlps and not self.experts:
+                raise ValueError("a layer of mlp 'moe' needs experts")
+            if "dense" in mlps and not self.intermediate:
+                raise ValueError("a layer of mlp 'dense' needs intermediate")
         return self
 
 

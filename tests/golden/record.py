@@ -108,6 +108,9 @@ def build_requests() -> list[dict]:
                               "model": INLINE_LLAMA})
     add("/v1/analyze/model", {"device_id": "nvidia-h100-sxm", "phase": "prefill", "batch_size": 2, "seq_len": 1024,
                               "model": GENERIC})
+    from tests.core.transformer.test_generic_layers import GPT_OSS_20B
+    add("/v1/analyze/model", {"device_id": "nvidia-h100-sxm", "phase": "decode", "batch_size": 8, "seq_len": 32768,
+                              "model": GPT_OSS_20B})
     add("/v1/analyze/training", TRAINING_EXAMPLE)
     # Training as run at scale: sequence parallelism and each pipeline schedule.
     scaled = {**TRAINING_EXAMPLE, "model_id": "llama-3.1-70b", "tensor_parallel": 8, "pipeline_parallel": 4,

@@ -121,13 +121,27 @@ def from_generic(spec: Mapping[str, Any]) -> Architecture:
     experts = spec.get("experts") or 0
     moe = MoE(experts, spec["top_k"], spec["expert_intermediate"], spec.get("shared_experts", 0),
               spec.get("shared_experts", 0) * spec["expert_intermediate"]) if experts else None
-    window = spec.get("sliding_window")
     return Architecture(
         family="generic", hidden=spec["hidden"], layers=spec["layers"], heads=spec["heads"],
         kv_heads=spec.get("kv_heads") or spec["heads"], head_dim=spec.get("head_dim") or spec["hidden"] // spec["heads"],
         vocab=spec["vocab"], intermediate=spec.get("intermediate") or 0, gated_mlp=spec.get("gated_mlp", True),
         activation=spec.get("activation", "silu"), tied_embeddings=spec.get("tied_embeddings", False),
         qkv_bias=spec.get("qkv_bias", False), o_bias=spec.get("qkv_bias", False), norm=spec.get("norm", "rmsnorm"),
-        moe=moe, groups=(LayerGroup(spec["layers"], window, bool(moe)),),
-        max_positions=spec.get("max_position_embeddings"),
+        moe=moe, groups=_generic_groups(spec, bool(moe)), max_positions=spec.get("max_position_embeddings"),
     )
+
+
+def _generic_groups(spec: Mapping[str, Any], moe: bool) -> tuple[LayerGroup, ...]:
+    """The generic form's layers as groups: one of every layer alike, or one per distinct kind of `layer_types`
+    (kinds described twice are counted together)."""
+    kinds = spec.get("layer_types")
+    if not kinds:
+        return (LayerGroup(spec["layers"], spec.get("sliding_window"), moe),)
+    counts: dict[tuple, int] = {}
+    for kind in kinds:
+        key = (kind.get("window") if kind.get("attention") == "sliding" else None,
+               kind.get("mlp", "dense") == "moe", kind.get("chunk") if kind.get("attention") == "chunked" else None,
+               kind.get("rope", True))
+        counts[key] = counts.get(key, 0) + kind.get("count", 1)
+    return tuple(LayerGroup(count, window, is_moe, chunk, rope) for (window, is_moe, chunk, rope), count
+                 in counts.items())
