@@ -93,6 +93,19 @@ class ShapeEfficiencyOut(BaseModel):
     applied: bool = Field(description="Whether the time estimate was slowed by these efficiencies")
 
 
+class ExpectedOut(BaseModel):
+    """What the operator is expected to take, from a calibration fitted to measured kernels: beside the bound,
+    never in place of it."""
+
+    time_s: float = Field(description="Expected time, seconds: t0 + max(FLOPs / (peak x e_c), bytes / (bandwidth x "
+                                      "e_m)) at the roofs the calibration was fitted at, or the bound where the "
+                                      "roofs in use put it higher")
+    basis: str = Field(description="What it was fitted on, the fit, and how wrong it was on measurements held out")
+    engine: str = Field(description="The kernels measured (e.g. trtllm): the expectation is theirs")
+    median_error: float = Field(description="|expected / measured - 1| on the held-out measurements, median")
+    p90_error: float = Field(description="The same, 90th percentile")
+
+
 class OperatorAnalysis(BaseModel):
     device_id: str
     kind: str
@@ -118,5 +131,9 @@ class OperatorAnalysis(BaseModel):
     levels: list[LevelCeilingOut] = Field(description="One ceiling per memory level with known traffic and bandwidth, "
                                                       "HBM first: each level's own bytes, intensity, ridge and time")
     achieved: AchievedOut | None = Field(None, description="Present when measured_time_s was given")
+    expected: ExpectedOut | None = Field(
+        None, description="A calibrated expectation where the service ships one for the device and dtype (GEMMs on "
+                          "H100, H200 and B200 in bf16 and fp8, fitted to NVIDIA AIConfigurator's public "
+                          "measurements); null elsewhere")
     shape_efficiency: ShapeEfficiencyOut | None = Field(None, description="Matmul and grouped matmul only")
     assumptions: list[str] = Field(description="The counting conventions and roof choices behind these numbers")

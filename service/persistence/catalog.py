@@ -22,6 +22,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
+from service.core.calibration import KernelCalibration
 from service.core.dtypes import peak_dtype
 from service.core.hardware import (
     DEFAULT_COLLECTIVE_LATENCY_S,
@@ -47,12 +48,20 @@ T = TypeVar("T")
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 NOMINAL_CATALOG_PATH = DATA_DIR / "devices.json"
 MODEL_CATALOG_DIR = DATA_DIR / "models"
+GEMM_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "gemm.json"
 
 
 @lru_cache
 def nominal_catalog() -> tuple[dict[str, Any], ...]:
     """The datasheet catalog shipped with the service (SI units, a citation per number)."""
     return tuple(json.loads(NOMINAL_CATALOG_PATH.read_text())["devices"])
+
+
+@lru_cache
+def gemm_calibrations() -> dict[tuple[str, str], KernelCalibration]:
+    """The GEMM calibrations shipped with the service (scripts/fit_gemm_calibration.py), by (device id, dtype)."""
+    entries = json.loads(GEMM_CALIBRATIONS_PATH.read_text())["calibrations"]
+    return {(entry["device_id"], entry["dtype"]): KernelCalibration(**entry) for entry in entries}
 
 
 @lru_cache

@@ -36,7 +36,9 @@ from service.runtime.errors import ServiceError
 from service.translation.batch_groups import built_groups
 from service.translation.operator_analyses import (
     answer_fields,
+    calibration_for,
     compute_roof_fields,
+    expected_fields,
     level_fields,
     memory_roof_fields,
     operator_fields,
@@ -86,6 +88,7 @@ class _Plan:
         operands = matmul_operands(fields["dtype"], fields.get("a_dtype"), fields.get("b_dtype"), fields.get("c_dtype"),
                                    fields.get("compute_dtype"), fields.get("b_bytes_per_element"))
         self.tile = tile = fields["tile"]
+        self.calibration = calibration_for(device.id, "matmul", operands.compute_dtype)
         self.apply_efficiency = operator.apply_efficiency
         self.compute, select_notes = select_compute_roof(device, measured, operands.compute_dtype, Unit.tensor, mode)
         self.select_notes = list(select_notes)
@@ -130,7 +133,8 @@ class _Plan:
             marker("bytes_total"), marker("hbm_intensity"), marker("hbm_ridge"), marker("bound", True),
             marker("attainable_flops_per_s"), marker("compute_time_s"), marker("hbm_time_s"), marker("time_s"),
             marker("mfu") if self.compute.nominal_flops_per_s else None, compute, memory_roof_fields(self.hbm),
-            marker("binding_level", True), levels, None, shape, marker("assumptions", True)))
+            marker("binding_level", True), levels, None, shape, marker("assumptions", True),
+            expected_fields(self.calibration, marker("expected_time_s")) if self.calibration else None))
         # A marker is a whole JSON value (a device id such as "9.001e-300" is text inside quotes, not a value).
         pieces = re.split(b"(?<=[:,\\[])(" + b"|".join(map(re.escape, markers)) + b")(?=[,\\]}])", probe)
         names = [markers[piece] for piece in pieces[1::2]]
@@ -165,7 +169,11 @@ class _Group:
             getattr(numbers, name).tolist()
             for name in ("exact", "efficiency", "flops_per_s", "l2_bytes", "memory_bound", "l2_binds"))
         # numpy's floats are written as Python's are (tests/translation/test_json_bytes.py).
-        matrix = np.stack([getattr(numbers, name) for name in plan.numeric], axis=1).astype(np.float64)
+        columns = {name: getattr(numbers, name) for name in plan.numeric if name != "expected_time_s"}
+        if plan.calibration is not None:  # as roofline_fields puts it: the fit, or the bound where that is higher
+            columns["expected_time_s"] = np.maximum(plan.calibration.expected_times_s(numbers.flops, numbers.bytes_total),
+                                                    numbers.time_s)
+        matrix = np.stack([columns[name] for name in plan.numeric], axis=1).astype(np.float64)
         self.number_texts = json_bytes(matrix, numpy=True)[2:-2].split(b"],[")
         self.tiles_texts = json_bytes(numbers.tiles, numpy=True)[1:-1].split(b",")
 

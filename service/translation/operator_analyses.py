@@ -11,14 +11,15 @@ from __future__ import annotations
 from typing import cast
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
-from service.core.dtypes import bytes_per_element, quantized_bytes_per_element, weight_group_size
+from service.core.calibration import KernelCalibration
+from service.core.dtypes import bytes_per_element, peak_dtype, quantized_bytes_per_element, weight_group_size
 from service.core.efficiency import grouped_rows, matmul_efficiency
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
 from service.core.roofline import RooflineResult, analyze
 from service.core.roofs import ComputeRoof, MeasuredRoofs, MemoryRoof, RoofMode
-from service.persistence.catalog import DeviceCatalog
+from service.persistence.catalog import DeviceCatalog, gemm_calibrations
 from service.runtime.errors import cost_model_error
 from service.translation.plain_fields import json_bytes
 
@@ -41,7 +42,7 @@ def level_fields(roof: MemoryRoof, level_bytes: float, time_s: float, intensity:
 def answer_fields(device_id: str, kind: str, flops, bytes_read, bytes_written, bytes_total, intensity: float,
                   ridge: float, bound: str, attainable: float, compute_time: float, memory_time: float, time_s: float,
                   mfu: float | None, compute_roof: dict, memory_roof: dict, binding_level: str | None, levels: list[dict],
-                  achieved: dict | None, shape: dict | None, assumptions: list[str]) -> dict:
+                  achieved: dict | None, shape: dict | None, assumptions: list[str], expected: dict | None = None) -> dict:
     """The OperatorAnalysis fields, in its order (counts as floats, as the model has them)."""
     return {
         "device_id": device_id,
@@ -61,21 +62,38 @@ def answer_fields(device_id: str, kind: str, flops, bytes_read, bytes_written, b
         "binding_level": binding_level,
         "levels": levels,
         "achieved": achieved,
+        "expected": expected,
         "shape_efficiency": shape,
         "assumptions": assumptions,
     }
 
 
+def expected_fields(calibration: KernelCalibration | None, time_s) -> dict | None:
+    """The answer's `expected`, its time given (a value, or a template's marker)."""
+    if calibration is None:
+        return None
+    return {"time_s": time_s, "basis": calibration.basis(), "engine": calibration.engine,
+            "median_error": calibration.median_error, "p90_error": calibration.p90_error}
+
+
+def calibration_for(device_id: str, kind: str, compute_dtype: str) -> KernelCalibration | None:
+    """The shipped GEMM calibration of a plain matmul's device and compute dtype, if there is one."""
+    return gemm_calibrations().get((device_id, peak_dtype(compute_dtype))) if kind == "matmul" else None
+
+
 def roofline_fields(device_id: str, result: RooflineResult, shape: dict | None = None) -> dict:
     """The OperatorAnalysis fields of a roofline result."""
     cost = result.cost
+    calibration = calibration_for(device_id, cost.kind, cost.compute_dtype)
+    expected = expected_fields(calibration, max(calibration.expected_time_s(cost.flops, cost.bytes_total),
+                                                result.time_s) if calibration else None)
     return answer_fields(
         device_id, cost.kind, cost.flops, cost.bytes_read, cost.bytes_written, cost.bytes_total,
         result.arithmetic_intensity, result.ridge_point, str(result.bound), result.attainable_flops_per_s,
         result.compute_time_s, result.memory_time_s, result.time_s, result.mfu, compute_roof_fields(result.compute_roof),
         memory_roof_fields(result.memory_roof), result.binding_level,
         [level_fields(c.roof, c.bytes, c.time_s, c.arithmetic_intensity, c.ridge_point) for c in result.levels],
-        result.achieved._asdict() if result.achieved else None, shape, list(result.assumptions))
+        result.achieved._asdict() if result.achieved else None, shape, list(result.assumptions), expected)
 
 
 def shape_fields(tile, padding_efficiency, model_flops, executed_flops, applied, tiles=None, sm_count=None,

@@ -1,0 +1,87 @@
+"""GEMM expectations: the shipped fit against the public measurements it was fitted to, and by hand."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from service.core.calibration import KernelCalibration
+from service.persistence.catalog import gemm_calibrations
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "aiconfigurator_gemm_sample.csv"
+OPERAND_BYTES = {"bf16": 2, "fp8": 1}
+
+
+def sample_rows():
+    """150 held-out measurements a (device, dtype) from AIConfigurator's tables (scripts/fit_gemm_calibration.py)."""
+    with SAMPLE.open() as handle:
+        return [{**row, "m": int(row["m"]), "n": int(row["n"]), "k": int(row["k"]),
+                 "latency_s": float(row["latency_s"])} for row in csv.DictReader(handle)]
+
+
+def terms(row):
+    """The roofline's FLOPs and HBM bytes of the GEMM: 2mnk; A and B in the operands' type, C in bf16."""
+    m, n, k, s = row["m"], row["n"], row["k"], OPERAND_BYTES[row["dtype"]]
+    return 2 * m * n * k, (m * k + k * n) * s + m * n * 2
+
+
+@pytest.mark.parametrize("key", sorted(gemm_calibrations()))
+def test_the_expectation_is_closer_to_the_measurements_than_the_bound(key):
+    calibration = gemm_calibrations()[key]
+    rows = [r for r in sample_rows() if (r["device_id"], r["dtype"]) == key]
+    assert len(rows) == 150
+    errors, bound_errors = [], []
+    for row in rows:
+        flops, hbm = terms(row)
+        bound = max(flops / calibration.peak_flops_per_s, hbm / calibration.hbm_bytes_per_s)
+        expected = calibration.expected_time_s(flops, hbm)
+        assert expected >= bound
+        errors.append(abs(expected / row["latency_s"] - 1))
+        bound_errors.append(abs(bound / row["latency_s"] - 1))
+    errors.sort(), bound_errors.sort()
+    median, bound_median = errors[len(errors) // 2], bound_errors[len(bound_errors) // 2]
+    # The sample is drawn from the held-out half: its median error is the stated one's, give or take the sample.
+    assert median <= calibration.median_error + 0.05
+    assert median < bound_median / 2
+
+
+# L2 per GPU: GH100's 50 MB (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022; the H200 is the same die).
+L2_BYTES = {"nvidia-h100-sxm": 50e6, "nvidia-h200-sxm": 50e6}
+
+
+def test_the_bound_stays_below_every_measurement_bar_l2_resident_operands():
+    """A bound above a measurement is a GEMM whose operands fit in L2 and were timed warm (read from L2, not HBM)."""
+    above = []
+    for row in sample_rows():
+        calibration = gemm_calibrations()[(row["device_id"], row["dtype"])]
+        flops, hbm = terms(row)
+        if max(flops / calibration.peak_flops_per_s, hbm / calibration.hbm_bytes_per_s) > row["latency_s"]:
+            above.append(row)
+            assert hbm <= L2_BYTES[row["device_id"]], row
+    # One of 900: an H100 bf16 GEMM of 27 MB, measured 0.08 % under its bound.
+    assert len(above) <= 1
+
+
+def test_an_expectation_by_hand_over_http(client):
+    # H100 bf16, m = 1, n = k = 8192: FLOPs 2 x 8192^2 = 134,217,728; bytes (8192 + 8192^2) x 2 + 8192 x 2 =
+    # 134,250,496; the bound is memory's, 134,250,496 / 3.35e12 = 40.07 us; the fit adds 3 us to it over 0.8.
+    answer = client.post("/v1/analyze/operator", json={"device_id": "nvidia-h100-sxm",
+                                                       "operator": {"kind": "matmul", "m": 1, "n": 8192, "k": 8192}})
+    body = answer.json()
+    assert body["time_s"] == pytest.approx(134_250_496 / 3.35e12)
+    calibration = gemm_calibrations()[("nvidia-h100-sxm", "bf16")]
+    assert (calibration.t0_s, calibration.memory_efficiency) == (3e-6, 0.8)
+    assert body["expected"]["time_s"] == pytest.approx(3e-6 + 134_250_496 / 3.35e12 / 0.8)
+    assert "held out" in body["expected"]["basis"] and body["expected"]["engine"] == "trtllm"
+    # A device without a calibration says so with null, and the bound stands alone.
+    other = client.post("/v1/analyze/operator", json={"device_id": "amd-mi300x",
+                                                      "operator": {"kind": "matmul", "m": 1, "n": 8192, "k": 8192}})
+    assert other.json()["expected"] is None
+
+
+def test_a_calibration_that_would_expect_less_than_the_bound_is_refused():
+    fields = dict(device_id="d", dtype="bf16", engine="e", source="s", peak_flops_per_s=1e15, hbm_bytes_per_s=3e12,
+                  t0_s=0.0, compute_efficiency=1.2, memory_efficiency=0.8, fitted_on=1, checked_on=1,
+                  median_error=0.1, p90_error=0.2, bound_median_error=0.3)
+    with pytest.raises(ValueError, match="less than the bound"):
+        KernelCalibration(**fields)
