@@ -55,13 +55,22 @@ def operator_table(r: dict) -> str:
     return table([
         ["FLOPs", si(r["flops"], "FLOP")], ["bytes", si(r["bytes"]["total"], "B")],
         ["intensity", f"{r['arithmetic_intensity']:.4g} FLOP/B"], ["ridge point", f"{r['ridge_point']:.4g} FLOP/B"],
-        ["bound", r["bound"] + (f" ({r['binding_level']})" if r["binding_level"] else "")], ["time", si(r["time_s"], "s")],
+        ["bound", r["bound"] + (f" ({r['binding_level']})" if r["binding_level"] else "")],
+        ["time (bound)", si(r["time_s"], "s")], *expected_rows(r.get("expected")),
         ["attainable", si(r["attainable_flops_per_s"], "FLOP/s")],
         ["MFU", f"{r['mfu']:.3f}" if r["mfu"] is not None else "-"],
         ["compute roof", f"{si(compute['flops_per_s'], 'FLOP/s')} {compute['dtype']} {compute['unit']} ({compute['source']})"],
         ["memory roof", f"{si(memory['bytes_per_s'], 'B/s')} {memory['level']} ({memory['source']})"],
         *achieved_rows(r.get("achieved")),
     ], ["quantity", "value"])
+
+
+def expected_rows(e: dict | None) -> list[list[str]]:
+    """A calibrated expectation beside the bound, with how wrong its fit was on measurements held out."""
+    if e is None:
+        return []
+    return [["time (expected)", f"{si(e['time_s'], 's')} ({e['engine']} fit: off by {e['median_error']:.1%} in the median "
+                                f"where measured)"]]
 
 
 def fraction(value: float | None) -> str:

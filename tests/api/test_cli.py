@@ -1,6 +1,7 @@
 """The roofline command, in-process and against a running service."""
 
 import json
+import re
 
 import pytest
 
@@ -47,6 +48,8 @@ def test_a_measured_time_adds_what_was_achieved_beside_the_bound(local_database,
     out = run(capsys, "analyze", "operator", "--device", "nvidia-h100-sxm", "--kind", "matmul", "--m", "4096",
               "--n", "4096", "--k", "4096", "--measured-time", "200e-6").out
     assert "measured time        200 us" in out and "roofline / measured  0.695" in out
+    # Beside the bound, the H100 bf16 GEMM fit's expectation: 3 us + 138.91 us / 0.76 = 185.8 us (compute-bound).
+    assert re.search(r"time \(expected\) +186 us \(trtllm fit: off by 6\.8% in the median where measured\)", out)
     assert "achieved             687 TFLOP/s" in out and "achieved MFU         0.695" in out
     assert "achieved bandwidth   503 GB/s" in out
     # A decode step is judged by bandwidth: the table says MBU beside MFU.
