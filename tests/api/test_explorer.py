@@ -133,3 +133,22 @@ def test_explorer_takes_memory_utilisation_and_a_price(browser, live_server):  #
     utilization.send_keys("3", Keys.TAB)
     wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
     assert "Memory utilisation" in browser.find_element(By.ID, "error").text
+
+
+def test_explorer_shows_a_matmuls_expectation_beside_its_bound(browser, live_server):  # noqa: F811
+    wait = WebDriverWait(browser, 90)
+    browser.get(f"{live_server}/explore")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg") and table_text(d))
+    browser.find_element(By.CSS_SELECTOR, "input[name=mode][value=operator]").click()
+    wait.until(lambda d: "time (expected)" in d.find_element(By.ID, "summary").text)
+    operator = {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "bf16"}
+    answer = httpx.post(f"{live_server}/v1/analyze/operator", timeout=30,
+                        json={"device_id": "nvidia-h100-sxm", "operator": operator, "roofs": "effective"}).json()
+    summary = browser.find_element(By.ID, "summary").text
+    # 4096^3 in bf16 on an H100: the bound 138.9 us; the fit 3 us + 138.9 / 0.76 = 185.8 us, off by 6.8 %.
+    assert answer["expected"]["time_s"] == pytest.approx(3e-6 + 2 * 4096**3 / 989.4e12 / 0.76)
+    assert "186 µs" in summary and "off by 6.8% in the median" in summary
+    # On a device without a calibration only the bound is shown.
+    Select(browser.find_element(By.ID, "device")).select_by_value("amd-mi300x")
+    wait.until(lambda d: "time (expected)" not in d.find_element(By.ID, "summary").text
+               and "time (bound)" in d.find_element(By.ID, "summary").text)

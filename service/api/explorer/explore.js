@@ -146,7 +146,12 @@
         svg = chart;
         rows = [{ name: "matmul", layers: 1, flops: analysis.flops, bytes: analysis.bytes.total, intensity: analysis.arithmetic_intensity,
                   bound: analysis.bound, time: analysis.time_s, share: 1 }];
-        items = [["time", si(analysis.time_s, "s")], ["bound", analysis.bound + (analysis.binding_level ? " (" + analysis.binding_level + ")" : "")],
+        items = [["time (bound)", si(analysis.time_s, "s")],
+                 // A calibrated expectation sits beside the bound where the service ships one, with its fit's error.
+                 ...(analysis.expected === null ? [] : [["time (expected)", si(analysis.expected.time_s, "s") + " (" +
+                   analysis.expected.engine + " fit, off by " + (100 * analysis.expected.median_error).toFixed(1) +
+                   "% in the median where measured)"]]),
+                 ["bound", analysis.bound + (analysis.binding_level ? " (" + analysis.binding_level + ")" : "")],
                  ["FLOP/byte (HBM)", analysis.arithmetic_intensity.toPrecision(4)], ["ridge", analysis.ridge_point.toPrecision(4)],
                  ["MFU", analysis.mfu === null ? "–" : analysis.mfu.toFixed(3)]];
         caption = "The matmul at its HBM intensity, with one marker per other memory level.";
