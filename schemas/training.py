@@ -296,6 +296,10 @@ class TrainingPlanRequest(ModelChoice, TrainingStepOptions):
     top_n: Annotated[int, Field(ge=1, le=20)] = Field(5, description="With search: how many fitting layouts to list")
 
 
+# What a plan asks beyond its step: dropped from the body when the plan's step is asked for.
+PLAN_ONLY = set(TrainingPlanRequest.model_fields) - set(TrainingRequest.model_fields)
+
+
 class TrainingEstimate(BaseModel):
     basis: Literal["roofline", "stated"] = Field(description="'roofline': the MFU of the roofline's step on "
                                                              "num_devices; 'stated': the request's mfu")

@@ -10,6 +10,7 @@ held out of the fit. An expectation is never below the bound (t0 >= 0, efficienc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -44,7 +45,9 @@ class KernelCalibration:
         return self.t0_s + np.maximum(flops / (self.peak_flops_per_s * self.compute_efficiency),
                                       hbm_bytes / (self.hbm_bytes_per_s * self.memory_efficiency))
 
+    @cached_property
     def basis(self) -> str:
+        """Written once: every matmul answer on the device and dtype carries it."""
         return (f"fitted to {self.fitted_on:,} {self.engine} GEMM timings on {self.device_id} in {self.dtype} "
                 f"({self.source}): t = {self.t0_s * 1e6:.3g} us + max(T_compute / {self.compute_efficiency:.3g}, "
                 f"T_memory / {self.memory_efficiency:.3g}) at the nominal roofs; on {self.checked_on:,} timings held "

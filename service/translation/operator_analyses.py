@@ -72,7 +72,7 @@ def expected_fields(calibration: KernelCalibration | None, time_s) -> dict | Non
     """The answer's `expected`, its time given (a value, or a template's marker)."""
     if calibration is None:
         return None
-    return {"time_s": time_s, "basis": calibration.basis(), "engine": calibration.engine,
+    return {"time_s": time_s, "basis": calibration.basis, "engine": calibration.engine,
             "median_error": calibration.median_error, "p90_error": calibration.p90_error}
 
 

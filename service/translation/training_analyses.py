@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pydantic import TypeAdapter
 
 from schemas.models import ParamCounts
@@ -96,19 +98,41 @@ def setup_for(request: TrainingRequest, device: DeviceSpec) -> tuple[training.Tr
         workspace_bytes=request.workspace_bytes), basis
 
 
-def run_training(request: TrainingRequest, catalog: DeviceCatalog) -> tuple[str, Architecture, training.TrainingStep,
-                                                                              training.TrainingSetup, Evaluator, str]:
+class TrainingInputs(NamedTuple):
+    """What a training request resolves to before any step is placed."""
+
+    name: str
+    arch: Architecture
+    setup: training.TrainingSetup
+    basis: str  # how the usable memory was obtained
+    evaluator: Evaluator
+    topology: Topology
+
+
+def training_inputs(request: TrainingRequest, catalog: DeviceCatalog) -> TrainingInputs:
+    """The model, the device's roofs and links, and the setup a training request asks for (its length checked
+    against the model's positions)."""
     name, arch = resolve_model(request, catalog)
     device = catalog.get(request.device_id)
     measured = catalog.measured(device.id)
     setup, basis = setup_for(request, device)
-    evaluator = Evaluator(device, measured, RoofMode(request.roofs), request.sustained_clock_hz)
     try:
         check_positions(arch, request.seq_len, "seq_len")
-        result = training.analyze_training(arch, evaluator, topology_for(device, measured, request), setup)
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
-    return name, arch, result, setup, evaluator, basis
+    return TrainingInputs(name, arch, setup, basis, Evaluator(device, measured, RoofMode(request.roofs),
+                                                              request.sustained_clock_hz),
+                          topology_for(device, measured, request))
+
+
+def run_training(request: TrainingRequest, catalog: DeviceCatalog) -> tuple[str, Architecture, training.TrainingStep,
+                                                                              training.TrainingSetup, Evaluator, str]:
+    inputs = training_inputs(request, catalog)
+    try:
+        result = training.analyze_training(inputs.arch, inputs.evaluator, inputs.topology, inputs.setup)
+    except CostModelError as exc:
+        raise unprocessable(exc, "body") from None
+    return inputs.name, inputs.arch, result, inputs.setup, inputs.evaluator, inputs.basis
 
 
 def _advice(result: training.TrainingStep, chosen: str) -> RecomputeAdvice:

@@ -7,7 +7,7 @@ import math
 
 from pydantic import ValidationError
 
-from schemas.training import TrainingEstimate, TrainingPlan, TrainingPlanRequest, TrainingRequest
+from schemas.training import PLAN_ONLY, TrainingEstimate, TrainingPlan, TrainingPlanRequest, TrainingRequest
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable, invalid_nested
 from service.translation.training_analyses import analyze_training_request
@@ -16,7 +16,6 @@ from service.translation.training_search import search_plan
 SECONDS_PER_DAY = 86_400
 
 
-PLAN_ONLY = {"num_devices", "total_tokens", "mfu", "price_per_device_hour", "deadline_days", "search", "top_n"}
 
 
 def _estimate(basis: str, mfu: float, total_flops: float, peak: float, request: TrainingPlanRequest) -> TrainingEstimate:

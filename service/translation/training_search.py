@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from schemas.training import TrainingLayoutOut, TrainingPlanRequest, TrainingRequest, TrainingSearchOut
+from schemas.training import PLAN_ONLY, TrainingLayoutOut, TrainingPlanRequest, TrainingRequest, TrainingSearchOut
 from service.core.errors import CostModelError
-from service.core.roofs import RoofMode
 from service.core.training.search import Placed, SearchResult, search_layouts
-from service.core.transformer.analysis import Evaluator
-from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable
-from service.translation.model_analyses import resolve_model, unprocessable
-from service.translation.training_analyses import setup_for, topology_for
+from service.translation.model_analyses import unprocessable
+from service.translation.training_analyses import training_inputs
 
 # What a search chooses: a request that searches may not also give them.
 LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "pipeline_schedule", "virtual_pipeline_stages",
@@ -76,19 +73,12 @@ def search_plan(request: TrainingPlanRequest, catalog: DeviceCatalog) -> tuple[T
         raise _refuse(given[0], f"a layout search chooses {', '.join(given)}: leave {'them' if len(given) > 1 else 'it'}"
                                 " out, or turn search off")
     sequences = _global_sequences(request)
-    _, arch = resolve_model(request, catalog)
-    device = catalog.get(request.device_id)
-    measured = catalog.measured(device.id)
-    body = request.model_dump(exclude={"num_devices", "total_tokens", "mfu", "price_per_device_hour",
-                                       "deadline_days", "search", "top_n"}, exclude_unset=True)
-    base_request = TrainingRequest.model_validate({**body, "data_parallel": 1, "global_batch_tokens": None,
-                                                   "gradient_accumulation_steps": 1})
-    base, _ = setup_for(base_request, device)
-    evaluator = Evaluator(device, measured, RoofMode(request.roofs), request.sustained_clock_hz)
+    body = request.model_dump(exclude=PLAN_ONLY, exclude_unset=True)
+    base = training_inputs(TrainingRequest.model_validate({**body, "data_parallel": 1, "global_batch_tokens": None,
+                                                           "gradient_accumulation_steps": 1}), catalog)
     try:
-        check_positions(arch, request.seq_len, "seq_len")
-        result = search_layouts(arch, evaluator, topology_for(device, measured, request), base, request.num_devices,
-                                sequences, request.top_n)
+        result = search_layouts(base.arch, base.evaluator, base.topology, base.setup, request.num_devices, sequences,
+                                request.top_n)
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
     if not result.ranked:

@@ -64,7 +64,3 @@ def expert_parallel_rows(rows: list[Row], arch: Architecture, expert: int, strea
             out.append(Row("moe_combine", "alltoall", 1, comm_bytes=sent))
     return out
 
-
-def routed_share(rows: list[Row]) -> float:
-    """The parameters a layer's routed experts own, of the rows' (as built, before expert parallelism)."""
-    return sum(row.count * row.params for row in rows if row.kind == ROUTED)

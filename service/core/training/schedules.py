@@ -37,10 +37,6 @@ class Schedule:
     name: str = "1f1b"
     virtual_stages: int = 1  # model chunks a stage holds; more than one only when interleaved
 
-    @property
-    def chunks(self) -> int:
-        return self.virtual_stages
-
     def check(self, stages: int, layers: int) -> None:
         if self.name not in SCHEDULES:
             raise CostModelError("pipeline_schedule", f"one of {', '.join(SCHEDULES)}")

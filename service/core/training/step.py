@@ -14,7 +14,7 @@ from typing import NamedTuple
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.training.collectives import Collective, Link, Topology, ring_all_reduce_bytes, ring_shard_bytes
-from service.core.training.experts import check_expert_parallel, expert_parallel_rows, routed_share
+from service.core.training.experts import check_expert_parallel, expert_parallel_rows
 from service.core.training.fp8 import QUANTIZE, check_recipe, fp8_backward, fp8_rows, is_fp8, weight_cast
 from service.core.training.rows import (
     BACKWARD_ACTIVATION,
@@ -37,7 +37,7 @@ from service.core.training.schedules import PhaseTimes, Schedule
 from service.core.training.stages import StagePlan, plan_stages
 from service.core.transformer.analysis import Evaluator, RowResult, group_label
 from service.core.transformer.architecture import Architecture, LayerGroup
-from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, cost_of, mlp_rows
+from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, cost_of
 from service.core.transformer.params import layer_params, norm_params
 
 FIRST_STAGE, LAST_STAGE = "first stage", "last stage"
@@ -462,7 +462,7 @@ def _pipeline(placed: list[PlacedRow], plan: StagePlan, setup: TrainingSetup, to
     sends, send_each = [], 0.0
     if stages > 1:
         pp_link = topology.link_for(par.devices, "pipeline-parallel")
-        chunks = setup.schedule.chunks
+        chunks = setup.schedule.virtual_stages
         sends.append(Collective("pipeline sends (activations forward, their gradients backward"
                                 + (f", {chunks} model chunks a stage)" if chunks > 1 else ")"), "send_recv", "pipeline",
                                 stages, hidden_bytes, hidden_bytes, 2 * chunks * micro_batches, pp_link, True))
@@ -556,20 +556,29 @@ class _StageParams(NamedTuple):
         return self.dense / par.shards(stage) + self.experts / par.shards(stage, experts=True)
 
 
-def _stage_parameters(arch: Architecture, par: Parallelism, plan: StagePlan, stage: int) -> _StageParams:
-    """Parameters on one device of a pipeline stage: its layers' matrices split by tensor parallelism (norm
-    weights replicated; routed experts split over expert parallelism too), the vocabulary-parallel embedding on
+def _layer_parameters(arch: Architecture, par: Parallelism) -> list[tuple[int, float, float]]:
+    """(layers, parameters one device holds of one of them, of them its routed experts') per layer group: matrices
+    split by tensor parallelism (norm weights replicated), routed experts by expert parallelism too (kept with the
+    rest without it)."""
+    split = []
+    for group in arch.groups:
+        p = layer_params(arch, group)
+        routed = p.routed if par.expert > 1 else 0
+        split.append((group.count, (p.attention + p.mlp_total - routed) / par.tensor + p.norms,
+                      routed / (par.tensor * par.expert)))
+    return split
+
+
+def _stage_parameters(arch: Architecture, par: Parallelism, per_layer: list[tuple[int, float, float]],
+                      plan: StagePlan, stage: int) -> _StageParams:
+    """Parameters on one device of a pipeline stage: its share of the layers, the vocabulary-parallel embedding on
     the first stage, the head and final norm on the last (a tied head is a copy of the embedding there when the
     stages differ)."""
     share = plan.share(stage)
     dense = experts = largest = 0.0
-    for group in arch.groups:
-        p = layer_params(arch, group)
-        routed = routed_share(mlp_rows(arch, group, Step(1, 1, 1), ModelDTypes())) if par.expert > 1 else 0
-        layer_dense = (p.attention + p.mlp_total - routed) / par.tensor + p.norms
-        layer_experts = routed / (par.tensor * par.expert)
-        dense += group.count * share * layer_dense
-        experts += group.count * share * layer_experts
+    for count, layer_dense, layer_experts in per_layer:
+        dense += count * share * layer_dense
+        experts += count * share * layer_experts
         largest = max(largest, layer_dense + layer_experts)
     embedding = arch.vocab * arch.hidden / par.tensor
     head = norm_params(arch) + (embedding if (not arch.tied_embeddings or plan.stages > 1) else 0.0)
@@ -592,9 +601,9 @@ def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: lis
     """The memory of the fullest stage (the first holds the most micro-batches, the last the head's logits),
     and the parameters of the stage with the most, whose gradient sync and update take longest."""
     par, dtypes, plan = setup.parallelism, setup.dtypes, layers.plan
-    candidates = []
+    candidates, per_layer_params = [], _layer_parameters(arch, par)
     for stage in plan.kinds():
-        params = _stage_parameters(arch, par, plan, stage)
+        params = _stage_parameters(arch, par, per_layer_params, plan, stage)
         activations, per_layer = _activations(setup, layers, last, setup.recompute, checkpoint_bytes, stage)
         candidates.append((params, TrainingMemory(
             stage=stage, stage_layers=plan.layers[stage], parameters_per_device=params.total,

@@ -25,6 +25,7 @@ class LayerParams:
     mlp_total: int  # every expert
     mlp_active: int  # what one token uses: top-k routed plus shared experts
     norms: int
+    routed: int = 0  # the routed experts' share of mlp_total
 
     @property
     def total(self) -> int:
@@ -82,7 +83,8 @@ def layer_params(arch: Architecture, group: LayerGroup) -> LayerParams:
     attention = _owned(attention_rows(arch, group, _ONE_TOKEN, _DTYPES))
     mlp = mlp_rows(arch, group, _ONE_TOKEN, _DTYPES)
     whole = _owned(layer_rows(arch, group, _ONE_TOKEN, _DTYPES))
-    return LayerParams(attention, _owned(mlp), _active(mlp), whole - attention - _owned(mlp))
+    routed = _owned([row for row in mlp if row.kind == "grouped_matmul"])
+    return LayerParams(attention, _owned(mlp), _active(mlp), whole - attention - _owned(mlp), routed)
 
 
 def norm_params(arch: Architecture) -> int:
@@ -93,14 +95,12 @@ def norm_params(arch: Architecture) -> int:
 def model_params(arch: Architecture) -> ModelParams:
     per_group = [(group.count, layer_params(arch, group)) for group in arch.groups]
     (embedding,), (final_norm, lm_head) = model_level_rows(arch, _ONE_TOKEN, _DTYPES)
-    routed = sum(group.count * _owned([row for row in mlp_rows(arch, group, _ONE_TOKEN, _DTYPES)
-                                       if row.kind == "grouped_matmul"]) for group in arch.groups if group.moe)
     return ModelParams(
         embedding=embedding.params,
         lm_head=lm_head.params,
         final_norm=final_norm.params,
         vision=arch.vision_params,
-        routed_experts=routed,
+        routed_experts=sum(count * p.routed for count, p in per_group),
         layers_total=sum(count * p.total for count, p in per_group),
         layers_active=sum(count * p.active for count, p in per_group),
     )
