@@ -54,7 +54,8 @@ def sweep_values(request: SweepRequest) -> list[float]:
     r = request.range
     assert r is not None  # the contract gives exactly one of values and range
     if r.step is not None:
-        count = math.floor((r.stop - r.start) / r.step + 1e-9) + 1
+        steps = (r.stop - r.start) / r.step  # -inf for a stop far below start over a tiny step: no point
+        count = math.floor(steps + 1e-9) + 1 if steps > -1 else 0
         values = [r.start + i * r.step for i in range(max(count, 0))]
     else:
         num = r.num

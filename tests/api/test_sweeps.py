@@ -58,6 +58,10 @@ def test_sweep_limits_and_errors(client):
     assert bad_point.status_code == 422 and bad_point.json()["fields"][0]["loc"] == "body.values.1"
     bad_path = sweep(client, endpoint="operator", request=request, parameter="device_id.x", values=[1])
     assert bad_path.status_code == 422
+    # A stop far below start over a subnormal step: (stop - start) / step is -inf, no point (it raised OverflowError).
+    downward = sweep(client, endpoint="operator", request=request, parameter="operator.m",
+                     range={"start": 8004873173943644.0, "stop": 0.0, "step": 5e-324})
+    assert downward.status_code == 422 and "no point" in downward.json()["detail"]
     ok = sweep(client, endpoint="operator", request=request, parameter="operator.m", values=list(range(1, 4097)))
     assert ok.status_code == 200 and len(ok.json()["rows"]) == 4096
 
