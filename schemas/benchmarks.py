@@ -7,14 +7,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat, model_validator
 
-from schemas.common import DTypeName, MemoryLevelName, PositiveFinite, RoofSourceName, StrictModel, UnitName
+from schemas.common import (
+    MAX_BYTES_PER_S,
+    MAX_FLOPS_PER_S,
+    MIN_BYTES_PER_S,
+    MIN_FLOPS_PER_S,
+    DTypeName,
+    MemoryLevelName,
+    PositiveFinite,
+    RoofSourceName,
+    StrictModel,
+    UnitName,
+)
 
 ShortText = Annotated[str, Field(min_length=1, max_length=200)]
 
-# Physical bounds, far beyond any single device, so that no stored value (nor a median of two) can
-# overflow a later computation or a chart's axis: 1 MFLOP/s to 1 ZFLOP/s, 1 kB/s to 1 EB/s.
-MIN_FLOPS_PER_S, MAX_FLOPS_PER_S = 1e6, 1e21
-MIN_BYTES_PER_S, MAX_BYTES_PER_S = 1e3, 1e18
 FlopsPerSecond = Annotated[FiniteFloat, Field(ge=MIN_FLOPS_PER_S, le=MAX_FLOPS_PER_S,
                                               description="Measured throughput, FLOP/s (not GFLOP/s or TFLOP/s)")]
 BytesPerSecond = Annotated[FiniteFloat, Field(ge=MIN_BYTES_PER_S, le=MAX_BYTES_PER_S,

@@ -5,12 +5,26 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 
-from schemas.common import DeviceId, DTypeName, MemoryLevelName, NonNegativeFinite, PositiveFinite, StrictModel, UnitName
+from schemas.common import (
+    ByteRate,
+    DeviceId,
+    DTypeName,
+    FlopRate,
+    MemoryLevelName,
+    NonNegativeFinite,
+    PositiveFinite,
+    StrictModel,
+    UnitName,
+    all_rules,
+    given,
+)
 
 Citation = Annotated[str, Field(min_length=1, max_length=4000, description="Where the number comes from")]
-Bytes = Annotated[int, Field(gt=0, le=2**60)]
+# 10^18 and not 2^60: a bound above 2^53 is printed in the document as a rounded float, which a reader takes for
+# a larger integer than the one enforced; 10^18 prints exactly.
+Bytes = Annotated[int, Field(gt=0, le=10**18)]
 
 # Scalar numbers that, when given, must carry a citation under `citations`.
 CITED_SCALARS = ("memory_capacity_bytes", "usable_memory_bytes", "sm_count", "boost_clock_hz", "tdp_w",
@@ -20,26 +34,31 @@ CITED_SCALARS = ("memory_capacity_bytes", "usable_memory_bytes", "sm_count", "bo
 class ComputePeak(StrictModel):
     dtype: DTypeName
     unit: UnitName
-    flops_per_s: PositiveFinite = Field(description="Dense peak, FLOP/s (never a sparsity figure)")
+    flops_per_s: FlopRate = Field(description="Dense peak, FLOP/s (never a sparsity figure), 1e6 to 1e21")
     citation: Citation
 
 
 class MemoryLevel(StrictModel):
     level: MemoryLevelName
-    bandwidth_bytes_per_s: PositiveFinite
+    bandwidth_bytes_per_s: ByteRate = Field(description="Bandwidth of the level, bytes/s, 1e3 to 1e18")
     capacity_bytes: Bytes | None = None
     citation: Citation
+
+
+# Bounded so that every derived peak lands inside the peaks' and bandwidths' own ranges: units x FMA x 2 x clock
+# runs from 1 x 0.5 x 2 x 1e6 = 1e6 to 1e5 x 5e4 x 2 x 1e11 = 1e21 FLOP/s, bits / 8 x rate from 1e3 to 1e18 bytes/s.
+FmaRate = Annotated[FiniteFloat, Field(ge=0.5, le=5e4, description="FMA per unit per cycle")]
 
 
 class Microarchitecture(StrictModel):
     """Numbers peaks can be derived from: units x FMA per unit per cycle x 2 x clock; bus bits / 8 x rate."""
 
     units: int = Field(ge=1, le=100_000, description="SMs / compute units")
-    clock_hz: PositiveFinite
-    tensor_fma_per_unit_per_cycle: dict[DTypeName, PositiveFinite] = Field(default_factory=dict)
-    vector_fma_per_unit_per_cycle: dict[DTypeName, PositiveFinite] = Field(default_factory=dict)
+    clock_hz: Annotated[FiniteFloat, Field(ge=1e6, le=1e11)] = Field(description="Hz, 1 MHz to 100 GHz")
+    tensor_fma_per_unit_per_cycle: dict[DTypeName, FmaRate] = Field(default_factory=dict)
+    vector_fma_per_unit_per_cycle: dict[DTypeName, FmaRate] = Field(default_factory=dict)
     memory_bus_width_bits: int | None = Field(None, ge=1, le=1_000_000)
-    memory_transfers_per_s_per_pin: PositiveFinite | None = None
+    memory_transfers_per_s_per_pin: Annotated[FiniteFloat, Field(ge=8e3, le=8e12)] | None = None
 
 
 class DerivedPeakOut(BaseModel):
@@ -83,10 +102,12 @@ class DeviceBase(StrictModel):
         None, description="Memory the runtime exposes, bytes: CUDA's total (what vLLM's gpu_memory_utilization "
                           "multiplies) or NVML's memory.total; below the as-built capacity (an H100's 80 GiB shows "
                           "81,559 MiB in nvidia-smi). Unset: capacity and KV budgets use memory_capacity_bytes")
-    compute_peaks: list[ComputePeak] = Field(default_factory=list, max_length=64,
-                                             description="Dense peaks; may be left to the microarchitecture derivation")
-    memory_levels: list[MemoryLevel] = Field(default_factory=list, max_length=8,
-                                             description="Must include 'hbm' unless derivable from microarchitecture")
+    compute_peaks: list[ComputePeak] = Field(
+        default_factory=list, max_length=64, description="Dense peaks, one per (dtype, unit); at least one unless "
+                                                         "microarchitecture gives FMA rates to derive them from")
+    memory_levels: list[MemoryLevel] = Field(
+        default_factory=list, max_length=8, description="Each level once; must include 'hbm' unless microarchitecture "
+                                                        "gives its bus width and data rate")
     microarchitecture: Microarchitecture | None = None
     kernel_launch_overhead_s: PositiveFinite | None = Field(
         None, le=1, description="Cost of one kernel launch, seconds (fusion savings); default 4e-6")
@@ -100,19 +121,38 @@ class DeviceBase(StrictModel):
     compute_unit_name: str | None = Field(None, max_length=50)
     boost_clock_hz: PositiveFinite | None = None
     tdp_w: PositiveFinite | None = None
-    interconnect_bandwidth_bytes_per_s: PositiveFinite | None = Field(
+    interconnect_bandwidth_bytes_per_s: ByteRate | None = Field(
         None, description="Scale-up (intra-node) link bandwidth per device and direction, bytes/s (NVLink, xGMI, ICI, "
                           "or PCIe where there is no scale-up link): the tier of collectives among devices of one node")
     node_size: int | None = Field(
         None, ge=1, le=100_000, description="Devices per node that share the scale-up link (8 in an HGX/DGX server): "
                                             "a collective whose group stays within a node runs on "
                                             "interconnect_bandwidth_bytes_per_s, otherwise on the inter-node link")
-    inter_node_bandwidth_bytes_per_s: PositiveFinite | None = Field(
+    inter_node_bandwidth_bytes_per_s: ByteRate | None = Field(
         None, description="Scale-out (inter-node) bandwidth per device and direction, bytes/s (InfiniBand or RoCE: a "
                           "400 Gb/s NIC per GPU is 5e10): the tier of collectives that cross nodes")
     interconnect_kind: str | None = Field(None, max_length=100)
     confidence: str | None = Field(None, max_length=500)
-    citations: dict[str, Citation] = Field(default_factory=dict, description="Citation per scalar number, keyed by field name")
+    citations: dict[str, Citation] = Field(
+        default_factory=dict, description="Citation per scalar number, keyed by field name: required for each of "
+                                          f"{', '.join(CITED_SCALARS)} that is given")
+    schema_rules = all_rules(
+        {"anyOf": [{"required": ["compute_peaks"], "properties": {"compute_peaks": {"minItems": 1}}},
+                   {"required": ["microarchitecture"], "properties": {"microarchitecture": {"type": "object", "anyOf": [
+                       {"required": [rates], "properties": {rates: {"minProperties": 1}}}
+                       for rates in ("tensor_fma_per_unit_per_cycle", "vector_fma_per_unit_per_cycle")]}}}]},
+        {"anyOf": [{"required": ["memory_levels"], "properties": {"memory_levels": {
+                        "contains": {"required": ["level"], "properties": {"level": {"const": "hbm"}}}}}},
+                   {"required": ["microarchitecture"], "properties": {"microarchitecture": {
+                       "type": "object", **all_rules(given("memory_bus_width_bits"),
+                                                     given("memory_transfers_per_s_per_pin"))}}}]},
+        # memory_capacity_bytes is always given, so always cited; the optional numbers are cited where given
+        # (one dependentSchemas and not an if/then per number: schema fuzzers give up on seven if/thens).
+        {"required": ["citations"], "properties": {"citations": {"required": ["memory_capacity_bytes"]}}},
+        {"dependentSchemas": {name: {"anyOf": [{"properties": {name: {"type": "null"}}},
+                                               {"required": ["citations"],
+                                                "properties": {"citations": {"required": [name]}}}]}
+                              for name in CITED_SCALARS if name != "memory_capacity_bytes"}})
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -154,7 +194,9 @@ class ProfileCreate(StrictModel):
     name: str | None = Field(None, min_length=1, max_length=200)
     tdp_w: PositiveFinite | None = Field(None, description="The profile's power limit, W")
     confidence: str | None = Field(None, max_length=500)
-    citations: dict[str, Citation] = Field(default_factory=dict)
+    citations: dict[str, Citation] = Field(default_factory=dict, description="A source for tdp_w where it is given")
+    schema_rules = {"if": given("tdp_w"),
+                    "then": {"required": ["citations"], "properties": {"citations": {"required": ["tdp_w"]}}}}
 
     @model_validator(mode="after")
     def _cited(self):

@@ -8,7 +8,15 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.analysis import RoofOptions
-from schemas.common import DeviceId, DTypeName, NonNegativeFinite, PositiveFinite, StrictModel
+from schemas.common import (
+    DeviceId,
+    DTypeName,
+    NonNegativeFinite,
+    PositiveFinite,
+    StrictModel,
+    exactly_one_of,
+    not_both,
+)
 
 Count = Annotated[int, Field(ge=1, le=2**24)]
 Length = Annotated[int, Field(ge=1, le=2**24, description="Tokens")]
@@ -150,6 +158,7 @@ DTYPES_DOC = ("Types of weights, activations and KV cache. Omitted: the checkpoi
 
 
 class ModelChoice(StrictModel):
+    schema_rules = exactly_one_of("model_id", "model")
     model_id: ModelIdField | None = Field(None, description="A catalog model (GET /v1/models)")
     model: dict[str, Any] | None = Field(
         None, description="An inline Hugging Face config.json, or a generic description with \"format\": \"generic\"")
@@ -169,6 +178,8 @@ class Speedup(StrictModel):
 
 class UsableMemory(StrictModel):
     """How much of a device's memory a serving engine or a training step may use."""
+
+    schema_rules = not_both("memory_utilization", "memory_capacity_bytes")
 
     memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="Fraction of the usable memory the engine (or training step) may take, as vLLM's "

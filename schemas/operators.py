@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import ConfigDict, Field
 
-from schemas.common import Dim, DTypeName, IndexDTypeName, NonNegativeFinite, StrictModel
+from schemas.common import Dim, DTypeName, IndexDTypeName, NonNegativeFinite, StrictModel, given
 from service.core.operators.registry import KINDS
 
 Shape = Annotated[list[Dim], Field(min_length=1, max_length=8, description="Tensor shape (elements per axis)")]
@@ -158,6 +158,7 @@ class AttentionOp(StrictModel):
     kv_dtype: DTypeName | None = Field(None, description="Type of the K/V cache; default: dtype")
     v_head_dim: Dim | None = Field(None, description="Head dimension of V when it differs from Q and K (MLA)")
     window: Dim | None = Field(None, description="Sliding window: each query sees at most this many keys (causal only)")
+    schema_rules = {"if": given("window"), "then": {"required": ["causal"], "properties": {"causal": {"const": True}}}}
 
 
 # The request body of each kind the core's registry holds, in the registry's order: a kind the core analyses

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 
 from schemas.analysis import RoofOptions
 from schemas.common import DeviceId, PositiveFinite, StrictModel
@@ -22,6 +22,10 @@ class ServingSlo(StrictModel):
     e2e_latency_s: PositiveFinite | None = Field(None, description="Whole request at most, seconds")
 
 
+# pydantic states a key pattern as patternProperties, which leave other keys free: additionalProperties closes them.
+DevicePrices = Annotated[dict[DeviceId, PositiveFinite], Field(json_schema_extra={"additionalProperties": False})]
+
+
 class ServingPlanRequest(ModelChoice, RoofOptions, MemoryOptions):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [PLAN_EXAMPLE]})
     device_ids: list[DeviceId] = Field(min_length=1, max_length=16, description="Candidate devices, each searched")
@@ -29,16 +33,18 @@ class ServingPlanRequest(ModelChoice, RoofOptions, MemoryOptions):
                                                                              "candidate device type")
     input_len: Length = Field(description="Prompt tokens per request")
     output_len: Length = Field(description="Generated tokens per request")
-    target_requests_per_s: PositiveFinite | None = Field(
-        None, description="Traffic to serve: each configuration uses the fewest replicas that reach it")
+    target_requests_per_s: Annotated[FiniteFloat, Field(ge=1e-6)] | None = Field(
+        None, description="Traffic to serve, requests/s (from 1e-6: one request in 11.6 days): each configuration "
+                          "uses the fewest replicas that reach it")
     concurrency: Annotated[int, Field(ge=1, le=MAX_PLAN_CONCURRENCY)] | None = Field(
         None, description="Fix the concurrent requests per replica instead of searching 1..512")
     slo: ServingSlo = Field(default_factory=ServingSlo)
     dtypes: ModelDTypes = Field(default_factory=ModelDTypes, description=DTYPES_DOC)
     modes: list[Literal["aggregated", "disaggregated"]] = Field(["aggregated"], min_length=1, max_length=2)
     top_n: Annotated[int, Field(ge=1, le=100)] = 10
-    price_per_device_hour: dict[DeviceId, PositiveFinite] | None = Field(
-        None, max_length=16, description="Price of one device for an hour, per device id (any currency)")
+    price_per_device_hour: DevicePrices | None = Field(
+        None, max_length=16, description="Price of one device for an hour, per device id (any currency); each id one "
+                                         "of device_ids")
 
     @model_validator(mode="after")
     def _priced_devices_are_candidates(self):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 
-from schemas.common import DeviceId, StrictModel
+from schemas.common import DeviceId, StrictModel, all_rules, exactly_one_of
 
 MAX_SWEEP_POINTS = 4096
 # Swept values are dimensions, counts or lengths: 2^53 is float64's exact-integer range, and keeps every
@@ -20,9 +20,14 @@ class SweepRange(StrictModel):
     start: SweepEnd
     stop: SweepEnd
     step: Annotated[FiniteFloat, Field(gt=0, le=2 * MAX_SWEEP_MAGNITUDE)] | None = Field(
-        None, description="Linear step (inclusive of stop)")
+        None, description=f"Linear step (inclusive of stop); (stop - start) / step + 1 is at most {MAX_SWEEP_POINTS} points")
     num: Annotated[int, Field(ge=2, le=MAX_SWEEP_POINTS)] | None = Field(None, description="Number of points")
-    scale: Literal["linear", "log"] = "linear"
+    scale: Literal["linear", "log"] = Field("linear", description="'log': num points, start and stop positive")
+    schema_rules = all_rules(
+        exactly_one_of("step", "num"),
+        {"if": {"required": ["scale"], "properties": {"scale": {"const": "log"}}},
+         "then": {"required": ["num"], "properties": {"start": {"exclusiveMinimum": 0}, "stop": {"exclusiveMinimum": 0},
+                                                      "num": {"not": {"type": "null"}}}}})
 
     @model_validator(mode="after")
     def _one_spacing(self):
@@ -45,6 +50,7 @@ class SweepRequest(StrictModel):
                            description="Dotted path into the body, e.g. operator.m, batch_size, seq_len")
     values: list[SweepEnd] | None = Field(None, min_length=1, max_length=MAX_SWEEP_POINTS)
     range: SweepRange | None = None
+    schema_rules = exactly_one_of("values", "range")
 
     @model_validator(mode="after")
     def _one_source(self):

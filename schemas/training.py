@@ -285,8 +285,8 @@ class TrainingPlanRequest(ModelChoice, TrainingStepOptions):
         None, description="An MFU to plan at beside the roofline's own (e.g. 0.4, a well-tuned large run)")
     price_per_device_hour: Annotated[float, Field(ge=0, le=1e9)] | None = Field(
         None, description="Price of one device for an hour, in any currency: the answer adds cost")
-    deadline_days: Annotated[float, Field(gt=0, le=36_500)] | None = Field(
-        None, description="A deadline: the answer adds the devices each MFU needs to meet it")
+    deadline_days: Annotated[float, Field(ge=1e-3, le=36_500)] | None = Field(
+        None, description="A deadline, days (from 0.001: 86.4 s): the answer adds the devices each MFU needs to meet it")
     search: bool = Field(
         False, description="Search the layout instead of taking it: every tensor (within a node), context, pipeline "
                            "(each schedule), expert and data parallelism that divides num_devices and the global "
