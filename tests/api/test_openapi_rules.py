@@ -140,3 +140,25 @@ def test_integer_bounds_are_printed_exactly(document):
     found = list(bounds(document))
     assert len(found) > 20
     assert [value for value in found if Decimal(json.dumps(value)) != int(value)] == []
+
+
+SUBNORMAL = 5e-324  # the smallest positive float: valid as "> 0", and a divisor that overflows
+ONCE_A_500 = [
+    # rate x output tokens underflowed to 0 tokens/s, then divided: ZeroDivisionError.
+    ("/v1/plan/serving", {"model_id": "llama-3.1-8b", "device_ids": ["nvidia-h100-sxm"], "total_devices": 8,
+                          "input_len": 4000, "output_len": 500, "target_requests_per_s": SUBNORMAL},
+     "body.target_requests_per_s"),
+    # the devices a deadline needs: ceil(FLOPs / (peak x MFU x 5e-324 days)) overflowed: OverflowError.
+    ("/v1/plan/training", {"model_id": "llama-2-7b", "device_id": "nvidia-h100-sxm", "num_devices": 1000,
+                           "seq_len": 4096, "total_tokens": 2e12, "deadline_days": SUBNORMAL}, "body.deadline_days"),
+    # a derived peak of 238 x 1.25e308 x 2 x clock is infinite, and the stored device failed its own schema.
+    ("/v1/devices", device(microarchitecture={**MICRO, "tensor_fma_per_unit_per_cycle": {"fp16": 1.25e308}}),
+     "body.microarchitecture.tensor_fma_per_unit_per_cycle.fp16"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), ONCE_A_500, ids=[c[2] for c in ONCE_A_500])
+def test_bodies_that_once_reached_a_500_are_refused_by_their_bounds(document, client, path, body, field):
+    response = client.post(path, json=body, headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert [f["loc"] for f in response.json()["fields"]] == [field]
