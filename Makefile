@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-charts bench-access-log
+.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-charts bench-explorer bench-access-log
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,11 @@ bench-plan: install
 # A chart's cost beside the analysis it draws (model-roofline, serving plan), in-process, interleaved.
 bench-charts: install
 	$(BIN)/python bench/charts.py
+
+# The explorer's update in headless Chromium, keystroke to figures, against one or more running servers (URLS).
+URLS ?= http://127.0.0.1:8000
+bench-explorer: install-test
+	$(BIN)/python bench/explorer.py $(URLS)
 
 # Each endpoint's cost per request through the whole ASGI app, no socket, against the bare ceiling.
 bench-in-process: install

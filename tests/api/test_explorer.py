@@ -152,3 +152,35 @@ def test_explorer_shows_a_matmuls_expectation_beside_its_bound(browser, live_ser
     Select(browser.find_element(By.ID, "device")).select_by_value("amd-mi300x")
     wait.until(lambda d: "time (expected)" not in d.find_element(By.ID, "summary").text
                and "time (bound)" in d.find_element(By.ID, "summary").text)
+
+
+def test_explorer_draws_its_chart_from_the_apis_numbers(browser, live_server):  # noqa: F811
+    """The chart is drawn in the page from the analysis and the device's roofs: no server-rendered figure is asked
+    for, one marker per operator row that moves bytes and does work, each at the API's intensity and FLOP/s."""
+    wait = WebDriverWait(browser, 90)
+    browser.get(f"{live_server}/explore")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg circle[data-name]") and table_text(d))
+    body = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 32,
+            "seq_len": 4096, "tensor_parallel": 1, "roofs": "effective"}
+    answer = httpx.post(f"{live_server}/v1/analyze/model", json=body, timeout=30).json()
+    drawn = [r for r in answer["rows"] if r["flops"] > 0 and r["bytes"] > 0 and r["bound"] != "interconnect"]
+    markers = {c.get_attribute("data-name"): c for c in browser.find_elements(By.CSS_SELECTOR, "#chart circle[data-name]")}
+    assert len(markers) == len(drawn) > 5
+    qkv = next(r for r in drawn if r["name"] == "qkv_proj")
+    assert float(markers["qkv_proj [dense layers]"].get_attribute("data-intensity")) == pytest.approx(qkv["flops"] / qkv["bytes"])
+    assert float(markers["qkv_proj [dense layers]"].get_attribute("data-flops-per-s")) == pytest.approx(qkv["flops"] / qkv["time_s"])
+    # The H100's roofs, each labelled with its figure and source: fp8 and int8 share 1.98 PFLOP/s, so one line.
+    labels = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#chart .roof-label")]
+    assert labels == ["HBM 3.35 TB/s (nominal)", "fp8/int8 tensor 1.98 PFLOP/s (nominal)",
+                      "bf16 tensor 989 TFLOP/s (nominal)", "fp32 vector 66.9 TFLOP/s (nominal)"]
+    title = browser.find_element(By.CSS_SELECTOR, "#chart svg title").get_attribute("textContent")
+    assert title == "llama-3.1-8b decode, batch 32, 4096 tokens on nvidia-h100-sxm"
+
+    browser.find_element(By.CSS_SELECTOR, "input[name=mode][value=operator]").click()
+    wait.until(lambda d: "matmul 4096x4096x4096" in d.find_element(By.CSS_SELECTOR, "#chart svg title")
+               .get_attribute("textContent"))
+    [marker] = browser.find_elements(By.CSS_SELECTOR, "#chart circle[data-name]")
+    # 2 x 4096^3 FLOP over 3 x 4096^2 x 2 bytes = 1365.3 FLOP/byte, compute-bound at the bf16 peak.
+    assert float(marker.get_attribute("data-intensity")) == pytest.approx(2 * 4096**3 / (3 * 4096**2 * 2))
+    assert float(marker.get_attribute("data-flops-per-s")) == pytest.approx(989.4e12)
+    assert [url for url in requested_urls(browser) if "/v1/plot/" in url] == []

@@ -86,6 +86,25 @@
     });
   }
 
+  // The roofs a step's operators run under: the HBM bandwidth, the tensor peaks of the types models compute in
+  // (one line for types that share a peak) and the fp32 vector peak of the norms and activations.
+  const STEP_ROOFS = [["bf16", "tensor"], ["fp8", "tensor"], ["int8", "tensor"], ["fp4", "tensor"], ["fp32", "vector"]];
+
+  function stepRoofs(deviceRoofs, which) {
+    const value = (entry, kind) => (which === "nominal" ? entry["nominal_" + kind] : entry["effective_" + kind]);
+    const source = (entry) => (which === "nominal" ? "nominal" : entry.source);
+    const hbm = deviceRoofs.memory.find((entry) => entry.level === "hbm");
+    const computes = [];
+    for (const [dtype, unit] of STEP_ROOFS) {
+      const entry = deviceRoofs.compute.find((c) => c.dtype === dtype && c.unit === unit);
+      if (!entry || !value(entry, "flops_per_s")) continue;
+      const same = computes.find((c) => c.flops_per_s === value(entry, "flops_per_s") && c.unit === unit && c.source === source(entry));
+      if (same) same.label = same.label.replace(" " + unit, "/" + dtype + " " + unit);
+      else computes.push({ label: dtype + " " + unit, unit, flops_per_s: value(entry, "flops_per_s"), source: source(entry) });
+    }
+    return { memory: { label: "HBM", bytes_per_s: value(hbm, "bytes_per_s"), source: source(hbm) }, computes };
+  }
+
   async function showRoofs(device) {
     const roofs = await call("GET", "/v1/devices/" + encodeURIComponent(device) + "/roofs");
     const box = $("device-roofs");
@@ -106,7 +125,7 @@
     $("status").textContent = "Updating…";
     try {
       const device = $("device").value, roofs = $("roofs").value;
-      let svg, rows, items, caption;
+      let chart, rows, items, caption;
       if (mode() === "model") {
         const body = { device_id: device, model_id: $("model").value, phase: $("phase").value,
                        batch_size: integer("batch"), seq_len: integer("context"), tensor_parallel: integer("tp"), roofs };
@@ -114,10 +133,17 @@
         if ($("output").value !== "") body.output_len = integer("output");
         if ($("utilization").value !== "") body.memory_utilization = fraction("utilization", 0.05, 1);
         const price = $("price").value === "" ? null : fraction("price", 0, 1e9);
-        const [analysis, chart] = await Promise.all([call("POST", "/v1/analyze/model", body),
-                                                     call("POST", "/v1/plot/model-roofline", body)]);
-        svg = chart;
+        const [analysis, deviceRoofs] = await Promise.all([
+          call("POST", "/v1/analyze/model", body), call("GET", "/v1/devices/" + encodeURIComponent(device) + "/roofs")]);
         const total = analysis.totals.time_s;
+        chart = {
+          title: analysis.model + " " + analysis.phase + ", batch " + analysis.batch_size + ", " + analysis.seq_len +
+                 " tokens" + (analysis.tensor_parallel > 1 ? ", TP " + analysis.tensor_parallel : "") + " on " + device,
+          ...stepRoofs(deviceRoofs, roofs),
+          shown: analysis.rows.filter((r) => r.bound !== "interconnect" && r.flops > 0 && r.bytes > 0 && r.time_s > 0)
+            .map((r) => ({ name: r.name + (r.group === "model" ? "" : " [" + r.group + "]"), intensity: r.flops / r.bytes,
+                           flops_per_s: r.flops / r.time_s, share: r.total_time_s / total, bound: r.bound })),
+        };
         rows = analysis.rows.map((r) => ({ name: r.name + (r.group === "model" ? "" : " [" + r.group + "]"), layers: r.layers * r.count,
           flops: r.flops, bytes: r.bytes, intensity: r.arithmetic_intensity, bound: r.bound, time: r.total_time_s,
           share: r.total_time_s / total })).sort((a, b) => b.time - a.time);
@@ -138,12 +164,16 @@
                   " tokens: each operator at its HBM intensity, sized by its share of the step's time.";
       } else {
         const operator = { kind: "matmul", m: integer("m"), n: integer("n"), k: integer("k"), dtype: $("dtype").value };
-        const [analysis, chart] = await Promise.all([
-          call("POST", "/v1/analyze/operator", { device_id: device, operator, roofs }),
-          call("POST", "/v1/plot/roofline", { device_id: device, roofs, points: [{ name: "matmul " + operator.m + "x" + operator.n + "x" + operator.k,
-                                                                                   endpoint: "operator", request: { operator } }] }),
-        ]);
-        svg = chart;
+        const analysis = await call("POST", "/v1/analyze/operator", { device_id: device, operator, roofs });
+        const name = "matmul " + operator.m + "x" + operator.n + "x" + operator.k + " " + operator.dtype;
+        const c = analysis.compute_roof, m = analysis.memory_roof;
+        chart = {
+          title: name + " on " + device,
+          memory: { label: m.level.toUpperCase(), bytes_per_s: m.bytes_per_s, source: m.source },
+          computes: [{ label: c.dtype + " " + c.unit, flops_per_s: c.flops_per_s, source: c.source }],
+          shown: [{ name, intensity: analysis.arithmetic_intensity, flops_per_s: analysis.flops / analysis.time_s,
+                    share: 1, bound: analysis.bound }],
+        };
         rows = [{ name: "matmul", layers: 1, flops: analysis.flops, bytes: analysis.bytes.total, intensity: analysis.arithmetic_intensity,
                   bound: analysis.bound, time: analysis.time_s, share: 1 }];
         items = [["time (bound)", si(analysis.time_s, "s")],
@@ -154,12 +184,11 @@
                  ["bound", analysis.bound + (analysis.binding_level ? " (" + analysis.binding_level + ")" : "")],
                  ["FLOP/byte (HBM)", analysis.arithmetic_intensity.toPrecision(4)], ["ridge", analysis.ridge_point.toPrecision(4)],
                  ["MFU", analysis.mfu === null ? "–" : analysis.mfu.toFixed(3)]];
-        caption = "The matmul at its HBM intensity, with one marker per other memory level.";
+        caption = "The matmul at its HBM intensity and the FLOP/s its bound allows, under the roof it runs on.";
       }
       if (mine !== generation) return;  // a newer change has answered, or will
-      $("chart").innerHTML = svg;  // the service's own SVG: its labels are escaped text
-      const title = $("chart").querySelector("svg title");
-      $("chart").setAttribute("aria-label", title ? title.textContent : "Roofline chart");
+      $("chart").replaceChildren(window.rooflineChart.draw(chart));
+      $("chart").setAttribute("aria-label", "Roofline chart: " + chart.title);
       $("chart-caption").textContent = caption;
       summary(items);
       table(rows);

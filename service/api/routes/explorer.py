@@ -1,4 +1,4 @@
-"""The roofline explorer: one page and its two assets, served by the service itself (no CDN, no build step)."""
+"""The roofline explorer: one page and its three assets, served by the service itself (no CDN, no build step)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Response
 
 router = APIRouter(include_in_schema=False)
 FILES = Path(__file__).resolve().parents[1] / "explorer"
-ASSETS = {"explore.js": "application/javascript", "explore.css": "text/css"}
+ASSETS = {"explore.js": "application/javascript", "roofline.js": "application/javascript", "explore.css": "text/css"}
 
 
 @lru_cache
