@@ -54,9 +54,9 @@ class StrictModel(BaseModel):
         return schema
 
 
-def given(field: str) -> dict[str, Any]:
-    """Matches an object in which `field` is present and not null (how the validators read 'given')."""
-    return {"required": [field], "properties": {field: {"not": {"type": "null"}}}}
+def given(*fields: str) -> dict[str, Any]:
+    """Matches an object in which every one of `fields` is present and not null (how the validators read 'given')."""
+    return {"required": list(fields), "properties": {field: {"not": {"type": "null"}} for field in fields}}
 
 
 def exactly_one_of(first: str, second: str) -> dict[str, Any]:
@@ -64,8 +64,7 @@ def exactly_one_of(first: str, second: str) -> dict[str, Any]:
 
 
 def not_both(first: str, second: str) -> dict[str, Any]:
-    return {"not": {"required": [first, second],
-                    "properties": {first: {"not": {"type": "null"}}, second: {"not": {"type": "null"}}}}}
+    return {"not": given(first, second)}
 
 
 def all_rules(*rules: dict[str, Any]) -> dict[str, Any]:

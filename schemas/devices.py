@@ -26,6 +26,11 @@ Citation = Annotated[str, Field(min_length=1, max_length=4000, description="Wher
 # a larger integer than the one enforced; 10^18 prints exactly.
 Bytes = Annotated[int, Field(gt=0, le=10**18)]
 
+def cited(field: str) -> dict[str, Any]:
+    """Matches a device whose `citations` name a source for `field`."""
+    return {"required": ["citations"], "properties": {"citations": {"required": [field]}}}
+
+
 # Scalar numbers that, when given, must carry a citation under `citations`.
 CITED_SCALARS = ("memory_capacity_bytes", "usable_memory_bytes", "sm_count", "boost_clock_hz", "tdp_w",
                  "interconnect_bandwidth_bytes_per_s", "node_size", "inter_node_bandwidth_bytes_per_s")
@@ -144,14 +149,11 @@ class DeviceBase(StrictModel):
         {"anyOf": [{"required": ["memory_levels"], "properties": {"memory_levels": {
                         "contains": {"required": ["level"], "properties": {"level": {"const": "hbm"}}}}}},
                    {"required": ["microarchitecture"], "properties": {"microarchitecture": {
-                       "type": "object", **all_rules(given("memory_bus_width_bits"),
-                                                     given("memory_transfers_per_s_per_pin"))}}}]},
+                       "type": "object", **given("memory_bus_width_bits", "memory_transfers_per_s_per_pin")}}}]},
         # memory_capacity_bytes is always given, so always cited; the optional numbers are cited where given
         # (one dependentSchemas and not an if/then per number: schema fuzzers give up on seven if/thens).
-        {"required": ["citations"], "properties": {"citations": {"required": ["memory_capacity_bytes"]}}},
-        {"dependentSchemas": {name: {"anyOf": [{"properties": {name: {"type": "null"}}},
-                                               {"required": ["citations"],
-                                                "properties": {"citations": {"required": [name]}}}]}
+        cited("memory_capacity_bytes"),
+        {"dependentSchemas": {name: {"anyOf": [{"properties": {name: {"type": "null"}}}, cited(name)]}
                               for name in CITED_SCALARS if name != "memory_capacity_bytes"}})
 
     @model_validator(mode="after")
@@ -196,7 +198,7 @@ class ProfileCreate(StrictModel):
     confidence: str | None = Field(None, max_length=500)
     citations: dict[str, Citation] = Field(default_factory=dict, description="A source for tdp_w where it is given")
     schema_rules = {"if": given("tdp_w"),
-                    "then": {"required": ["citations"], "properties": {"citations": {"required": ["tdp_w"]}}}}
+                    "then": cited("tdp_w")}
 
     @model_validator(mode="after")
     def _cited(self):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 
-from schemas.common import DeviceId, StrictModel, all_rules, exactly_one_of
+from schemas.common import DeviceId, StrictModel, all_rules, exactly_one_of, given
 
 MAX_SWEEP_POINTS = 4096
 # Swept values are dimensions, counts or lengths: 2^53 is float64's exact-integer range, and keeps every
@@ -26,8 +26,8 @@ class SweepRange(StrictModel):
     schema_rules = all_rules(
         exactly_one_of("step", "num"),
         {"if": {"required": ["scale"], "properties": {"scale": {"const": "log"}}},
-         "then": {"required": ["num"], "properties": {"start": {"exclusiveMinimum": 0}, "stop": {"exclusiveMinimum": 0},
-                                                      "num": {"not": {"type": "null"}}}}})
+         "then": all_rules(given("num"), {"properties": {"start": {"exclusiveMinimum": 0},
+                                                         "stop": {"exclusiveMinimum": 0}}})})
 
     @model_validator(mode="after")
     def _one_spacing(self):
