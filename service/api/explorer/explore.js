@@ -8,16 +8,17 @@
 
   function si(value, unit) {
     if (value === null || value === undefined) return "–";
-    const prefixes = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
-    const abs = Math.abs(value);
     if (unit === "s") {
+      const abs = Math.abs(value);
       if (abs >= 1) return value.toPrecision(3) + " s";
       if (abs >= 1e-3) return (value * 1e3).toPrecision(3) + " ms";
       return (value * 1e6).toPrecision(3) + " µs";
     }
-    for (const [scale, prefix] of prefixes) if (abs >= scale) return (value / scale).toPrecision(3) + " " + prefix + unit;
-    return value.toPrecision(3) + " " + unit;
+    return window.rooflineChart.si(value, unit);
   }
+
+  // An operator row's name as the table and the chart both show it: its group where it is not the model's own.
+  function rowName(r) { return r.name + (r.group === "model" ? "" : " [" + r.group + "]"); }
 
   async function call(method, path, body) {
     const response = await fetch(api(path), {
@@ -141,10 +142,10 @@
                  " tokens" + (analysis.tensor_parallel > 1 ? ", TP " + analysis.tensor_parallel : "") + " on " + device,
           ...stepRoofs(deviceRoofs, roofs),
           shown: analysis.rows.filter((r) => r.bound !== "interconnect" && r.flops > 0 && r.bytes > 0 && r.time_s > 0)
-            .map((r) => ({ name: r.name + (r.group === "model" ? "" : " [" + r.group + "]"), intensity: r.flops / r.bytes,
+            .map((r) => ({ name: rowName(r), intensity: r.flops / r.bytes,
                            flops_per_s: r.flops / r.time_s, share: r.total_time_s / total, bound: r.bound })),
         };
-        rows = analysis.rows.map((r) => ({ name: r.name + (r.group === "model" ? "" : " [" + r.group + "]"), layers: r.layers * r.count,
+        rows = analysis.rows.map((r) => ({ name: rowName(r), layers: r.layers * r.count,
           flops: r.flops, bytes: r.bytes, intensity: r.arithmetic_intensity, bound: r.bound, time: r.total_time_s,
           share: r.total_time_s / total })).sort((a, b) => b.time - a.time);
         const m = analysis.memory;

@@ -15,9 +15,11 @@ window.rooflineChart = (() => {
     return element;
   }
 
-  function rate(value, unit) {
+  // Three significant figures and an SI prefix; the explorer's figures use it too.
+  function si(value, unit) {
     const prefixes = [[1e18, "E"], [1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
-    for (const [scale, prefix] of prefixes) if (value >= scale) return (value / scale).toPrecision(3) + " " + prefix + unit;
+    const abs = Math.abs(value);
+    for (const [scale, prefix] of prefixes) if (abs >= scale) return (value / scale).toPrecision(3) + " " + prefix + unit;
     return value.toPrecision(3) + " " + unit;
   }
 
@@ -52,7 +54,7 @@ window.rooflineChart = (() => {
     }
     for (let v = range.y[0]; v <= range.y[1] * 1.0001; v *= 10) {
       group.append(node("line", { x1: PLOT.left, x2: PLOT.right, y1: at.y(v), y2: at.y(v), stroke: "#eee" }));
-      group.append(node("text", { x: PLOT.left - 6, y: at.y(v) + 4, "text-anchor": "end" }, rate(v, "FLOP/s")));
+      group.append(node("text", { x: PLOT.left - 6, y: at.y(v) + 4, "text-anchor": "end" }, si(v, "FLOP/s")));
     }
     group.append(node("text", { x: (PLOT.left + PLOT.right) / 2, y: HEIGHT - 14, "text-anchor": "middle" },
                       "arithmetic intensity (FLOP per HBM byte)"));
@@ -69,7 +71,7 @@ window.rooflineChart = (() => {
     const angle = Math.atan2(at.y(highest) - at.y(memory.bytes_per_s * range.x[0]), at.x(slantEnd) - at.x(range.x[0])) * 180 / Math.PI;
     const lx = at.x(range.x[0]) + 24, ly = at.y(memory.bytes_per_s * range.x[0]) + (24 * Math.tan(angle * Math.PI / 180)) - 6;
     group.append(node("text", { x: lx, y: ly, transform: `rotate(${angle.toFixed(2)} ${lx} ${ly})`, class: "roof-label" },
-                      memory.label + " " + rate(memory.bytes_per_s, "B/s") + " (" + memory.source + ")"));
+                      memory.label + " " + si(memory.bytes_per_s, "B/s") + " (" + memory.source + ")"));
     computes.slice().sort((a, b) => b.flops_per_s - a.flops_per_s).forEach((c) => {
       const ridge = c.flops_per_s / memory.bytes_per_s;
       group.append(node("line", { x1: at.x(ridge), y1: at.y(c.flops_per_s), x2: at.x(range.x[1]), y2: at.y(c.flops_per_s),
@@ -79,7 +81,7 @@ window.rooflineChart = (() => {
       // closer on the axis than two lines of text.
       const y = at.y(c.flops_per_s) + (c.flops_per_s === highest ? -5 : 14);
       group.append(node("text", { x: PLOT.right - 4, y, "text-anchor": "end", class: "roof-label" },
-                        c.label + " " + rate(c.flops_per_s, "FLOP/s") + " (" + c.source + ")"));
+                        c.label + " " + si(c.flops_per_s, "FLOP/s") + " (" + c.source + ")"));
     });
     svg.append(group);
   }
@@ -92,7 +94,7 @@ window.rooflineChart = (() => {
                                       "fill-opacity": 0.55, stroke: "#222", "stroke-width": 0.6,
                                       "data-name": p.name, "data-intensity": p.intensity, "data-flops-per-s": p.flops_per_s });
       circle.append(node("title", {}, p.name + ": " + p.intensity.toPrecision(4) + " FLOP/byte, " +
-                                      rate(p.flops_per_s, "FLOP/s") + ", " + p.bound + "-bound, " +
+                                      si(p.flops_per_s, "FLOP/s") + ", " + p.bound + "-bound, " +
                                       (100 * p.share).toFixed(1) + " % of the time"));
       group.append(circle);
     }
@@ -123,5 +125,5 @@ window.rooflineChart = (() => {
     return svg;
   }
 
-  return { draw };
+  return { draw, si };
 })();
