@@ -14,7 +14,7 @@ from __future__ import annotations
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.transformer.architecture import Architecture
-from service.core.transformer.layers import Row, cost_of
+from service.core.transformer.layers import Row, cost_of, expert_exchange
 
 ROUTED = "grouped_matmul"  # the row kind of the routed experts' projections
 
@@ -50,8 +50,6 @@ def expert_parallel_rows(rows: list[Row], arch: Architecture, expert: int, strea
     sent = all_to_all_bytes(stream_tokens, arch.moe.top_k, arch.hidden, activations, expert)
     out: list[Row] = []
     for row in rows:
-        if row.name.startswith("experts_") and not any(r.name == "moe_dispatch" for r in out):
-            out.append(Row("moe_dispatch", "alltoall", 1, comm_bytes=sent))
         if row.kind == ROUTED:
             cost = cost_of(row)
             local = cost.weight_bytes_read / expert
@@ -60,7 +58,4 @@ def expert_parallel_rows(rows: list[Row], arch: Architecture, expert: int, strea
                 assumptions=cost.assumptions + (f"expert parallelism over {expert}: this rank's {arch.moe.experts // expert} "
                                                 "experts' weights",)))
         out.append(row)
-        if row.name == "experts_down_proj":
-            out.append(Row("moe_combine", "alltoall", 1, comm_bytes=sent))
-    return out
-
+    return expert_exchange(out, sent)

@@ -8,6 +8,7 @@ activations after the attention block and one after the MLP, on the device's int
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
 
@@ -83,6 +84,8 @@ class Step(NamedTuple):
     # Megatron's sequence parallelism (training): norms and residuals run on tokens / tp, and each
     # tensor-parallel block is entered by an all-gather and left by a reduce-scatter.
     sequence_parallel: bool = False
+    # Tokens of each sequence the LM head scores: the last one, or all k + 1 of a speculative verification.
+    scored_tokens: int = 1
 
     @property
     def tokens(self) -> int:
@@ -196,7 +199,7 @@ def _shard_collective(name: str, kind: str, tokens: int, arch: Architecture, dty
     return Row(name, kind, 1, comm_bytes=(tp - 1) / tp * buffer)
 
 
-def _block(prefix: str, inner: list[Row], arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
+def tensor_parallel_block(prefix: str, inner: list[Row], arch: Architecture, step: Step, dtypes: ModelDTypes) -> list[Row]:
     """A tensor-parallel block with its collectives: none at tp 1; an all-reduce of its output; or, under
     sequence parallelism, an all-gather of its input and a reduce-scatter of its output."""
     tp, tokens = step.tensor_parallel, step.tokens
@@ -270,9 +273,9 @@ def _cache_write(tokens: int, width: int, dtypes: ModelDTypes) -> OperatorCost:
 def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step, dtypes: ModelDTypes,
                            heads: int) -> list[Row]:
     """Multi-head latent attention. Prefill expands the latent into per-head K and V and runs ordinary
-    attention; decode absorbs the up-projections into the query and output, attending over the cached
-    latent directly (one shared K/V head of kv_lora_rank + rope dims). The latent cache is not split by
-    tensor parallelism: every device holds it whole."""
+    attention; decode (and a speculative verification, a few tokens after a cache) absorbs the up-projections
+    into the query and output, attending over the cached latent directly (one shared K/V head of kv_lora_rank +
+    rope dims). The latent cache is not split by tensor parallelism: every device holds it whole."""
     h, tokens, act = arch.hidden, step.tokens, dtypes.activations
     qk_head = lat.qk_nope_head_dim + lat.qk_rope_head_dim
     rows = []
@@ -294,7 +297,7 @@ def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step,
         Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + 1, lat.qk_rope_head_dim, act)),
         Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, dtypes)),
     ]
-    if step.q_len > 1:
+    if step.q_len >= step.kv_len:  # a prompt with no cache before it
         kv_b = heads * (lat.qk_nope_head_dim + lat.v_head_dim)
         rows += [
             Row("kv_b_proj", "matmul", 1, linear_cost(step.batch * step.kv_len, kv_b, lat.kv_lora_rank, dtypes),
@@ -313,7 +316,7 @@ def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step,
             Row("q_absorb", "matmul", 1, per_head(m=tokens, n=lat.kv_lora_rank, k=lat.qk_nope_head_dim),
                 params=heads * lat.qk_nope_head_dim * lat.kv_lora_rank),
             _attention_row(batch=step.batch, heads=heads, kv_heads=1, head_dim=latent_dim, v_head_dim=lat.kv_lora_rank,
-                           q_len=1, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
+                           q_len=step.q_len, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
                            shared_kv=True, implementation=step.attention_implementation),
             Row("out_absorb", "matmul", 1, per_head(m=tokens, n=lat.v_head_dim, k=lat.kv_lora_rank),
                 params=heads * lat.kv_lora_rank * lat.v_head_dim),
@@ -336,11 +339,27 @@ def _mlp_rows(prefix: str, arch: Architecture, tokens: int, width: int, dtypes: 
     return rows
 
 
-def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes) -> list[Row]:
+class ExpertShard(NamedTuple):
+    """The routed experts as one device runs them: the token rows it multiplies, the experts it holds and how
+    many of them the step is expected to hit, and each expert's width on it."""
+
+    token_rows: int
+    experts: int
+    active_experts: float
+    width: int
+
+
+def tensor_parallel_shard(moe: MoE, tokens: int, tensor_parallel: int) -> ExpertShard:
+    """Every expert on every device, its width split t ways (Megatron's tensor parallelism): each device
+    multiplies all the routed rows of the step."""
+    return ExpertShard(tokens * moe.top_k, moe.experts, expected_active_experts(tokens, moe.experts, moe.top_k),
+                       _split(moe.expert_intermediate, tensor_parallel, "moe_intermediate_size"))
+
+
+def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, shard: ExpertShard | None = None) -> list[Row]:
     tokens, tp, act, h = step.tokens, step.tensor_parallel, dtypes.activations, arch.hidden
-    width = _split(moe.expert_intermediate, tp, "moe_intermediate_size")
-    active = expected_active_experts(tokens, moe.experts, moe.top_k)
-    routed = tokens * moe.top_k
+    shard = shard or tensor_parallel_shard(moe, tokens, tp)
+    width, active, routed = shard.width, shard.active_experts, shard.token_rows
     gate_up = (2 if arch.gated_mlp else 1) * width
     expert_up, expert_down = linear_params(gate_up, h, arch.mlp_bias), linear_params(h, width, arch.mlp_bias)
     rows = [
@@ -349,7 +368,7 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes) -> 
         Row("router_softmax", "softmax", 1, softmax_cost(shape=[tokens, moe.experts], dtype=act)),
         Row("experts_gate_up_proj", "grouped_matmul", 1,
             grouped_expert_matmul(token_rows=routed, active_experts=active, n=gate_up, k=h, dtypes=dtypes),
-            params=moe.experts * expert_up, active_params=moe.top_k * expert_up),
+            params=shard.experts * expert_up, active_params=moe.top_k * expert_up),
         Row(f"experts_{arch.activation}", "elementwise", 1, _elementwise(arch.activation, (routed, width), act)),
     ]
     if arch.gated_mlp:
@@ -357,7 +376,7 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes) -> 
     rows += [
         Row("experts_down_proj", "grouped_matmul", 1,
             grouped_expert_matmul(token_rows=routed, active_experts=active, n=h, k=width, dtypes=dtypes),
-            params=moe.experts * expert_down, active_params=moe.top_k * expert_down),
+            params=shard.experts * expert_down, active_params=moe.top_k * expert_down),
         Row("experts_combine", "elementwise", 1,
             _elementwise("combine", (tokens, h), act, moe.top_k, 2 * moe.top_k)),
     ]
@@ -366,24 +385,42 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes) -> 
     return rows
 
 
-def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
-    """The layer's MLP: routed experts (and shared ones) on a MoE layer, else the dense MLP."""
+def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes,
+             shard: ExpertShard | None = None) -> list[Row]:
+    """The layer's MLP: routed experts (and shared ones) on a MoE layer, else the dense MLP. `shard`: how the
+    routed experts land on this device, when not by tensor parallelism over the step's devices."""
     if group.moe:
         if arch.moe is None:
             raise CostModelError("model", "a MoE layer in a model without experts")
-        return _moe_rows(arch, arch.moe, step, dtypes)
+        return _moe_rows(arch, arch.moe, step, dtypes, shard)
     return _mlp_rows("", arch, step.tokens, _split(arch.intermediate, step.tensor_parallel, "intermediate_size"), dtypes)
 
 
-def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
+def mlp_block(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
+    """The MLP with the collectives of the step's tensor parallelism."""
+    return tensor_parallel_block("mlp", mlp_rows(arch, group, step, dtypes), arch, step, dtypes)
+
+
+def expert_exchange(rows: list[Row], sent_bytes: float) -> list[Row]:
+    """The routed experts' rows between a dispatch all-to-all (before the first of them) and a combine (after
+    their down projection), each sending `sent_bytes` per device."""
+    first = next(i for i, row in enumerate(rows) if row.name.startswith("experts_"))
+    last = next(i for i, row in enumerate(rows) if row.name == "experts_down_proj") + 1
+    return (rows[:first] + [Row("moe_dispatch", "alltoall", 1, comm_bytes=sent_bytes)] + rows[first:last]
+            + [Row("moe_combine", "alltoall", 1, comm_bytes=sent_bytes)] + rows[last:])
+
+
+def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes,
+               mlp: Callable[[Architecture, LayerGroup, Step, ModelDTypes], list[Row]] = mlp_block) -> list[Row]:
+    """`mlp`: the MLP block's rows with their collectives (a serving deployment lays the experts out its own way)."""
     stream, act = step.stream_tokens, dtypes.activations
     norms_each = arch.norms_per_layer // 2
     norm = _norm(arch, [stream, arch.hidden], dtypes)
     rows = [Row("attn_norm", arch.norm, norms_each, norm, params=norm_weights(arch))]
-    rows += _block("attn", attention_rows(arch, group, step, dtypes), arch, step, dtypes)
+    rows += tensor_parallel_block("attn", attention_rows(arch, group, step, dtypes), arch, step, dtypes)
     rows += [Row("attn_residual", "elementwise", 1, _elementwise("add", (stream, arch.hidden), act)),
              Row("mlp_norm", arch.norm, norms_each, norm, params=norm_weights(arch))]
-    rows += _block("mlp", mlp_rows(arch, group, step, dtypes), arch, step, dtypes)
+    rows += mlp(arch, group, step, dtypes)
     rows.append(Row("mlp_residual", "elementwise", 1, _elementwise("add", (stream, arch.hidden), act)))
     return rows
 
@@ -396,7 +433,7 @@ def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tup
     head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.stream_tokens, arch.hidden], dtypes),
                 params=norm_weights(arch)),
             # A tied head is the embedding's table: the embedding row owns it.
-            Row("lm_head", "matmul", 1, linear_cost(step.batch, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)),
+            Row("lm_head", "matmul", 1, linear_cost(step.batch * step.scored_tokens, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)),
                 params=0 if arch.tied_embeddings else linear_params(vocab, arch.hidden))]
     return [Row("embedding", "embedding", 1, embed, params=arch.vocab * arch.hidden)], head
 
