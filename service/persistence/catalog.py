@@ -84,6 +84,20 @@ def seed_catalog_models(connection: Connection, ids: tuple[str, ...]) -> None:
         connection.execute(models.insert(), rows)
 
 
+def seed_catalog_devices(connection: Connection, ids: tuple[str, ...]) -> None:
+    """For a migration that ships new catalog devices: those of `ids` the database does not hold yet, as shipped,
+    every field the table has at this revision."""
+    devices = sa.Table("devices", sa.MetaData(), autoload_with=connection)
+    present = {row[0] for row in connection.execute(sa.select(devices.c.id).where(devices.c.id.in_(ids)))}
+    now = datetime.now(UTC)
+    columns = set(devices.c.keys())
+    rows = [{**{name: value for name, value in entry.items() if name in columns}, "origin": "catalog",
+             "created_at": now, "updated_at": now}
+            for entry in nominal_catalog() if entry["id"] in ids and entry["id"] not in present]
+    if rows:
+        connection.execute(devices.insert(), rows)
+
+
 def backfill_catalog_fields(connection: Connection, fields: tuple[str, ...]) -> None:
     """For a migration that adds columns: the shipped catalog's values of `fields`, with their citations, onto
     the catalog devices still as they shipped (a device deleted or replaced through the API is left alone)."""

@@ -105,6 +105,9 @@ def _limits(computes: list[_Roof], memories: list[_Roof], drawn: list[PlotPoint]
     all_ridges = [c.value / m.value for c in computes for m in memories]
     intensities = all_ridges + [p.arithmetic_intensity for p in drawn] + [i for p in drawn for _, i in p.levels if i > 0]
     x_low, x_high = min(intensities) / 8, max(intensities) * 6
+    # The highest roof's label sits on its own line beyond its ridge: where a device's ridges span many decades (a
+    # B300's fp64 is 1/10,000 of its fp4) six times that ridge is too short a line for it, so the axis reaches on.
+    x_high = max(x_high, max(intensities) * (max(intensities) / x_low) ** (1 / 4))
     slowest = min(m.value for m in memories)
     perf = [p.flops_per_s for p in drawn] + [slowest * x_low]
     return _Limits(x_low, x_high, min(perf) / 3, max(c.value for c in computes) * 3)

@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from service.main import create_app
+from service.persistence.catalog import nominal_catalog
 from service.persistence.migrate import pending_migration, upgrade
 from service.runtime.config import Settings
 
@@ -33,7 +34,7 @@ def test_six_processes_migrating_one_fresh_database_at_once_all_succeed(empty_da
     engine = create_engine(empty_database_url)
     with engine.connect() as connection:
         # Seeded once, not six times.
-        assert connection.execute(text("select count(*) from devices")).scalar_one() == 19
+        assert connection.execute(text("select count(*) from devices")).scalar_one() == len(nominal_catalog())
     engine.dispose()
 
 
