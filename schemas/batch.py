@@ -11,6 +11,7 @@ from schemas.common import ErrorResponse, StrictModel
 from schemas.fusion import FusionRequest
 from schemas.models import KvCapacityRequest, ModelAnalysisRequest
 from schemas.plans import ServingPlanRequest
+from schemas.serving import ServingAnalysisRequest
 from schemas.sweeps import CompareRequest, SweepRequest
 from schemas.training import TrainingPlanRequest, TrainingRequest
 
@@ -23,7 +24,7 @@ MAX_BATCH_WORK = 20_000
 BATCH_REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest, "kv-capacity": KvCapacityRequest,
     "fusion": FusionRequest, "sweep": SweepRequest, "compare": CompareRequest, "plan-serving": ServingPlanRequest,
-    "training": TrainingRequest, "plan-training": TrainingPlanRequest,
+    "training": TrainingRequest, "plan-training": TrainingPlanRequest, "serving": ServingAnalysisRequest,
 }
 BatchAnalysisName = Literal[tuple(BATCH_REQUEST_MODELS)]  # type: ignore[valid-type]
 ITEM_ID = Field(None, max_length=128, description="The client's id for this item, echoed in its result")

@@ -25,6 +25,7 @@ from service.cli.render import (
     model_table,
     operator_table,
     plan_table,
+    serving_table,
     sweep_table,
     training_plan_table,
     training_table,
@@ -130,6 +131,47 @@ def cmd_model(args) -> None:
     with backend(args.url) as service:
         result = service.analyze("model", {"device_id": args.device, **step_body(args)})
     show(args, result, model_table)
+
+
+def pool_of(text: str, flag: str) -> dict[str, int]:
+    """WORKERS:TP[:EP[:DP]] as a pool (e.g. 2:8:8:8: two workers of 8, experts over 8, 8 attention groups)."""
+    parts = text.split(":")
+    if not 2 <= len(parts) <= 4 or not all(part.isdigit() for part in parts):
+        raise SystemExit(f"{flag}: expected WORKERS:TP[:EP[:DP]], e.g. 2:8:8:8, not {text!r}")
+    names = ("workers", "tensor_parallel", "expert_parallel", "attention_data_parallel")
+    return dict(zip(names, map(int, parts), strict=False))
+
+
+def serving_body(args) -> dict[str, Any]:
+    body: dict[str, Any] = {**model_choice(args.model), **dtypes_of(args), "device_id": args.device,
+                            "input_len": args.input_len, "output_len": args.output_len, "concurrency": args.concurrency,
+                            "roofs": args.roofs}
+    if (args.prefill_pool is None) != (args.decode_pool is None):
+        raise SystemExit("--prefill-pool and --decode-pool go together (disaggregated pools)")
+    if args.prefill_pool:
+        body["disaggregated"] = {"prefill": pool_of(args.prefill_pool, "--prefill-pool"),
+                                 "decode": pool_of(args.decode_pool, "--decode-pool")}
+        if args.max_batch_per_group:
+            body["disaggregated"]["decode"]["max_batch_per_group"] = args.max_batch_per_group
+    else:
+        body.update(workers=args.workers, tensor_parallel=args.tensor_parallel, expert_parallel=args.expert_parallel,
+                    attention_data_parallel=args.attention_data_parallel)
+        if args.max_batch_per_group:
+            body["max_batch_per_group"] = args.max_batch_per_group
+    if args.speculative:
+        body["speculative"] = {"method": args.speculative, "draft_tokens": args.draft_tokens,
+                               "acceptance_length": args.acceptance_length}
+        if args.draft_model:
+            body["speculative"]["draft_model_id"] = args.draft_model
+    if args.engine:
+        body["engine"] = args.engine
+    return body
+
+
+def cmd_serving(args) -> None:
+    with backend(args.url) as service:
+        result = service.analyze("serving", serving_body(args))
+    show(args, result, serving_table)
 
 
 def cmd_kv(args) -> None:
@@ -363,6 +405,29 @@ def parser() -> argparse.ArgumentParser:
     roofs(model)
     measured_time(model, "the step")
     model.set_defaults(run=cmd_model)
+
+    deployment = common(analyze.add_parser("serving", help="one serving deployment under one workload: what a "
+                                                           "benchmark would measure, as bounds"))
+    model_options(deployment)
+    deployment.add_argument("--input-len", type=int, required=True, help="prompt tokens per request")
+    deployment.add_argument("--output-len", type=int, required=True, help="generated tokens per request")
+    deployment.add_argument("--concurrency", type=int, required=True, help="requests in flight over the deployment")
+    deployment.add_argument("--workers", type=int, default=1, help="aggregated: copies of the worker (default 1)")
+    deployment.add_argument("--expert-parallel", type=int, default=1,
+                            help="1, or the worker's tensor-parallel size: the experts split whole over its devices")
+    deployment.add_argument("--attention-data-parallel", type=int, default=1,
+                            help="attention groups per worker, each with its own requests and KV cache (default 1)")
+    deployment.add_argument("--max-batch-per-group", type=int, help="the engine's cap on requests a group decodes at once")
+    deployment.add_argument("--prefill-pool", metavar="W:TP[:EP[:DP]]", help="disaggregated: the prefill pool")
+    deployment.add_argument("--decode-pool", metavar="W:TP[:EP[:DP]]", help="disaggregated: the decode pool")
+    deployment.add_argument("--speculative", choices=["mtp", "eagle", "draft"], help="speculative decoding's draft")
+    deployment.add_argument("--draft-tokens", type=int, default=3, help="tokens drafted per verification (default 3)")
+    deployment.add_argument("--acceptance-length", type=float, help="mean tokens emitted per verification, as the "
+                                                                     "engine logs it (required with --speculative)")
+    deployment.add_argument("--draft-model", help="with --speculative draft: the draft model's catalog id")
+    deployment.add_argument("--engine", help="the serving engine's label (sglang, vllm, trt, ...)")
+    roofs(deployment)
+    deployment.set_defaults(run=cmd_serving)
 
     kv = common(commands.add_parser("kv-capacity", help="how many requests of a context fit in memory"))
     model_options(kv)

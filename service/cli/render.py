@@ -126,6 +126,27 @@ def memory_line(m: dict) -> str:
     return f"memory: DOES NOT FIT, {shortfall(m)}: the times above are a what-if, not a deployment"
 
 
+def serving_table(r: dict) -> str:
+    b = r["bound"]
+    rows = [[p["role"], p["workers"], p["tensor_parallel"], p["expert_parallel"], p["attention_data_parallel"],
+             p["devices"], p["batch_per_group"], ("fits" if p["memory"]["fits"] else "DOES NOT FIT") + ", " + held(p["memory"])]
+            for p in b["pools"]]
+    lines = [f"bound (times from below, rates from above) on {b['devices']} device(s), {b['running_requests']} request(s) "
+             f"decoding at once:",
+             f"TTFT {si(b['ttft_s'], 's')}, TPOT {si(b['tpot_s'], 's')}, ITL {si(b['itl_s'], 's')}, end-to-end "
+             f"{si(b['e2e_latency_s'], 's')} (of which waiting {si(b['waiting_s'], 's')})",
+             f"{b['requests_per_s']:,.3g} requests/s, {b['output_tokens_per_s_per_device']:,.0f} output tokens/s per device, "
+             f"{b['tokens_per_s_per_device']:,.0f} tokens/s per device, {b['tokens_per_s_per_user']:,.1f} tokens/s per "
+             f"user; limited by {b['limited_by']}"]
+    if not b["fits"]:
+        lines.append("memory: DOES NOT FIT in a pool above: the figures are a what-if, not a deployment")
+    lines.append("expected: " + ("none (no serving calibration for this device and engine)" if r["expected"] is None
+                                 else f"TTFT {si(r['expected']['ttft_s'], 's')}, TPOT {si(r['expected']['tpot_s'], 's')}"))
+    lines.append(f"roofs: compute {r['compute_roof_source']}, memory {r['memory_roof_source']}")
+    return table(rows, ["pool", "workers", "tp", "ep", "dp", "devices", "batch/group", "memory per device"]) + "\n" + \
+        "\n".join(lines)
+
+
 def kv_table(r: dict) -> str:
     capped = r.get("kv_bytes_capped_per_request") or 0.0
     return table([

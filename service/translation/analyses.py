@@ -33,6 +33,7 @@ from service.translation.model_analyses import (
 from service.translation.model_batches import ModelStepAnswers, is_plain_model_step
 from service.translation.operator_analyses import analyze_operator_request, operator_answer_json
 from service.translation.plain_fields import json_bytes
+from service.translation.serving_analyses import analyze_serving_request
 from service.translation.serving_plans import plan_serving, plan_work
 from service.translation.sweeps import compare_devices, run_sweep
 from service.translation.training_analyses import analyze_training_request
@@ -63,6 +64,7 @@ RUNS: dict[str, Callable[[Any, DeviceCatalog], BaseModel]] = {
     "plan-serving": plan_serving,
     "training": analyze_training_request,
     "plan-training": plan_training,
+    "serving": analyze_serving_request,
 }
 WRITES_JSON: dict[str, Callable[[Any, DeviceCatalog], bytes]] = {
     "operator": operator_answer_json,
@@ -108,7 +110,9 @@ def _work(item, catalog: DeviceCatalog) -> int:
         return max(1, len(devices)) if isinstance(devices, list) else 1
     # A training step evaluates a model's rows three times over (forward, backward, recompute), and its
     # plan one such step; a serving plan that did not validate is refused as its own item, at no cost.
-    return {"training": 3, "plan-training": 3}.get(item.analysis, 1)
+    # A serving deployment runs up to five steps (a prefill alone and batched, a decode or a verification and a
+    # draft, the prefill pool's); counted as five.
+    return {"training": 3, "plan-training": 3, "serving": 5}.get(item.analysis, 1)
 
 
 def _plan_work(request, catalog: DeviceCatalog) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from pydantic import TypeAdapter
 
@@ -16,7 +16,6 @@ from schemas.training import (
     TrainingMemoryOut,
     TrainingRequest,
     TrainingRowOut,
-    TrainingStepOptions,
     TrainingTime,
 )
 from service.core.errors import CostModelError
@@ -50,7 +49,24 @@ def _link(device: DeviceSpec, measured: MeasuredRoofs, tier: str, mode: RoofMode
     return Link(tier, nominal, latency, "nominal")
 
 
-def topology_for(device: DeviceSpec, measured: MeasuredRoofs, options: TrainingStepOptions) -> Topology:
+class LinkChoices(Protocol):
+    """What a request says of its links (a training request, or a serving one through its own adapter)."""
+
+    @property
+    def roofs(self) -> str: ...
+    @property
+    def collective_latency_s(self) -> float | None: ...
+    @property
+    def inter_node_latency_s(self) -> float | None: ...
+    @property
+    def node_size(self) -> int | None: ...
+    @property
+    def intra_node_bandwidth_bytes_per_s(self) -> float | None: ...
+    @property
+    def inter_node_bandwidth_bytes_per_s(self) -> float | None: ...
+
+
+def topology_for(device: DeviceSpec, measured: MeasuredRoofs, options: LinkChoices) -> Topology:
     mode = RoofMode(options.roofs)
     intra_latency = (select_collective_latency(device, measured, "intra_node", mode)[0]
                      if options.collective_latency_s is None else options.collective_latency_s)

@@ -37,6 +37,7 @@ UNSTATABLE_RULES = {
     "compute_peaks: duplicate (dtype, unit)": "one per (dtype, unit)",
     "must lie between 1970-01-01 and 2200-01-01": "1970 to 2200",
     "more than 4096 points": "at most 4096 points",
+    "exceeds draft_tokens + 1": "between 1 and draft_tokens + 1",
 }
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 

@@ -18,6 +18,7 @@ from schemas.models import (
     ModelAnalysis,
     ModelAnalysisRequest,
 )
+from schemas.serving import SERVING_EXAMPLE, ServingAnalysis, ServingAnalysisRequest
 from schemas.sweeps import CompareRequest, CompareResult, SweepRequest, SweepResult
 from schemas.training import TRAINING_EXAMPLE, TrainingAnalysis, TrainingRequest
 from service.api.deps import CatalogDep
@@ -29,6 +30,7 @@ from service.translation.analyses import batch_json_chunks
 from service.translation.fusion_graphs import analyze_fusion
 from service.translation.model_analyses import kv_capacity_request, model_answer_json
 from service.translation.operator_analyses import operator_answer_json
+from service.translation.serving_analyses import analyze_serving_request
 from service.translation.sweeps import compare_devices, run_sweep
 from service.translation.training_analyses import analyze_training_request
 
@@ -101,6 +103,27 @@ async def kv_capacity_route(
     return answered(await off_loop_if_inline(body, kv_capacity_request, catalog), "kv_capacity")
 
 
+# A deployment costs a few model steps (prefill, decode, a verification and a draft): a plain def, in the thread pool.
+@router.post(
+    "/serving", response_model=ServingAnalysis, summary="One serving deployment under one workload",
+    operation_id="analyze_serving", responses={**NOT_FOUND, **INVALID},
+    description=(
+        "What a serving benchmark would measure of one fixed deployment: TTFT, TPOT, ITL, end-to-end latency, "
+        "requests/s and tokens/s (per device, per user) at a concurrency, with expert parallelism, attention data "
+        "parallelism, speculative decoding and disaggregated prefill and decode pools; the memory of each pool with "
+        "`fits`. `bound` holds bounds (times from below, rates from above) under the scheduling model `assumptions` "
+        "states; `expected` is a calibrated estimate where one applies."
+    ),
+)
+def analyze_serving_route(
+    body: Annotated[ServingAnalysisRequest, Body(openapi_examples={"deepseek": {"summary": "DeepSeek-V3, 8 x B200, "
+                                                                               "EP 8, DP attention, MTP",
+                                                                    "value": SERVING_EXAMPLE}})],
+    catalog: CatalogDep,
+) -> Response:
+    return answered(analyze_serving_request(body, catalog), "serving")
+
+
 @router.post(
     "/fusion", response_model=FusionAnalysis, summary="What fusing kernels saves", operation_id="analyze_fusion",
     responses={**NOT_FOUND, **INVALID},
@@ -123,12 +146,12 @@ def analyze_fusion_route(
     responses={**INVALID},
     description=(
         "Up to 1,000 items, each `{id, analysis, request}` with `analysis` one of operator, model, kv-capacity, fusion, training, "
-        "sweep, compare, plan-serving, plan-training and `request` the body that endpoint takes. Answers one result per item in "
+        "serving, sweep, compare, plan-serving, plan-training and `request` the body that endpoint takes. Answers one result per item in "
         "order: `{id, status: 200, result}` or `{id, status, error}` in the service's error shape; one bad item never "
         "fails the batch. Items on one device share its roofs and evaluated rows. A batch may cost at most 20,000 "
         "units (an operator or model step 1, a sweep its points, a comparison its devices, a serving plan the step "
         "analyses it runs (20,000 at most), a training "
-        "step or plan 3)."
+        "step or plan 3, a serving deployment 5)."
     ),
 )
 def batch_route(body: BatchRequest, catalog: CatalogDep) -> Response:

@@ -1,0 +1,179 @@
+"""One serving deployment under one workload (POST /v1/analyze/serving): what a serving benchmark would measure."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.analysis import RoofOptions
+from schemas.common import DeviceId, NonNegativeFinite, StrictModel, all_rules, given
+from schemas.models import DTYPES_DOC, Length, MemoryOptions, ModelChoice, ModelDTypes, ModelIdField, StepMemoryOut
+
+Parallel = Annotated[int, Field(ge=1, le=1024)]
+MAX_SERVING_CONCURRENCY = 65_536
+POOL_FIELDS = ("workers", "tensor_parallel", "expert_parallel", "attention_data_parallel", "max_batch_per_group")
+
+SERVING_EXAMPLE: dict[str, Any] = {
+    "model_id": "deepseek-v3", "device_id": "nvidia-b200", "input_len": 1024, "output_len": 1024, "concurrency": 64,
+    "dtypes": {"scheme": "w8a8-fp8", "kv_cache": "fp8"}, "tensor_parallel": 8, "expert_parallel": 8,
+    "attention_data_parallel": 8, "speculative": {"method": "mtp", "draft_tokens": 3, "acceptance_length": 2.5},
+}
+
+
+class ServingPool(StrictModel):
+    workers: Parallel = Field(1, description="Copies of the worker (engine instances) in the pool")
+    tensor_parallel: Parallel = Field(1, description="Devices of one worker")
+    expert_parallel: Parallel = Field(
+        1, description="1: each routed expert split by width over the worker's devices; or the worker's "
+                       "tensor_parallel: the experts split whole over its devices, tokens sent to them and back by "
+                       "all-to-all (SGLang's and vLLM's expert parallelism)")
+    attention_data_parallel: Parallel = Field(
+        1, description="Attention groups per worker, dividing tensor_parallel (SGLang's --dp-size with "
+                       "--enable-dp-attention): each group of tensor_parallel / attention_data_parallel devices holds "
+                       "its own requests and their KV cache")
+    max_batch_per_group: Annotated[int, Field(ge=1, le=MAX_SERVING_CONCURRENCY)] | None = Field(
+        None, description="The engine's cap on the requests an attention group decodes at once (SGLang: "
+                          "--max-running-requests / --dp-size; vLLM: --max-num-seqs); more wait for a place. "
+                          "Default: no cap but the KV cache's")
+
+
+class Disaggregated(StrictModel):
+    prefill: ServingPool = Field(description="The pool that runs prompts")
+    decode: ServingPool = Field(description="The pool that generates; the concurrency is spread over its groups")
+
+
+class SpeculativeDecoding(StrictModel):
+    schema_rules = {"if": {"properties": {"method": {"const": "draft"}}, "required": ["method"]},
+                    "then": given("draft_model_id")}
+
+    method: Literal["mtp", "eagle", "draft"] = Field(
+        description="mtp (DeepSeek's multi-token prediction) and eagle: one decoder layer drafts; draft: a model of "
+                    "its own (draft_model_id)")
+    draft_tokens: Annotated[int, Field(ge=1, le=16)] = Field(description="Tokens drafted per verification, k")
+    acceptance_length: Annotated[float, Field(ge=1, le=17)] = Field(
+        description="Mean tokens emitted per verification step, between 1 and draft_tokens + 1: a property of the "
+                    "model, the draft and the data, measured (an engine logs it), not of the hardware")
+    draft_model_id: ModelIdField | None = Field(None, description="With method 'draft': the draft model (GET /v1/models)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _acceptance_named(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("acceptance_length") is None:
+            raise ValueError("acceptance_length is required: the mean tokens a verification step emits is a property of "
+                             "the model, its draft and the prompts, not of the hardware, so the service cannot derive it; "
+                             "give the figure your engine logs (SGLang: 'accept len', vLLM: 'Mean acceptance length')")
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.acceptance_length > self.draft_tokens + 1:
+            raise ValueError(f"acceptance_length ({self.acceptance_length:g}) exceeds draft_tokens + 1 "
+                             f"({self.draft_tokens + 1}): a verification emits at most its drafts and one token more")
+        if self.method == "draft" and self.draft_model_id is None:
+            raise ValueError("method 'draft' needs draft_model_id")
+        return self
+
+
+class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
+    model_config = ConfigDict(json_schema_extra={"examples": [SERVING_EXAMPLE]})
+    schema_rules = all_rules(*(
+        {"if": given("disaggregated"), "then": {"not": {"required": [name]}}} for name in POOL_FIELDS))
+
+    device_id: DeviceId
+    input_len: Length = Field(description="Prompt tokens per request")
+    output_len: Length = Field(description="Generated tokens per request")
+    concurrency: Annotated[int, Field(ge=1, le=MAX_SERVING_CONCURRENCY)] = Field(
+        description="Requests the client keeps in flight over the whole deployment")
+    dtypes: ModelDTypes = Field(default_factory=ModelDTypes, description=DTYPES_DOC)
+    workers: Parallel = Field(1, description="Aggregated: copies of the worker, each prefilling and decoding")
+    tensor_parallel: Parallel = Field(1, description="Aggregated: devices of one worker")
+    expert_parallel: Parallel = Field(1, description="Aggregated: 1 or tensor_parallel (see ServingPool)")
+    attention_data_parallel: Parallel = Field(1, description="Aggregated: attention groups per worker (see ServingPool)")
+    max_batch_per_group: Annotated[int, Field(ge=1, le=MAX_SERVING_CONCURRENCY)] | None = Field(
+        None, description="Aggregated: the engine's cap on the requests a group decodes at once (see ServingPool)")
+    disaggregated: Disaggregated | None = Field(
+        None, description="Separate prefill and decode pools (then workers and the parallel sizes above are not given)")
+    speculative: SpeculativeDecoding | None = Field(None, description="Speculative decoding: a draft proposes "
+                                                                        "tokens the model verifies in one step")
+    engine: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")] | None = Field(
+        None, description="A free label of the serving engine (sglang, vllm, trt, ...): what a calibration is fitted for")
+    calibration: Literal["auto", "none"] = Field(
+        "auto", description="auto: answer `expected` where a serving calibration exists for the device and engine")
+    collective_latency_s: NonNegativeFinite | None = Field(
+        None, description="What-if: the fixed cost of one collective inside a node, seconds (default: measured or the device's)")
+
+    @model_validator(mode="after")
+    def _one_layout(self):
+        given_here = [name for name in POOL_FIELDS if name in self.model_fields_set]
+        if self.disaggregated is not None and given_here:
+            raise ValueError(f"with disaggregated pools, give {', '.join(given_here)} per pool, not at the top level")
+        return self
+
+    def pools(self) -> tuple[ServingPool, ServingPool | None]:
+        """(the decode pool, the prefill pool or None when aggregated)."""
+        if self.disaggregated is not None:
+            return self.disaggregated.decode, self.disaggregated.prefill
+        return ServingPool(**{name: getattr(self, name) for name in POOL_FIELDS}), None
+
+
+class ServingFigures(BaseModel):
+    ttft_s: float = Field(description="Time to first token once a request is admitted, seconds (a wait for a place "
+                                      "is waiting_s, in the bound)")
+    tpot_s: float = Field(description="Time per output token after the first, seconds")
+    itl_s: float = Field(description="Time between two decode (or verification) steps, seconds")
+    e2e_latency_s: float = Field(description="The mean request's whole time, a wait for a place included: the larger "
+                                             "of ttft_s + (output_len - 1) x tpot_s and concurrency / requests_per_s "
+                                             "(Little's law), seconds")
+    requests_per_s: float = Field(description="Requests completed per second by the whole deployment")
+    output_tokens_per_s: float = Field(description="Generated tokens per second, the whole deployment")
+    output_tokens_per_s_per_device: float = Field(description="output_tokens_per_s / devices")
+    tokens_per_s_per_device: float = Field(description="(input + output) tokens per second / devices")
+    tokens_per_s_per_user: float = Field(description="1 / tpot_s")
+
+
+class ServingPoolOut(BaseModel):
+    role: Literal["aggregated", "prefill", "decode"] = Field(
+        description="aggregated: prefill and decode share the pool; else the pool's part")
+    workers: int = Field(description="Copies of the worker in the pool")
+    tensor_parallel: int = Field(description="Devices of one worker")
+    expert_parallel: int = Field(description="Devices the routed experts are split over, whole (1: split by width)")
+    attention_data_parallel: int = Field(description="Attention groups per worker")
+    devices: int = Field(description="workers x tensor_parallel")
+    batch_per_group: int = Field(description="Requests an attention group decodes at once: its share of the "
+                                             "concurrency, capped by max_batch_per_group and by its KV cache (1 in a "
+                                             "prefill pool, whose memory is one request's prefill)")
+    context_len: int = Field(description="The longest cache a sequence holds in this pool, tokens")
+    memory: StepMemoryOut = Field(description="Per device, at batch_per_group and context_len")
+
+
+class ServingBound(ServingFigures):
+    devices: int = Field(description="Devices of every pool")
+    running_requests: int = Field(description="Requests decoded at once over the deployment (the groups' batches); "
+                                              "the rest of the concurrency waits for a place")
+    waiting_s: float = Field(description="The mean request's time beyond its own prefill and decode steps, seconds: "
+                                         "waiting for a place in a running batch, or for other requests' prefills on "
+                                         "the devices it shares (e2e_latency_s less ttft_s + (output_len - 1) x tpot_s)")
+    prefill_s: float = Field(description="One request's prefill alone, seconds")
+    decode_step_s: float = Field(description="One decode step (or verification of draft_tokens + 1 tokens), seconds")
+    draft_s: float = Field(description="The draft's steps per verification, seconds (0 without speculative decoding)")
+    kv_transfer_s: float = Field(description="One request's KV cache from the prefill to the decode pool, seconds")
+    kv_transfer_bytes: float = Field(description="One request's KV cache, bytes (0 when aggregated)")
+    limited_by: Literal["decode", "prefill", "latency"] = Field(
+        description="What caps requests_per_s: the decode (or shared) pool's work, the prefill pool's, or Little's "
+                    "law (concurrency / e2e latency)")
+    fits: bool = Field(description="Every pool's devices hold their weights, caches and activations")
+    pools: list[ServingPoolOut] = Field(description="Each pool's layout, batch and memory per device (prefill first)")
+
+
+class ServingAnalysis(BaseModel):
+    model: str = Field(description="The catalog model, or 'inline <family>'")
+    device_id: str = Field(description="The device every pool runs on")
+    engine: str | None = Field(description="The request's engine label")
+    bound: ServingBound = Field(description="Bounds: every time a lower bound, every rate an upper bound")
+    expected: ServingFigures | None = Field(
+        description="What the deployment is expected to measure, from a serving calibration of this device and engine; "
+                    "null where none applies (`assumptions` says why)")
+    compute_roof_source: str = Field(description="'nominal' or 'measured': the matmuls' compute roof")
+    memory_roof_source: str = Field(description="'nominal' or 'measured': the HBM bandwidth")
+    assumptions: list[str] = Field(description="The layout, scheduling model, roofs and dtypes behind the figures")

@@ -1,0 +1,332 @@
+"""One serving deployment under one workload: what a serving benchmark would measure, as bounds (time from
+below, throughput from above). Pure: the translation layer resolves the model, the device's roofs and links.
+
+A pool is `workers` copies of one worker of t devices, laid out as SGLang and vLLM lay out MoE serving:
+- attention data parallelism d (dividing t): d attention groups of a = t / d devices. Each group holds its own
+  requests and their KV cache, and runs attention, dense and shared-expert MLPs, the embedding and the LM head
+  split a ways by tensor parallelism (an all-reduce over a after each block);
+- expert parallelism e, 1 or t: with e = t each device holds E / t routed experts whole and every token goes to
+  its top-k experts' devices and back (a dispatch and a combine all-to-all, DeepEP-style, over the t devices);
+  with e = 1 the experts are split by width over the t devices;
+- where d > 1 and a layer's MLP is split by width over all t devices (dense layers; routed experts when e = 1),
+  the block gathers the d groups' tokens first (an all-gather over t) and returns them (a reduce-scatter).
+
+The scheduling model: continuous batching at a fixed concurrency c, in steady state.
+  B      a group's running batch: c / (workers x d) rounded down (at least 1), at most the engine's cap
+         (max_batch_per_group) and what the group's KV cache holds; the rest of c waits for a place
+  T_d    one decode step of B sequences per group at the mean context, input + output / 2 (attention is affine
+         in the context, and the mean of a convex function is at least its value at the mean)
+  T_p(n) one prefill step of n requests per group, every group at once
+  TTFT  >= T_p(1) (one request once admitted, alone) + with disaggregated pools, its KV cache over the link
+  TPOT  >= T_d (with speculative decoding: (the verification of k + 1 tokens + k draft steps) / acceptance length)
+  requests/s <= the work a pool can do: aggregated, each group spends `output / acceptance` decode steps and its
+         B requests' prefills (batched, the cheapest way to do them) per B requests: running / (output /
+         acceptance x T_d + T_p(B)); disaggregated, the slower of the prefill pool (workers_p x d_p x n / T_p(n),
+         n its share of c) and the decode pool (running / (output x TPOT)); never more than c / (TTFT + (output
+         - 1) x TPOT)
+  e2e   (the mean request's) = c / (requests/s) by Little's law, at least TTFT + (output - 1) x TPOT; what exceeds
+         the latter is the wait for a place
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from service.core.dtypes import bytes_per_element
+from service.core.errors import CostModelError
+from service.core.planning.replica import largest_fitting
+from service.core.training.collectives import Link, Topology
+from service.core.training.experts import all_to_all_bytes
+from service.core.transformer.analysis import Evaluator, RowResult, group_label
+from service.core.transformer.architecture import Architecture, LayerGroup
+from service.core.transformer.capacity import (
+    MemoryBudget,
+    StepMemory,
+    kv_bytes_per_request,
+    memory_budget,
+    weight_bytes,
+)
+from service.core.transformer.layers import (
+    ExpertShard,
+    ModelDTypes,
+    Row,
+    Step,
+    expected_active_experts,
+    expert_exchange,
+    layer_rows,
+    mlp_block,
+    mlp_rows,
+    model_level_rows,
+    tensor_parallel_block,
+)
+from service.core.transformer.params import model_params
+
+
+@dataclass(frozen=True)
+class Pool:
+    workers: int
+    tensor_parallel: int  # t: the devices of one worker
+    expert_parallel: int = 1  # 1 or t
+    attention_data_parallel: int = 1  # d, dividing t
+    max_batch_per_group: int | None = None  # the engine's cap on the requests a group decodes at once
+
+    @property
+    def attention_ranks(self) -> int:
+        return self.tensor_parallel // self.attention_data_parallel
+
+    @property
+    def groups(self) -> int:
+        """Attention groups over the whole pool."""
+        return self.workers * self.attention_data_parallel
+
+    @property
+    def devices(self) -> int:
+        return self.workers * self.tensor_parallel
+
+
+@dataclass(frozen=True)
+class Speculative:
+    method: str  # mtp, eagle (one extra decoder layer as the draft) or draft (a model of its own)
+    draft_tokens: int  # k
+    acceptance_length: float  # tokens emitted per verification, 1 <= a <= k + 1
+    draft: Architecture | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    input_len: int
+    output_len: int
+    concurrency: int
+
+
+def check_pool(arch: Architecture, pool: Pool, prefix: str = "") -> None:
+    """`prefix`: where the pool sits in the request ("" at the top level, else e.g. "decode.")."""
+    t, e, d = pool.tensor_parallel, pool.expert_parallel, pool.attention_data_parallel
+    if t % d:
+        raise CostModelError(f"{prefix}attention_data_parallel", f"{d} attention groups do not split {t} devices")
+    if e not in (1, t):
+        raise CostModelError(f"{prefix}expert_parallel", f"expert_parallel is 1 or the worker's {t} devices (SGLang "
+                                                         "and vLLM split the experts over all of a worker's devices)")
+    if e > 1 and arch.moe is None:
+        raise CostModelError(f"{prefix}expert_parallel", "the model has no routed experts to split")
+
+
+class WorkerStep:
+    """One step of a worker: its rows on one device, each collective placed on the link its group spans."""
+
+    def __init__(self, arch: Architecture, evaluator: Evaluator, topology: Topology, pool: Pool, dtypes: ModelDTypes):
+        self.arch, self.evaluator, self.topology, self.pool, self.dtypes = arch, evaluator, topology, pool, dtypes
+
+    def _link(self, extent: int, group: str) -> Link:
+        """A worker is placed inside one scale-up domain when it fits there (a 16-device worker in a 72-GPU NVLink
+        rack), so a group that fits runs on the scale-up link; a larger one crosses the scale-out link."""
+        topology = self.topology
+        if extent <= topology.node_size and topology.intra_node is not None:
+            return topology.intra_node
+        return topology.link_for(max(extent, topology.node_size + 1), group)
+
+    def _mlp(self, batch: int, q_len: int) -> Callable[[Architecture, LayerGroup, Step, ModelDTypes], list[Row]]:
+        pool, arch = self.pool, self.arch
+        t, d = pool.tensor_parallel, pool.attention_data_parallel
+        worker_tokens = d * batch * q_len
+
+        def block(_: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
+            if group.moe and pool.expert_parallel > 1 and arch.moe is not None:
+                moe = arch.moe
+                # Where t does not divide the experts, each device holds ceil(E / t): the rest are redundant copies
+                # of the busiest experts (SGLang's and DeepEP's load balancer), which read no more per device.
+                shard = ExpertShard(max(1, worker_tokens * moe.top_k // t), -(-moe.experts // t),
+                                    expected_active_experts(worker_tokens, moe.experts, moe.top_k) / t,
+                                    moe.expert_intermediate)
+                sent = all_to_all_bytes(max(1, worker_tokens // t), moe.top_k, arch.hidden, dtypes.activations, t)
+                rows = expert_exchange(mlp_rows(arch, group, step, dtypes, shard), sent)
+                return tensor_parallel_block("mlp", rows, arch, step, dtypes)
+            if d > 1:
+                gathered = Step(d * batch, q_len, step.kv_len, t, step.attention_implementation)
+                buffer = worker_tokens * arch.hidden * bytes_per_element(dtypes.activations) * (t - 1) / t
+                return ([Row("mlp_all_gather", "allgather", 1, comm_bytes=buffer)]
+                        + mlp_rows(arch, group, gathered, dtypes)
+                        + [Row("mlp_reduce_scatter", "reducescatter", 1, comm_bytes=buffer)])
+            return mlp_block(arch, group, step, dtypes)
+
+        return block
+
+    def rows(self, *, batch: int, q_len: int, kv_len: int, scored_tokens: int = 1,
+             layers: tuple[LayerGroup, ...] | None = None, attention_implementation: str = "flash"):
+        """(label, layers, rows) of a step of `batch` sequences per attention group; `layers`: only these
+        groups (a draft's one layer), else the model's."""
+        step = Step(batch, q_len, kv_len, self.pool.attention_ranks, attention_implementation, scored_tokens=scored_tokens)
+        before, after = model_level_rows(self.arch, step, self.dtypes)
+        yield "model", 1, before
+        mlp = self._mlp(batch, q_len)
+        for group in layers if layers is not None else self.arch.groups:
+            yield group_label(group), group.count, layer_rows(self.arch, group, step, self.dtypes, mlp)
+        yield "model", 1, after
+
+    def _extent(self, row: Row) -> tuple[int, str]:
+        """The devices a collective row spans, and the group it belongs to."""
+        if row.name.startswith(("moe_", "mlp_all_gather", "mlp_reduce_scatter")):
+            return self.pool.tensor_parallel, "expert" if row.name.startswith("moe_") else "worker"
+        return self.pool.attention_ranks, "attention"
+
+    def evaluate(self, **step) -> list[RowResult]:
+        results = []
+        for label, layers, rows in self.rows(**step):
+            for row in rows:
+                if row.is_comm:
+                    extent, group = self._extent(row)
+                    link = self._link(extent, group)
+                    results.append(Evaluator.collective(row, label, layers, link.bandwidth_bytes_per_s, link.latency_s))
+                else:
+                    results.append(self.evaluator.evaluate(row, label, layers))
+        return results
+
+    def time_s(self, **step) -> float:
+        return sum(r.total_time_s for r in self.evaluate(**step))
+
+
+@dataclass(frozen=True)
+class PoolState:
+    role: str  # aggregated, prefill or decode
+    pool: Pool
+    batch_per_group: int
+    context_len: int  # the longest cache a sequence holds in this pool
+    memory: StepMemory
+
+
+@dataclass(frozen=True)
+class ServingBound:
+    ttft_s: float
+    tpot_s: float
+    itl_s: float
+    e2e_latency_s: float  # of the mean request, its wait for a place included
+    waiting_s: float  # the mean request's time beyond its own steps: a place in a batch, others' prefills
+    requests_per_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_device: float
+    tokens_per_s_per_device: float
+    tokens_per_s_per_user: float
+    devices: int
+    running_requests: int  # requests being decoded at once over the deployment; the rest of the concurrency waits
+    prefill_s: float  # T_p(1): one request's prefill
+    decode_step_s: float  # the verification step where speculative, else T_d
+    draft_s: float  # the k draft steps of one verification (0 without speculative decoding)
+    kv_transfer_s: float  # 0 when aggregated
+    kv_transfer_bytes: float
+    limited_by: str  # what caps requests/s: "decode", "prefill" or "latency" (Little's law)
+    pools: tuple[PoolState, ...]
+
+
+BudgetFor = Callable[[Pool], MemoryBudget]
+
+
+def pool_weight_bytes(arch: Architecture, dtypes: ModelDTypes, pool: Pool) -> float:
+    """Weights on one device: the routed experts split over the worker's t devices (by expert or by width), the
+    rest over its attention group's a."""
+    a, t = pool.attention_ranks, pool.tensor_parallel
+    experts = dtypes.expert_dtypes()
+    routed = model_params(arch).routed_experts * (experts.weight_bytes_per_element() or bytes_per_element(experts.weights))
+    return weight_bytes(arch, dtypes, a) - routed / a + routed / t
+
+
+def pool_budget(arch: Architecture, dtypes: ModelDTypes, pool: Pool, *, capacity_bytes: float, usable_bytes: float,
+                workspace_bytes: float, block_size: int, profile_tokens: int) -> MemoryBudget:
+    """One device's memory budget in the pool: its weights, and caches split over its attention group."""
+    budget = memory_budget(arch, dtypes, capacity_bytes=capacity_bytes, usable_bytes=usable_bytes,
+                           workspace_bytes=workspace_bytes, tensor_parallel=pool.attention_ranks,
+                           block_size=block_size, profile_tokens=profile_tokens)
+    return replace(budget, weights_bytes=pool_weight_bytes(arch, dtypes, pool))
+
+
+def _decode(worker: WorkerStep, arch: Architecture, batch: int, context: int, speculative: Speculative | None,
+            draft_worker: WorkerStep | None) -> tuple[float, float]:
+    """(the decode or verification step, the draft's k steps) at `batch` sequences per group."""
+    if speculative is None:
+        return worker.time_s(batch=batch, q_len=1, kv_len=context + 1), 0.0
+    k = speculative.draft_tokens
+    verify = worker.time_s(batch=batch, q_len=k + 1, kv_len=context + k + 1, scored_tokens=k + 1)
+    if draft_worker is not None:
+        draft = draft_worker.time_s(batch=batch, q_len=1, kv_len=context + 1)
+    else:  # mtp, eagle: one decoder layer like the model's last, with the embedding and the LM head
+        last = arch.groups[-1]
+        draft = worker.time_s(batch=batch, q_len=1, kv_len=context + 1, layers=(_one_layer(last),))
+    return verify, k * draft
+
+
+def _one_layer(group: LayerGroup) -> LayerGroup:
+    return replace(group, count=1)
+
+
+def running_batch(concurrency: int, pool: Pool, budget: MemoryBudget, *, context: int, step_tokens: int) -> int:
+    """Requests an attention group decodes at once: its share of the concurrency (rounded down, at least 1), at
+    most the engine's cap, and at most what its KV cache holds (an engine admits no more; the rest wait)."""
+    share = max(1, concurrency // pool.groups)
+    if pool.max_batch_per_group is not None:
+        share = min(share, pool.max_batch_per_group)
+    held = largest_fitting(lambda b: budget.at(batch=b, context=context, step_tokens=b * step_tokens).fits, share)
+    return max(1, held)
+
+
+def analyze_deployment(arch: Architecture, evaluator: Evaluator, topology: Topology, dtypes: ModelDTypes, *,
+                       workload: Workload, decode: Pool, prefill: Pool | None, speculative: Speculative | None,
+                       budget_for: BudgetFor, block_size: int, kv_link: Link | None,
+                       draft_dtypes: ModelDTypes | None = None) -> ServingBound:
+    """`prefill` None: aggregated (prefill and decode share the decode pool's devices)."""
+    c, isl, osl = workload.concurrency, workload.input_len, workload.output_len
+    worker = WorkerStep(arch, evaluator, topology, decode, dtypes)
+    draft_worker = None
+    if speculative is not None and speculative.draft is not None:
+        draft_pool = replace(decode, expert_parallel=1 if speculative.draft.moe is None else decode.expert_parallel)
+        draft_worker = WorkerStep(speculative.draft, evaluator, topology, draft_pool, draft_dtypes or dtypes)
+    prefill_worker = worker if prefill is None else WorkerStep(arch, evaluator, topology, prefill, dtypes)
+
+    k = speculative.draft_tokens if speculative else 0
+    longest = isl + osl - 1 + k
+    decode_budget = budget_for(decode)
+    if speculative is not None and speculative.draft is not None:  # the draft model's weights sit beside the model's
+        draft_weights = pool_weight_bytes(speculative.draft, draft_dtypes or dtypes, decode)
+        decode_budget = replace(decode_budget, weights_bytes=decode_budget.weights_bytes + draft_weights)
+    batch = running_batch(c, decode, decode_budget, context=longest, step_tokens=k + 1)
+    running = min(c, batch * decode.groups)
+    mean_context = isl + osl // 2
+    step, draft = _decode(worker, arch, batch, mean_context, speculative, draft_worker)
+    acceptance = speculative.acceptance_length if speculative else 1.0
+    tpot = (step + draft) / acceptance
+    first = prefill_worker.time_s(batch=1, q_len=isl, kv_len=isl)
+
+    transfer_bytes = transfer_s = 0.0
+    if prefill is not None:
+        if kv_link is None:
+            raise CostModelError("disaggregated", "the device has no link between the pools to move the KV cache over")
+        transfer_bytes = kv_bytes_per_request(arch, dtypes, isl, 1, block_size)
+        transfer_s = kv_link.latency_s + transfer_bytes / (prefill.attention_ranks * kv_link.bandwidth_bytes_per_s)
+    ttft = first + transfer_s
+    served = ttft + (osl - 1) * tpot  # a request's time once admitted
+
+    decode_steps = osl / acceptance
+    if prefill is None:
+        cycle = decode_steps * (step + draft) + prefill_worker.time_s(batch=batch, q_len=isl, kv_len=isl)
+        rates = {"decode": running / cycle}
+    else:
+        prefill_batch = max(1, c // prefill.groups)
+        batched = prefill_worker.time_s(batch=prefill_batch, q_len=isl, kv_len=isl)
+        rates = {"prefill": prefill.groups * prefill_batch / batched, "decode": running / (osl * tpot)}
+    rates["latency"] = c / served
+    limited_by = min(rates, key=lambda name: rates[name])
+    rate = rates[limited_by]
+    # Little's law: c requests in the system at `rate` a second spend c / rate each, on average; what exceeds the
+    # time being served is spent waiting: for a place in a batch, or for others' prefills on shared devices.
+    e2e = max(served, c / rate)
+
+    pools = [PoolState("aggregated" if prefill is None else "decode", decode, batch, longest,
+                       decode_budget.at(batch=batch, context=longest, step_tokens=batch * (k + 1)))]
+    if prefill is not None:
+        pools.insert(0, PoolState("prefill", prefill, 1, isl, budget_for(prefill).at(batch=1, context=isl, step_tokens=isl)))
+    devices = decode.devices + (prefill.devices if prefill else 0)
+    return ServingBound(
+        ttft_s=ttft, tpot_s=tpot, itl_s=step + draft, e2e_latency_s=e2e, waiting_s=e2e - served,
+        requests_per_s=rate, output_tokens_per_s=rate * osl, output_tokens_per_s_per_device=rate * osl / devices,
+        tokens_per_s_per_device=rate * (isl + osl) / devices, tokens_per_s_per_user=1 / tpot, devices=devices,
+        running_requests=running, prefill_s=first, decode_step_s=step, draft_s=draft, kv_transfer_s=transfer_s,
+        kv_transfer_bytes=transfer_bytes, limited_by=limited_by, pools=tuple(pools))

@@ -1,0 +1,92 @@
+"""SemiAnalysis InferenceX runs (service/data/serving-runs/inferencex-dsr1.json) as the deployments they measured:
+one row to one POST /v1/analyze/serving body. The import of measured runs (issue 26) maps rows the same way.
+
+How a row's fields are read (docs/serving.md says why):
+- hardware to a catalog device, model `dsr1` to the catalog's DeepSeek-V3 (DeepSeek-R1 has its architecture);
+- precision fp8: DeepSeek's fp8 checkpoint (an fp32 scale per 128 x 128 block) with fp8 activations and KV cache;
+  fp4: NVFP4 on NVIDIA (an fp8 scale per 16), MXFP4 on AMD (an 8-bit scale per 32), fp4 activations, fp8 KV cache;
+- spec_method mtp: 3 draft tokens, every one accepted (acceptance length 4): the rows do not record the engine's
+  acceptance, and a bound must hold whatever it was;
+- aggregated rows: one worker of decode_tp devices (num_decode_gpu reads decode_tp squared on some rows: ignored);
+- a disaggregated pool: num_gpu / num_workers devices a worker; where the row's tp is smaller than that, the tp is the
+  attention group's (SGLang's wide expert parallelism): attention_data_parallel = devices / tp and the experts
+  split over the worker; dp_attention true: one attention group a device;
+- expert parallelism: over the whole worker when the row's ep exceeds 1, else the experts split by width;
+- the engine's cap on running requests, which the rows do not record: each decode group's batch as the run
+  measured it, by Little's law (requests decoding at once = output tokens/s x TPOT, the output rate per decode
+  device times the decode devices), shared over the groups and rounded down. Beyond it the concurrency queued,
+  in TTFT, as the rows' TTFTs show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
+              "mi355x": "amd-mi355x", "mi300x": "amd-mi300x", "h100": "nvidia-h100-sxm", "h200": "nvidia-h200-sxm"}
+MODEL_IDS = {"dsr1": "deepseek-v3"}
+MTP_DRAFT_TOKENS = 3
+
+FP8_BLOCK_SCALED = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 128 * 128,
+                    "weight_scale_bytes": 4.0}
+NVFP4 = {"scheme": "nvfp4", "kv_cache": "fp8"}
+MXFP4 = {"weights": "fp4", "activations": "fp4", "kv_cache": "fp8", "weight_group_size": 32, "weight_scale_bytes": 1.0}
+
+
+class UnmappedRun(ValueError):
+    """A row this mapping cannot place (an unknown device, model or precision, pools that do not add up)."""
+
+
+def _dtypes(row: dict[str, Any]) -> dict[str, Any]:
+    if row["precision"] == "fp8":
+        return FP8_BLOCK_SCALED
+    if row["precision"] == "fp4":
+        return MXFP4 if row["hardware"].startswith("mi") else NVFP4
+    raise UnmappedRun(f"precision {row['precision']!r}")
+
+
+def _pool(row: dict[str, Any], role: str) -> dict[str, int]:
+    tp, workers, devices = row[f"{role}_tp"], row[f"{role}_num_workers"], row[f"num_{role}_gpu"]
+    if workers < 1 or devices % workers:
+        raise UnmappedRun(f"{devices} {role} devices over {workers} workers")
+    size = devices // workers
+    if size % tp:
+        raise UnmappedRun(f"{role} tp {tp} does not divide its worker of {size} devices")
+    groups = size if row[f"{role}_dp_attention"] else size // tp
+    experts = size if row[f"{role}_ep"] > 1 or tp < size else 1
+    return {"workers": workers, "tensor_parallel": size, "expert_parallel": experts, "attention_data_parallel": groups}
+
+
+def running_per_group(row: dict[str, Any], groups: int, decode_devices: int) -> int:
+    """The requests each decode group ran at once in the measured run (Little's law), rounded down, at least 1."""
+    metrics = row["metrics"]
+    running = metrics["output_tput_per_gpu"] * decode_devices * metrics["median_tpot"]
+    return max(1, int(running // groups))
+
+
+def serving_request(row: dict[str, Any]) -> dict[str, Any]:
+    """The /v1/analyze/serving body of one InferenceX row."""
+    if row["hardware"] not in DEVICE_IDS:
+        raise UnmappedRun(f"hardware {row['hardware']!r}")
+    if row["model"] not in MODEL_IDS:
+        raise UnmappedRun(f"model {row['model']!r}")
+    body: dict[str, Any] = {
+        "model_id": MODEL_IDS[row["model"]], "device_id": DEVICE_IDS[row["hardware"]], "input_len": row["isl"],
+        "output_len": row["osl"], "concurrency": row["conc"], "dtypes": _dtypes(row), "engine": row["framework"],
+    }
+    if row["spec_method"] == "mtp":
+        body["speculative"] = {"method": "mtp", "draft_tokens": MTP_DRAFT_TOKENS,
+                               "acceptance_length": MTP_DRAFT_TOKENS + 1}
+    elif row["spec_method"] != "none":
+        raise UnmappedRun(f"spec_method {row['spec_method']!r}")
+    if row["disagg"]:
+        decode = _pool(row, "decode")
+        groups = decode["workers"] * decode["attention_data_parallel"]
+        decode["max_batch_per_group"] = running_per_group(row, groups, row["num_decode_gpu"])
+        body["disaggregated"] = {"prefill": _pool(row, "prefill"), "decode": decode}
+    else:
+        tp = row["decode_tp"]
+        groups = tp if row["decode_dp_attention"] else 1
+        body.update(tensor_parallel=tp, expert_parallel=tp if row["decode_ep"] > 1 else 1, attention_data_parallel=groups,
+                    max_batch_per_group=running_per_group(row, groups, tp))
+    return body

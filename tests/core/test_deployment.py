@@ -1,0 +1,105 @@
+"""One worker's step under expert and attention data parallelism, with hand-derived bytes.
+
+DeepSeek-V3: hidden 7,168, 256 routed experts of width 2,048, top-8, one shared expert; multi-head latent attention
+(kv_lora_rank 512 + 64 rope dims cached per token); 61 layers, the first 3 dense. Activations and KV in fp8
+(1 byte), weights fp8 with one fp32 scale per 128 x 128 block: 1 + 4 / 16,384 bytes a weight.
+"""
+
+import json
+
+import pytest
+
+from service.core.planning.deployment import Pool, WorkerStep, pool_weight_bytes
+from service.core.training.collectives import Link, Topology
+from service.core.transformer.analysis import Evaluator
+from service.core.transformer.capacity import weight_bytes
+from service.core.transformer.families import from_hf_config
+from service.core.transformer.layers import ModelDTypes
+from service.core.transformer.params import model_params
+from service.persistence.catalog import MODEL_CATALOG_DIR, nominal_device
+
+DEEPSEEK = from_hf_config(json.loads((MODEL_CATALOG_DIR / "deepseek-ai__DeepSeek-V3.json").read_text()))
+FP8 = ModelDTypes("fp8", "fp8", "fp8", 128 * 128, 4.0)
+HIDDEN = 7168
+NVLINK, SCALE_OUT = 900e9, 50e9
+LATENCY, INTER_LATENCY = 2e-6, 1e-5
+
+
+def worker(device_id: str, pool: Pool, node_size: int = 8) -> WorkerStep:
+    device = nominal_device(device_id)
+    topology = Topology(node_size, Link("intra_node", NVLINK, LATENCY, "nominal"),
+                        Link("inter_node", SCALE_OUT, INTER_LATENCY, "nominal"))
+    return WorkerStep(DEEPSEEK, Evaluator(device), topology, pool, FP8)
+
+
+def moe_rows(step: WorkerStep, batch: int) -> dict[str, object]:
+    """The rows of one MoE layer of a decode step of `batch` sequences per group, by name."""
+    layers = {label: rows for label, _, rows in step.rows(batch=batch, q_len=1, kv_len=1025)}
+    return {row.name: row for row in layers["moe layers"]}
+
+
+def test_expert_parallel_dispatch_and_combine_bytes():
+    """8 B200s, experts over all 8, one attention group a device (d = 8), 8 sequences a group: the worker holds 64
+    tokens, 8 a device. Each sends its 8 tokens to their 8 experts' devices, 7 in 8 of them elsewhere:
+    8 x 8 x 7,168 x 1 byte x 7/8 = 401,408 bytes, in the dispatch and again in the combine."""
+    rows = moe_rows(worker("nvidia-b200", Pool(1, 8, 8, 8)), batch=8)
+    assert rows["moe_dispatch"].comm_bytes == 8 * 8 * HIDDEN * 7 / 8 == 401_408
+    assert rows["moe_combine"].comm_bytes == 401_408
+    # A group of one device runs its attention and shared expert whole: no all-reduce at all.
+    assert "attn_allreduce" not in rows and "mlp_allreduce" not in rows
+    # Routed rows on a device: 64 tokens x 8 choices / 8 devices = 64; its 32 experts, of which
+    # 32 x (1 - (1 - 8/256)^64) = 27.80 are expected to be hit, each read once (gate and up: 4,096 x 7,168).
+    gate_up = rows["experts_gate_up_proj"].cost
+    active = 32 * (1 - (31 / 32) ** 64)
+    assert active == pytest.approx(27.80, abs=0.01)
+    assert gate_up.flops == 2 * 64 * 4096 * HIDDEN
+    assert gate_up.weight_bytes_read == pytest.approx(active * 4096 * HIDDEN * (1 + 4 / 16384))
+
+
+def test_without_attention_data_parallelism_each_device_dispatches_its_share():
+    """d = 1: the 8 devices hold the same 8 tokens after the attention's all-reduce; each dispatches one of them:
+    1 x 8 x 7,168 x 7/8 = 50,176 bytes. The attention block ends in a ring all-reduce over the 8 of
+    2 x 7/8 x 8 x 7,168 = 100,352 bytes a device."""
+    rows = moe_rows(worker("nvidia-b200", Pool(1, 8, 8, 1)), batch=8)
+    assert rows["moe_dispatch"].comm_bytes == 50_176
+    assert rows["attn_allreduce"].comm_bytes == 2 * 7 / 8 * 8 * HIDDEN == 100_352
+
+
+def test_attention_groups_gather_the_tokens_for_width_split_experts():
+    """d = 8 and e = 1: the MLP splits every expert's width 8 ways, so it first gathers the 8 groups' tokens
+    (64 of them) and scatters the outputs back: 7/8 x 64 x 7,168 = 401,408 bytes each way."""
+    rows = moe_rows(worker("nvidia-b200", Pool(1, 8, 1, 8)), batch=8)
+    assert rows["mlp_all_gather"].comm_bytes == rows["mlp_reduce_scatter"].comm_bytes == 7 / 8 * 64 * HIDDEN
+    assert rows["experts_gate_up_proj"].cost.flops == 2 * 64 * 8 * (2 * 2048 // 8) * HIDDEN
+
+
+def test_an_nvl72_worker_of_16_all_reduces_on_nvlink():
+    """16 GB200s in a 72-GPU NVLink rack, tensor parallel over all 16: each all-reduce of 4 tokens x 7,168 fp8
+    values moves 2 x 15/16 x 28,672 = 53,760 bytes a device at 900 GB/s, plus 2 us: 2.0597 us; over the 50 GB/s
+    scale-out link it would take 11.08 us."""
+    step = worker("nvidia-gb200", Pool(1, 16, 1, 1), node_size=72)
+    results = {(r.group, r.name): r for r in step.evaluate(batch=4, q_len=1, kv_len=1025)}
+    allreduce = results[("moe layers", "attn_allreduce")]
+    assert allreduce.bytes == 2 * 15 / 16 * 4 * HIDDEN == 53_760
+    assert allreduce.time_s == pytest.approx(LATENCY + 53_760 / NVLINK)
+    assert allreduce.time_s < INTER_LATENCY + 53_760 / SCALE_OUT
+
+
+def test_a_worker_beyond_its_node_crosses_the_scale_out_link():
+    """16 B200s in 8-GPU nodes: the same all-reduce runs at 50 GB/s with the inter-node latency."""
+    step = worker("nvidia-b200", Pool(1, 16, 1, 1))
+    results = {(r.group, r.name): r for r in step.evaluate(batch=4, q_len=1, kv_len=1025)}
+    assert results[("moe layers", "attn_allreduce")].time_s == pytest.approx(INTER_LATENCY + 53_760 / SCALE_OUT)
+
+
+def test_weights_split_experts_over_the_worker_and_the_rest_over_the_group():
+    """Routed experts: 58 MoE layers x 256 experts x (2 x 2,048 gate-up + 2,048 down) x 7,168 = 653,908,770,816
+    weights, 1 + 4/16,384 bytes each, split over the 8 devices either way. The rest (N bytes in all) is split 8 ways
+    at d = 1 and held whole by each device at d = 8 (its group is itself): the two differ by 7/8 of N."""
+    routed = 58 * 256 * 3 * 2048 * HIDDEN
+    assert model_params(DEEPSEEK).routed_experts == routed == 653_908_770_816
+    routed_bytes = routed * (1 + 4 / 16384)
+    split = pool_weight_bytes(DEEPSEEK, FP8, Pool(1, 8, 8, 1))
+    rest = 8 * split - routed_bytes
+    assert split == pytest.approx(weight_bytes(DEEPSEEK, FP8, 8))
+    assert pool_weight_bytes(DEEPSEEK, FP8, Pool(1, 8, 8, 8)) == pytest.approx(rest + routed_bytes / 8)
