@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-charts bench-explorer bench-access-log
+.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-charts bench-explorer bench-access-log
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,10 @@ bench-plan: install
 	$(BIN)/python bench/plan.py
 
 # A chart's cost beside the analysis it draws (model-roofline, serving plan), in-process, interleaved.
+# The serving analysis against InferenceX's measured runs (measured / bound), and its cost beside a model analysis.
+bench-inferencex: install
+	$(BIN)/python bench/inferencex.py
+
 bench-charts: install
 	$(BIN)/python bench/charts.py
 
