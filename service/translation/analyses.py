@@ -121,7 +121,7 @@ def _plan_work(request, catalog: DeviceCatalog) -> int:
         _, arch = resolve_model(request, catalog)
     except ServiceError:
         return 1
-    return plan_work(request, arch)[0]
+    return plan_work(request, arch)
 
 
 # Answers gathered per hop to the thread pool when the answer streams. Each hop costs StreamingResponse a thread

@@ -101,28 +101,34 @@ MOE_DEVICES = ["nvidia-h100-sxm", "nvidia-h200-sxm", "nvidia-b200", "nvidia-a100
                "nvidia-l40s", "nvidia-a100-40gb-sxm", "nvidia-h100-pcie", "nvidia-a100-80gb-pcie", "amd-mi250x"]
 
 
-def test_a_plan_counts_its_work_before_it_runs_and_refuses_too_much(client):
-    # Mixtral-8x7B: 32 heads and 8 KV heads split evenly at TP 1, 2, 4, 8 (4 sizes within 8 devices); its decode has
-    # no closed form over the concurrency, so each size costs a prefill and 512 decode steps: 10 devices x 4 x 513 =
-    # 20,520 step analyses, over the 20,000 one plan may run. Refused at once, saying how it counted.
-    response = client.post("/v1/plan/serving", json={**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES})
-    assert response.status_code == 422
-    detail = response.json()["detail"]
-    assert "20,520 step analyses (10 device(s) x 4 tensor-parallel size(s) x 513 step analyses" in detail
-    assert response.json()["fields"][0]["loc"] == "body.device_ids"
-    # A fixed concurrency needs 2 a size: 80.
-    fixed = client.post("/v1/plan/serving", json={**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES,
-                                                  "concurrency": 8, "slo": {}})
-    assert fixed.status_code == 200, fixed.text
+def test_a_moe_plan_costs_what_a_dense_one_does_and_answers_the_steps_exactly(client):
+    """Mixtral-8x7B: 32 heads and 8 KV heads split evenly at TP 1, 2, 4, 8. Its decode step is not affine in the
+    concurrency (the experts hit, 8 x (1 - (1 - 2/8)^c)), but it is in closed form: a plan costs a prefill and one
+    exact sweep a size, as a dense model's. Each answered configuration's TPOT at a fixed concurrency of 8 is the
+    decode step /v1/analyze/model gives at batch 8 over the mean context, plus its share of the prefills."""
+    body = {**PLAN, "model_id": "mixtral-8x7b", "device_ids": ["nvidia-h100-sxm"], "concurrency": 8, "slo": {}}
+    plan = client.post("/v1/plan/serving", json=body)
+    assert plan.status_code == 200, plan.text
+    aggregated = [config for config in plan.json()["configs"] if config["mode"] == "aggregated"]
+    # 46.7 B bf16 parameters (93.4 GB) do not fit one 80 GB H100: TP 2, 4 and 8 are answered.
+    assert {config["tensor_parallel"] for config in aggregated} == {2, 4, 8}
+    for config in aggregated:
+        t = config["tensor_parallel"]
+        step = {"model_id": "mixtral-8x7b", "device_id": "nvidia-h100-sxm", "tensor_parallel": t}
+        decode = client.post("/v1/analyze/model", json={**step, "phase": "decode", "batch_size": 8,
+                                                        "seq_len": PLAN["input_len"] + PLAN["output_len"] // 2}).json()
+        prefill = client.post("/v1/analyze/model", json={**step, "phase": "prefill", "batch_size": 1,
+                                                         "seq_len": PLAN["input_len"]}).json()
+        assert config["tpot_s"] == pytest.approx(decode["tpot_s"] + 8 * prefill["ttft_s"] / PLAN["output_len"])
 
 
 def test_a_batch_charges_a_plan_what_it_runs(client):
-    # Two Mixtral plans on 5 devices cost 2 x 5 x 4 x 513 = 20,520 units: over a batch's 20,000, refused before
-    # either runs; 40 dense plans on one H100 cost 40 x 4 x 2 = 320 (Llama-3.1-8B's 32/8 heads: 4 sizes).
-    moe = {**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES[:5]}
+    # 251 Mixtral plans on 10 devices cost 251 x 10 x 4 x 2 = 20,080 units: over a batch's 20,000, refused before
+    # any runs; 40 dense plans on one H100 cost 40 x 4 x 2 = 320 (Llama-3.1-8B's 32/8 heads: 4 sizes).
+    moe = {**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES}
     refused = client.post("/v1/analyze/batch", json={"items": [
-        {"id": str(i), "analysis": "plan-serving", "request": moe} for i in range(2)]})
-    assert refused.status_code == 422 and "20,520 units" in refused.json()["detail"]
+        {"id": str(i), "analysis": "plan-serving", "request": moe} for i in range(251)]})
+    assert refused.status_code == 422 and "20,080 units" in refused.json()["detail"]
     dense = client.post("/v1/analyze/batch", json={"items": [
         {"id": str(i), "analysis": "plan-serving", "request": {**PLAN, "top_n": 1, "input_len": 1000 + i}}
         for i in range(40)]})

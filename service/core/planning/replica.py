@@ -50,7 +50,7 @@ def replica_model(arch: Architecture, evaluator: Evaluator, budget: MemoryBudget
             decode = dict(zip(values, curve))
 
     def decode_s(c: int) -> float:
-        if c not in decode:  # no closed form (MoE routing): the step itself
+        if c not in decode:  # beyond the curve (an embedding past its vocabulary): the step itself
             decode[c] = step(phase="decode", batch=c, seq_len=mean_context).totals.time_s
         return decode[c]
 

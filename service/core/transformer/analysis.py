@@ -399,21 +399,36 @@ def _affine_lines(arch: Architecture, evaluator: Evaluator, *, parameter: str, p
 def batch_time_curve(arch: Architecture, evaluator: Evaluator, *, values: Sequence[int], phase: str, seq_len: int,
                      dtypes: ModelDTypes, tensor_parallel: int = 1,
                      attention_implementation: str = "flash") -> list[float] | None:
-    """The step time at each batch size, exactly (as affine_sweep), but only the time, all values at once:
-    each row's time is max(compute line, memory line) at the batch, summed over rows. None where the rows are
-    not affine in the batch (MoE, an embedding past its vocabulary)."""
+    """The step time at each batch size, exactly, all values at once: each row's time is max(compute line, memory
+    line) at the batch, summed over rows. The routed experts' weight reads are not affine (the experts a batch hits,
+    E (1 - (1 - k/E)^T)), so their rows' memory time is the affine rest plus the weights of the experts expected at
+    each batch. None where the rows are not so (an embedding past its vocabulary)."""
     q_len = seq_len if phase == "prefill" else 1
-    if arch.moe is not None or max(values) * q_len >= arch.vocab:
+    if max(values) * q_len >= arch.vocab:
         return None
-    lines, _ = _affine_lines(arch, evaluator, parameter="batch_size", phase=phase, batch=1, seq_len=seq_len,
-                             dtypes=dtypes, tensor_parallel=tensor_parallel,
-                             attention_implementation=attention_implementation)
+    step = partial(analyze_model, arch, evaluator, phase=phase, seq_len=seq_len, dtypes=dtypes,
+                   tensor_parallel=tensor_parallel, attention_implementation=attention_implementation, explain=False)
+    one, two = step(batch=1), step(batch=2)
     import numpy as np  # here, not at the top: only the serving planner needs it, and it is 20 MB a worker
 
     x = np.asarray(values, dtype=float) - 1
     total = np.zeros_like(x)
-    for n, _, _, _, _, _, c0, c1, m0, m1, *_ in lines:
-        total += np.maximum(c0 + c1 * x, m0 + m1 * x) * n
+    bandwidth = evaluator.hbm.bytes_per_s
+    experts_hit = None
+    if arch.moe is not None:
+        moe = arch.moe
+        tokens = np.asarray(values, dtype=float) * q_len
+        # The expected experts hit at each batch, over those at batch 1 (a routed row's weights scale with them).
+        experts_hit = (1 - (1 - moe.top_k / moe.experts) ** tokens) / (1 - (1 - moe.top_k / moe.experts) ** q_len)
+    for r1, r2 in zip(one.rows, two.rows, strict=True):
+        c0, c1 = r1.compute_time_s, r2.compute_time_s - r1.compute_time_s
+        if r1.kind == "grouped_matmul" and experts_hit is not None:
+            w1, w2 = r1.weight_bytes / bandwidth, r2.weight_bytes / bandwidth
+            m0, m1 = r1.memory_time_s - w1, (r2.memory_time_s - w2) - (r1.memory_time_s - w1)
+            memory = m0 + m1 * x + w1 * experts_hit
+        else:
+            memory = r1.memory_time_s + (r2.memory_time_s - r1.memory_time_s) * x
+        total += np.maximum(c0 + c1 * x, memory) * r1.instances
     return total.tolist()
 
 
