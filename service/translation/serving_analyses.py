@@ -76,13 +76,12 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
                                       workspace_bytes=request.workspace_bytes, block_size=request.block_size,
                                       profile_tokens=request.profile_tokens)
 
-    prefix = "body" if request.disaggregated is None else "body.disaggregated"
     try:
         longest = request.input_len + request.output_len - 1 + (speculative.draft_tokens if speculative else 0)
         check_positions(arch, longest, "output_len")
-        deployment.check_pool(arch, decode, "decode." if prefill else "")
+        deployment.check_pool(arch, decode, "disaggregated.decode." if prefill else "")
         if prefill is not None:
-            deployment.check_pool(arch, prefill, "prefill.")
+            deployment.check_pool(arch, prefill, "disaggregated.prefill.")
         bound = deployment.analyze_deployment(
             arch, evaluator, topology, dtypes,
             workload=deployment.Workload(request.input_len, request.output_len, request.concurrency),
@@ -90,7 +89,7 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
             block_size=request.block_size,
             kv_link=_kv_link(topology, decode.devices + prefill.devices) if prefill else None)
     except CostModelError as exc:
-        raise unprocessable(exc, prefix) from None
+        raise unprocessable(exc, "body") from None
     pools = [{**plain_fields_of_pool(state), "memory": plain_fields(StepMemoryOut, state.memory, context_len=state.context_len)}
              for state in bound.pools]
     fits = all(state.memory.fits for state in bound.pools)

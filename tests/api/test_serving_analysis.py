@@ -170,3 +170,10 @@ def test_a_draft_model_drafts_and_sits_in_memory(client):
     assert spec["draft_s"] == pytest.approx(4 * draft_step, rel=0.02)
     missing = serving(client, **body, speculative={"method": "draft", "draft_tokens": 4, "acceptance_length": 3})
     assert missing.status_code == 422 and "draft_model_id" in missing.text
+
+
+def test_a_pool_layout_refused_names_its_pool(client):
+    pools = {"prefill": {"tensor_parallel": 8, "attention_data_parallel": 3}, "decode": {"tensor_parallel": 8}}
+    response = deepseek(client, disaggregated=pools)
+    assert response.status_code == 422
+    assert response.json()["fields"][0]["loc"] == "body.disaggregated.prefill.attention_data_parallel"
