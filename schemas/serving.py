@@ -166,12 +166,30 @@ class ServingBound(ServingFigures):
     pools: list[ServingPoolOut] = Field(description="Each pool's layout, batch and memory per device (prefill first)")
 
 
+class ServingCalibrationOut(BaseModel):
+    id: str = Field(description="device:engine:precision:speculative")
+    engine: str = Field(description="The engine whose runs it was fitted to")
+    fitted_on: int = Field(description="Measured runs fitted")
+    checked_by: str = Field(description="'other workload shapes' (fitted on one, checked on the rest) or 'leave-one-out'")
+    checked_on: int = Field(description="Runs the errors were measured on")
+    tpot_median_error: float = Field(description="|expected / measured - 1| of TPOT on the runs checked, median")
+    tpot_p90_error: float = Field(description="The same, 90th percentile")
+    ttft_median_error: float = Field(description="|expected / measured - 1| of TTFT, median (measured TTFTs include "
+                                                 "queueing, which no bound holds)")
+    extrapolated: bool = Field(description="The request's workload shape or concurrency lies outside those fitted")
+    basis: str = Field(description="What it was fitted on, the fit, and how wrong it was")
+
+
+class ServingExpected(ServingFigures):
+    calibration: ServingCalibrationOut = Field(description="The calibration the expectation comes from")
+
+
 class ServingAnalysis(BaseModel):
     model: str = Field(description="The catalog model, or 'inline <family>'")
     device_id: str = Field(description="The device every pool runs on")
     engine: str | None = Field(description="The request's engine label")
     bound: ServingBound = Field(description="Bounds: every time a lower bound, every rate an upper bound")
-    expected: ServingFigures | None = Field(
+    expected: ServingExpected | None = Field(
         description="What the deployment is expected to measure, from a serving calibration of this device and engine; "
                     "null where none applies (`assumptions` says why)")
     compute_roof_source: str = Field(description="'nominal' or 'measured': the matmuls' compute roof")

@@ -140,8 +140,13 @@ def serving_table(r: dict) -> str:
              f"user; limited by {b['limited_by']}"]
     if not b["fits"]:
         lines.append("memory: DOES NOT FIT in a pool above: the figures are a what-if, not a deployment")
-    lines.append("expected: " + ("none (no serving calibration for this device and engine)" if r["expected"] is None
-                                 else f"TTFT {si(r['expected']['ttft_s'], 's')}, TPOT {si(r['expected']['tpot_s'], 's')}"))
+    e = r["expected"]
+    lines.append("expected: " + ("none (no serving calibration for this device and engine)" if e is None else
+                                 f"TTFT {si(e['ttft_s'], 's')}, TPOT {si(e['tpot_s'], 's')}, "
+                                 f"{e['output_tokens_per_s_per_device']:,.0f} output tokens/s per device (calibration "
+                                 f"{e['calibration']['id']}: {e['calibration']['fitted_on']} runs, TPOT off by "
+                                 f"{e['calibration']['tpot_median_error']:.0%} in the median where checked"
+                                 + (", extrapolated" if e["calibration"]["extrapolated"] else "") + ")"))
     lines.append(f"roofs: compute {r['compute_roof_source']}, memory {r['memory_roof_source']}")
     return table(rows, ["pool", "workers", "tp", "ep", "dp", "devices", "batch/group", "memory per device"]) + "\n" + \
         "\n".join(lines)

@@ -35,6 +35,7 @@ from service.core.hardware import (
     Unit,
 )
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
+from service.core.serving_calibration import ServingCalibration
 from service.persistence import repository
 from service.persistence.change_probe import SqliteCommitProbe
 from service.persistence.tables import Benchmark, ModelConfig
@@ -49,6 +50,7 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 NOMINAL_CATALOG_PATH = DATA_DIR / "devices.json"
 MODEL_CATALOG_DIR = DATA_DIR / "models"
 GEMM_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "gemm.json"
+SERVING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "serving.json"
 
 
 @lru_cache
@@ -62,6 +64,19 @@ def gemm_calibrations() -> dict[tuple[str, str], KernelCalibration]:
     """The GEMM calibrations shipped with the service (scripts/fit_gemm_calibration.py), by (device id, dtype)."""
     entries = json.loads(GEMM_CALIBRATIONS_PATH.read_text())["calibrations"]
     return {(entry["device_id"], entry["dtype"]): KernelCalibration(**entry) for entry in entries}
+
+
+@lru_cache
+def serving_calibrations() -> dict[tuple[str, str, str, str], ServingCalibration]:
+    """The serving calibrations shipped with the service (scripts/fit_serving_calibration.py), by (device id, engine,
+    precision, speculative method)."""
+    entries = json.loads(SERVING_CALIBRATIONS_PATH.read_text())["calibrations"]
+    found = {}
+    for entry in entries:
+        calibration = ServingCalibration(**{**entry, "shapes": tuple(map(tuple, entry["shapes"])),
+                                            "concurrency": tuple(entry["concurrency"])})
+        found[(calibration.device_id, calibration.engine, calibration.precision, calibration.speculative)] = calibration
+    return found
 
 
 @lru_cache

@@ -6,13 +6,15 @@ from typing import NamedTuple
 
 from schemas.models import StepMemoryOut
 from schemas.serving import ServingAnalysis, ServingAnalysisRequest, ServingPool
+from service.core import serving_calibration
 from service.core.errors import CostModelError
 from service.core.planning import deployment
+from service.core.serving_calibration import ServingCalibration
 from service.core.training.collectives import Link, Topology
 from service.core.transformer.analysis import first_matmul, step_rows
 from service.core.transformer.capacity import check_positions
 from service.core.transformer.layers import Step
-from service.persistence.catalog import DeviceCatalog
+from service.persistence.catalog import DeviceCatalog, serving_calibrations
 from service.translation.model_analyses import (
     SERVING_UTILIZATION,
     catalog_model,
@@ -104,9 +106,16 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
     if not fits:
         notes.insert(0, "DOES NOT FIT: a pool's devices cannot hold their weights, caches and activations "
                         "(see bound.pools[].memory); the figures are a what-if")
-    notes.append(_expected_note(request))
+    calibration = _calibration(request, device.id, dtypes.weights)
+    expected = None
+    if calibration is not None:
+        expectation = serving_calibration.expect(calibration, bound, input_len=request.input_len,
+                                                 output_len=request.output_len, concurrency=request.concurrency)
+        expected = {**vars(expectation), "calibration": {**{name: getattr(calibration, name) for name in CALIBRATION_FIELDS},
+                                                          "extrapolated": expectation.extrapolated}}
+    notes.append(_expected_note(request, calibration))
     return ServingAnalysis(
-        model=name, device_id=device.id, engine=request.engine, bound=bound_fields, expected=None,
+        model=name, device_id=device.id, engine=request.engine, bound=bound_fields, expected=expected,
         compute_roof_source=compute_source, memory_roof_source=evaluator.hbm.source.value, assumptions=notes,
     )
 
@@ -144,11 +153,27 @@ def _layout_notes(request: ServingAnalysisRequest, bound, topology: Topology) ->
     return notes
 
 
-def _expected_note(request: ServingAnalysisRequest) -> str:
+CALIBRATION_FIELDS = ("id", "engine", "fitted_on", "checked_by", "checked_on", "tpot_median_error", "tpot_p90_error",
+                      "ttft_median_error", "basis")
+
+
+def _calibration(request: ServingAnalysisRequest, device_id: str, precision: str) -> ServingCalibration | None:
+    """The shipped calibration of the device, engine, weights' type and speculative method, if any (and asked for)."""
+    if request.calibration == "none" or request.engine is None:
+        return None
+    method = request.speculative.method if request.speculative else "none"
+    return serving_calibrations().get((device_id, request.engine, precision, method))
+
+
+def _expected_note(request: ServingAnalysisRequest, calibration: ServingCalibration | None) -> str:
     if request.calibration == "none":
         return "expected: not asked for (calibration 'none')"
-    return (f"expected: null, no serving calibration exists for {request.device_id}"
-            + (f" and engine {request.engine}" if request.engine else "") + " (measured runs calibrate it)")
+    if calibration is not None:
+        return f"expected: {calibration.basis}; the bound is unchanged by it"
+    if request.engine is None:
+        return "expected: null, the request names no engine (calibrations are fitted per engine)"
+    return (f"expected: null, no serving calibration exists for {request.device_id} with engine {request.engine} in "
+            "these weights and speculative method (measured runs calibrate it)")
 
 
 def plain_fields_of_pool(state: deployment.PoolState) -> dict:

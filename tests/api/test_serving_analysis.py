@@ -141,18 +141,64 @@ def test_an_fp4_matmul_runs_at_the_fp4_peak(client):
 def test_every_inferencex_run_is_a_request_whose_bound_it_does_not_beat(client):
     """Each of the 1,057 measured DeepSeek-R1 runs (B200, B300, GB200, GB300, MI355X; SGLang, TensorRT-LLM,
     Dynamo, ATOM; fp8 and fp4; MTP; disaggregated pools up to 48-GPU workers), mapped as
-    service/translation/inferencex.py says: its bound TPOT and TTFT are at most the medians it measured."""
+    service/translation/inferencex.py says: its bound TPOT and TTFT are at most the medians it measured. With the
+    run's engine, the shipped calibration answers `expected`: never below the bound, and the bound the same as
+    without it."""
     ratios = defaultdict(list)
     for row in RUNS:
-        response = serving(client, **serving_request(row))
+        body = serving_request(row)
+        response = serving(client, **body)
         assert response.status_code == 200, (row, response.text)
-        bound, measured = response.json()["bound"], row["metrics"]
+        answer, measured = response.json(), row["metrics"]
+        bound = answer["bound"]
         assert bound["tpot_s"] <= measured["median_tpot"], row
         assert bound["ttft_s"] <= measured["median_ttft"], row
         ratios[row["hardware"]].append(measured["median_tpot"] / bound["tpot_s"])
+        expected = answer["expected"]
+        if expected is not None:
+            for name in ("ttft_s", "tpot_s", "itl_s", "e2e_latency_s"):
+                assert expected[name] >= bound[name] * (1 - 1e-12), (row, name)
+            for name in ("requests_per_s", "output_tokens_per_s", "tokens_per_s_per_device"):
+                assert expected[name] <= bound[name] * (1 + 1e-12), (row, name)
+            assert expected["calibration"]["engine"] == row["framework"]
     assert sum(map(len, ratios.values())) == len(RUNS) == 1057
     # Bounds, not predictions: measured / bound sits between 1.4 and a few tens, about 3-6 in the median.
     assert all(1 < statistics.median(values) < 10 for values in ratios.values())
+
+
+def test_a_calibration_never_changes_the_bound(client):
+    row = next(r for r in RUNS if r["hardware"] == "b200" and r["framework"] == "sglang" and not r["disagg"])
+    body = serving_request(row)
+    calibrated = serving(client, **body).json()
+    plain = serving(client, **body, calibration="none").json()
+    unnamed = serving(client, **{k: v for k, v in body.items() if k != "engine"}).json()
+    assert calibrated["bound"] == plain["bound"] == unnamed["bound"]
+    assert calibrated["expected"] is not None and plain["expected"] is None and unnamed["expected"] is None
+    assert "names no engine" in unnamed["assumptions"][-1]
+    assert calibrated["expected"]["calibration"]["id"] == "nvidia-b200:sglang:fp8:none"
+
+
+def test_the_shipped_serving_calibrations_are_fitted_to_todays_bounds(client):
+    """A calibration is a fit to the bounds: where the bounds change, scripts/fit_serving_calibration.py must run
+    again. Re-fitting here from the shipped runs gives the shipped parameters."""
+    from service.core.serving_calibration import ServingPoint, fit_serving_calibration
+    from service.persistence.catalog import serving_calibrations
+    from service.translation.inferencex import DEVICE_IDS
+
+    shipped = serving_calibrations()
+    groups = defaultdict(list)
+    for row in RUNS:
+        bound = client.post("/v1/analyze/serving", json=serving_request(row) | {"calibration": "none"}).json()["bound"]
+        groups[(DEVICE_IDS[row["hardware"]], row["framework"], row["precision"], row["spec_method"])].append(
+            ServingPoint(row["isl"], row["osl"], row["conc"], bound["tpot_s"], bound["ttft_s"],
+                         row["metrics"]["median_tpot"], row["metrics"]["median_ttft"]))
+    fitted = {key: points for key, points in groups.items() if len(points) >= 3}
+    assert set(fitted) == set(shipped)
+    for key, points in fitted.items():
+        again = fit_serving_calibration(points, id=shipped[key].id, device_id=key[0], engine=key[1], precision=key[2],
+                                        speculative=key[3], source=shipped[key].source)
+        assert again.tpot_scale == pytest.approx(shipped[key].tpot_scale, rel=1e-9), key
+        assert again.tpot_overhead_s == pytest.approx(shipped[key].tpot_overhead_s, rel=1e-9, abs=1e-15), key
 
 
 def test_a_draft_model_drafts_and_sits_in_memory(client):

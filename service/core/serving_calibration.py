@@ -1,0 +1,162 @@
+"""Expectations beside a serving deployment's bounds, from measured serving runs of the same device and engine.
+
+A measured TPOT sits a device- and engine-dependent distance above its bound: a per-step cost no roofline sees
+(scheduling, kernel launches and tails, sampling) and kernels short of their roofs. A serving calibration is the
+fit TPOT = scale x bound + overhead (and the same for TTFT), over runs of one device, engine, precision and
+speculative method, the bound being this service's own at the runs' deployments. It carries what it was fitted on
+and how wrong it was on runs held out of the fit; an expectation is never below the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+
+def fit_scale_and_overhead(bounds: Sequence[float], measured: Sequence[float]) -> tuple[float, float]:
+    """(scale, overhead) minimising the squared relative error of scale x bound + overhead against the measured
+    times (numpy's least squares); where the overhead or the scale would come out negative (a few points of one
+    concurrency), the overhead is held at 0 and the scale refitted."""
+    b, m = np.asarray(bounds, dtype=float), np.asarray(measured, dtype=float)
+    design = np.column_stack([b / m, 1 / m])
+    (scale, overhead), *_ = np.linalg.lstsq(design, np.ones_like(m), rcond=None)
+    if overhead < 0 or scale <= 0:
+        ratio = b / m
+        scale, overhead = float(ratio.sum() / (ratio**2).sum()), 0.0
+    return float(scale), float(overhead)
+
+
+def relative_errors(expected: Sequence[float], measured: Sequence[float]) -> np.ndarray:
+    return np.abs(np.asarray(expected, dtype=float) / np.asarray(measured, dtype=float) - 1)
+
+
+@dataclass(frozen=True)
+class ServingCalibration:
+    id: str
+    device_id: str
+    engine: str
+    precision: str  # the weights' type it was fitted on (fp8, fp4)
+    speculative: str  # the speculative method (mtp) or "none"
+    source: str
+    tpot_scale: float
+    tpot_overhead_s: float
+    ttft_scale: float
+    ttft_overhead_s: float
+    fitted_on: int  # runs
+    checked_by: str  # "other workload shapes" (fitted on one, checked on the rest) or "leave-one-out"
+    checked_on: int
+    tpot_median_error: float
+    tpot_p90_error: float
+    ttft_median_error: float
+    bound_tpot_median_error: float  # the bare bound's, on the same runs
+    shapes: tuple[tuple[int, int], ...]  # (input, output) lengths of the runs fitted on
+    concurrency: tuple[int, int]  # the smallest and largest
+
+    def __post_init__(self):
+        if not (self.tpot_scale > 0 and self.ttft_scale > 0 and self.tpot_overhead_s >= 0 and self.ttft_overhead_s >= 0):
+            raise ValueError(f"serving calibration {self.id}: scales must be positive and overheads not negative")
+
+    def tpot_s(self, bound: float) -> float:
+        return max(bound, self.tpot_scale * bound + self.tpot_overhead_s)
+
+    def ttft_s(self, bound: float) -> float:
+        return max(bound, self.ttft_scale * bound + self.ttft_overhead_s)
+
+    def covers(self, input_len: int, output_len: int, concurrency: int) -> bool:
+        """Whether a workload lies among those fitted (its shape one of theirs, its concurrency in their range)."""
+        return (input_len, output_len) in self.shapes and self.concurrency[0] <= concurrency <= self.concurrency[1]
+
+    @cached_property
+    def basis(self) -> str:
+        return (f"fitted to {self.fitted_on} {self.engine} runs on {self.device_id} ({self.precision}, speculative "
+                f"{self.speculative}; {self.source}): TPOT = {self.tpot_scale:.3g} x bound + "
+                f"{self.tpot_overhead_s * 1e3:.3g} ms, TTFT = {self.ttft_scale:.3g} x bound + "
+                f"{self.ttft_overhead_s * 1e3:.3g} ms; checked by {self.checked_by} on {self.checked_on} runs: TPOT off "
+                f"by {self.tpot_median_error:.1%} in the median ({self.tpot_p90_error:.1%} at the 90th percentile; the "
+                f"bound by {self.bound_tpot_median_error:.1%}), TTFT by {self.ttft_median_error:.1%}")
+
+
+@dataclass(frozen=True)
+class ServingPoint:
+    """One measured run beside its bound."""
+
+    input_len: int
+    output_len: int
+    concurrency: int
+    bound_tpot_s: float
+    bound_ttft_s: float
+    tpot_s: float
+    ttft_s: float
+
+
+def _errors(train: Sequence[ServingPoint], test: Sequence[ServingPoint]) -> tuple[np.ndarray, np.ndarray]:
+    """TPOT and TTFT errors on `test` of a fit to `train`."""
+    tpot = fit_scale_and_overhead([p.bound_tpot_s for p in train], [p.tpot_s for p in train])
+    ttft = fit_scale_and_overhead([p.bound_ttft_s for p in train], [p.ttft_s for p in train])
+    return (relative_errors([max(p.bound_tpot_s, tpot[0] * p.bound_tpot_s + tpot[1]) for p in test], [p.tpot_s for p in test]),
+            relative_errors([max(p.bound_ttft_s, ttft[0] * p.bound_ttft_s + ttft[1]) for p in test], [p.ttft_s for p in test]))
+
+
+def _checked(points: Sequence[ServingPoint], fit_shape: tuple[int, int]):
+    """(how, the points checked, their TPOT errors, their TTFT errors): a fit to `fit_shape`'s runs checked on the
+    other shapes where there are at least three of those and others, else leave-one-out."""
+    fitted = [p for p in points if (p.input_len, p.output_len) == fit_shape]
+    others = [p for p in points if (p.input_len, p.output_len) != fit_shape]
+    if len(fitted) >= 3 and others:
+        return ("other workload shapes", others, *_errors(fitted, others))
+    pairs = [_errors([q for j, q in enumerate(points) if j != i], [p]) for i, p in enumerate(points)]
+    return ("leave-one-out", list(points), np.concatenate([e[0] for e in pairs]), np.concatenate([e[1] for e in pairs]))
+
+
+def fit_serving_calibration(points: Sequence[ServingPoint], *, id: str, device_id: str, engine: str, precision: str,
+                            speculative: str, source: str, fit_shape: tuple[int, int] = (1024, 1024)) -> ServingCalibration:
+    """Fitted on every point; checked on the other workload shapes by a fit to `fit_shape`'s runs alone where there
+    are at least three of those and others to check, else leave-one-out (at least three points)."""
+    if len(points) < 3:
+        raise ValueError("a serving calibration needs at least three runs")
+    checked_by, checked, tpot_errors, ttft_errors = _checked(points, fit_shape)
+    tpot = fit_scale_and_overhead([p.bound_tpot_s for p in points], [p.tpot_s for p in points])
+    ttft = fit_scale_and_overhead([p.bound_ttft_s for p in points], [p.ttft_s for p in points])
+    return ServingCalibration(
+        id=id, device_id=device_id, engine=engine, precision=precision, speculative=speculative, source=source,
+        tpot_scale=tpot[0], tpot_overhead_s=tpot[1], ttft_scale=ttft[0], ttft_overhead_s=ttft[1],
+        fitted_on=len(points), checked_by=checked_by, checked_on=len(checked),
+        tpot_median_error=float(np.median(tpot_errors)), tpot_p90_error=float(np.percentile(tpot_errors, 90)),
+        ttft_median_error=float(np.median(ttft_errors)),
+        bound_tpot_median_error=float(np.median(relative_errors([p.bound_tpot_s for p in checked],
+                                                                [p.tpot_s for p in checked]))),
+        shapes=tuple(sorted({(p.input_len, p.output_len) for p in points})),
+        concurrency=(min(p.concurrency for p in points), max(p.concurrency for p in points)))
+
+
+@dataclass(frozen=True)
+class ServingExpectation:
+    """The figures of a bound (service.core.planning.deployment.ServingBound) as a calibration expects them."""
+
+    ttft_s: float
+    tpot_s: float
+    itl_s: float
+    e2e_latency_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_device: float
+    tokens_per_s_per_device: float
+    tokens_per_s_per_user: float
+    extrapolated: bool  # the workload lies outside the shapes or concurrencies fitted
+
+
+def expect(calibration: ServingCalibration, bound, *, input_len: int, output_len: int,
+           concurrency: int) -> ServingExpectation:
+    """TPOT and TTFT from the fit; the step between tokens in the bound's proportion to TPOT; the end-to-end time
+    from those (never below the bound's); requests/s no more than the bound's nor than Little's law allows."""
+    tpot, ttft = calibration.tpot_s(bound.tpot_s), calibration.ttft_s(bound.ttft_s)
+    e2e = max(bound.e2e_latency_s, ttft + (output_len - 1) * tpot)
+    rate = min(bound.requests_per_s, concurrency / e2e)
+    return ServingExpectation(
+        ttft_s=ttft, tpot_s=tpot, itl_s=bound.itl_s * tpot / bound.tpot_s, e2e_latency_s=e2e, requests_per_s=rate,
+        output_tokens_per_s=rate * output_len, output_tokens_per_s_per_device=rate * output_len / bound.devices,
+        tokens_per_s_per_device=rate * (input_len + output_len) / bound.devices, tokens_per_s_per_user=1 / tpot,
+        extrapolated=not calibration.covers(input_len, output_len, concurrency))

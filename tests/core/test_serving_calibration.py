@@ -1,0 +1,46 @@
+"""Serving calibrations: a fit derived by hand, and expectations that never undercut the bound."""
+
+import pytest
+
+from service.core.serving_calibration import ServingPoint, fit_scale_and_overhead, fit_serving_calibration
+
+
+def test_three_runs_fit_a_scale_and_an_overhead_by_hand():
+    """Bounds of 1, 2 and 3 ms measured at 2.5, 4.5 and 6.5 ms lie on TPOT = 2 x bound + 0.5 ms exactly, so the
+    least-squares fit finds it."""
+    scale, overhead = fit_scale_and_overhead([1e-3, 2e-3, 3e-3], [2.5e-3, 4.5e-3, 6.5e-3])
+    assert scale == pytest.approx(2.0) and overhead == pytest.approx(0.5e-3)
+
+
+def test_an_overhead_that_would_be_negative_is_held_at_zero():
+    """Measured 1, 2 and 4 times the bounds 1, 2, 3 (relative): the affine fit's intercept is negative, so the scale
+    alone is fitted: minimising sum (s b/m - 1)^2 gives s = sum(b/m) / sum((b/m)^2) with b/m = 1, 1, 0.75: 2.75 / 2.5625."""
+    scale, overhead = fit_scale_and_overhead([1.0, 2.0, 3.0], [1.0, 2.0, 4.0])
+    assert overhead == 0 and scale == pytest.approx(2.75 / 2.5625)
+
+
+def points(shape, tpot_bounds, scale, overhead_s):
+    return [ServingPoint(*shape, concurrency=2**i, bound_tpot_s=b, bound_ttft_s=10 * b, tpot_s=scale * b + overhead_s,
+                         ttft_s=3 * 10 * b) for i, b in enumerate(tpot_bounds)]
+
+
+def test_a_calibration_checked_on_other_shapes_is_exact_where_the_runs_lie_on_its_line():
+    runs = points((1024, 1024), [1e-3, 2e-3, 4e-3], 3, 2e-3) + points((8192, 1024), [3e-3, 5e-3], 3, 2e-3)
+    calibration = fit_serving_calibration(runs, id="d:e:fp8:none", device_id="d", engine="e", precision="fp8",
+                                          speculative="none", source="test")
+    assert calibration.checked_by == "other workload shapes" and calibration.checked_on == 2
+    assert calibration.tpot_scale == pytest.approx(3) and calibration.tpot_overhead_s == pytest.approx(2e-3)
+    assert calibration.tpot_median_error == pytest.approx(0, abs=1e-9)
+    assert calibration.ttft_scale == pytest.approx(3) and calibration.ttft_overhead_s == pytest.approx(0, abs=1e-12)
+    # The bare bound was off by |b / (3 b + 2 ms) - 1| on the two held out (b = 3 and 5 ms): 8/11 and 12/17.
+    assert calibration.bound_tpot_median_error == pytest.approx((8 / 11 + 12 / 17) / 2)
+    assert calibration.covers(8192, 1024, 2) and not calibration.covers(1024, 8192, 2)
+    assert not calibration.covers(1024, 1024, 64)  # concurrencies fitted: 1 to 4
+    # Never below the bound, even where the line would be.
+    assert calibration.tpot_s(1.0) == pytest.approx(3.002) and calibration.tpot_s(1e-3) >= 1e-3
+
+
+def test_too_few_runs_are_refused():
+    with pytest.raises(ValueError, match="three runs"):
+        fit_serving_calibration(points((1024, 1024), [1e-3, 2e-3], 2, 0), id="x", device_id="d", engine="e",
+                                precision="fp8", speculative="none", source="test")
