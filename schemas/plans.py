@@ -57,7 +57,11 @@ class ServingPlanRequest(ModelChoice, RoofOptions, MemoryOptions):
 class ServingConfig(BaseModel):
     mode: Literal["aggregated", "disaggregated"]
     device_id: str
-    tensor_parallel: int
+    tensor_parallel: int = Field(description="Devices of one replica")
+    expert_parallel: int = Field(description="1, or tensor_parallel: a MoE model's experts split whole over the "
+                                             "replica's devices (dispatch and combine all-to-alls)")
+    attention_data_parallel: int = Field(description="Attention groups per replica, each with its own requests and KV "
+                                                     "cache (with expert_parallel: one a device)")
     replicas: int = Field(description="Groups of tensor_parallel devices")
     prefill_replicas: int | None = Field(description="Disaggregated: replicas that prefill")
     decode_replicas: int | None = Field(description="Disaggregated: replicas that decode")

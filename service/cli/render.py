@@ -203,10 +203,11 @@ def plan_table(r: dict) -> str:
         price = c.get("cost_per_million_output_tokens")
         return f"{price:,.3g}" if price is not None else "-"
 
-    rows = [[c["mode"], c["device_id"], c["tensor_parallel"], replicas(c), c["concurrency_per_replica"],
+    rows = [[c["mode"], c["device_id"], c["tensor_parallel"], c["expert_parallel"], c["attention_data_parallel"],
+             replicas(c), c["concurrency_per_replica"],
              si(c["ttft_s"], "s"), si(c["tpot_s"], "s"), f"{c['requests_per_s']:,.3g}", f"{c['tokens_per_s']:,.0f}",
              f"{c['tokens_per_s_per_device']:,.0f}", cost(c), c["binding_slo"] or "-"] for c in r["configs"]]
-    return (table(rows, ["mode", "device", "TP", "replicas", "concurrency", "TTFT", "TPOT", "requests/s", "tokens/s",
+    return (table(rows, ["mode", "device", "TP", "EP", "DP", "replicas", "concurrency", "TTFT", "TPOT", "requests/s", "tokens/s",
                          "per device", "cost/1M tok", "binds"])
             + f"\n{r['searched']:,} configurations searched" + "".join(f"\nskipped: {s}" for s in r["skipped"]))
 

@@ -14,19 +14,23 @@ from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
 from service.core import budget
 from service.core.errors import CostModelError
-from service.core.planning import serving
-from service.core.planning.replica import replica_model
+from service.core.planning import deployment, serving
+from service.core.planning.replica import replica_model, worker_replica_model
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable
 from service.translation.model_analyses import (
+    SERVING_UTILIZATION,
     core_dtypes,
     evaluator_on,
     memory_budget_of,
     resolve_model,
     unprocessable,
+    usable_memory,
 )
+from service.translation.serving_analyses import LinkOptions
+from service.translation.training_analyses import topology_for
 
 
 def tensor_parallel_sizes(arch: Architecture, total_devices: int) -> list[int]:
@@ -42,13 +46,39 @@ def _replica(request: ServingPlanRequest, arch: Architecture, device, evaluator,
                          link_bytes_per_s=device.interconnect_bandwidth_bytes_per_s)
 
 
+def _worker_replica(request: ServingPlanRequest, arch: Architecture, device, evaluator, dtypes,
+                    workload: serving.Workload, t: int) -> serving.ReplicaModel:
+    """A MoE model's replica of t devices with its experts over all of them and one attention group a device."""
+    pool = deployment.Pool(1, t, t, t)
+    deployment.check_pool(arch, pool)
+    measured = evaluator.measured
+    topology = topology_for(device, measured, LinkOptions(request.roofs, None))
+    usable, _ = usable_memory(device, request, SERVING_UTILIZATION)
+    budget = deployment.pool_budget(arch, dtypes, pool, capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
+                                    workspace_bytes=request.workspace_bytes, block_size=request.block_size,
+                                    profile_tokens=request.profile_tokens)
+    worker = deployment.WorkerStep(arch, evaluator, topology, pool, dtypes)
+    return worker_replica_model(worker, budget, workload, max_concurrency=MAX_PLAN_CONCURRENCY,
+                                block_size=request.block_size, link=topology.inter_node or topology.intra_node)
+
+
+def layouts(arch: Architecture, total_devices: int) -> list[tuple[int, bool]]:
+    """(tensor-parallel size, experts over the replica with an attention group a device): every size that splits the
+    heads for tensor parallelism alone, and for a MoE model every power of two from 2 up to the budget (at most 256)
+    laid out as SGLang's wide expert parallelism too (a group of one device holds every head)."""
+    plain = [(t, False) for t in tensor_parallel_sizes(arch, total_devices)]
+    if arch.moe is None:
+        return plain
+    return plain + [(2**i, True) for i in range(1, 9) if 2**i <= total_devices]
+
+
 def plan_work(request: ServingPlanRequest, arch: Architecture) -> int:
     """The step analyses the search will run, worked out before it runs (a batch charges a plan for them): per
-    candidate device and tensor-parallel size one prefill and one exact sweep of the decode step over every
-    concurrency (two analyses; MoE routing too, its experts hit at each concurrency in closed form). At most 16
-    devices x the sizes dividing the heads: a few hundred."""
+    candidate device and layout one prefill and one exact sweep of the decode step over every concurrency (two
+    analyses; MoE routing too, its experts hit at each concurrency in closed form). At most 16 devices x the
+    layouts: a few hundred."""
     devices = len(dict.fromkeys(request.device_ids))
-    return devices * len(tensor_parallel_sizes(arch, request.total_devices)) * 2
+    return devices * len(layouts(arch, request.total_devices)) * 2
 
 
 def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> ServingPlan:
@@ -66,15 +96,16 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
         evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)
         replicas = []
-        for t in tensor_parallel_sizes(arch, request.total_devices):
+        for t, wide in layouts(arch, request.total_devices):
             budget.check()
+            shape = f"{device_id} tensor_parallel {t}" + (f", expert_parallel {t}, attention_data_parallel {t}" if wide else "")
             try:
-                replica = _replica(request, arch, device, evaluator, dtypes, workload, t)
+                replica = (_worker_replica if wide else _replica)(request, arch, device, evaluator, dtypes, workload, t)
             except CostModelError as exc:
-                skipped.append(f"{device_id} tensor_parallel {t}: {exc.reason}")
+                skipped.append(f"{shape}: {exc.reason}")
                 continue
             if replica.max_concurrency == 0:
-                skipped.append(f"{device_id} tensor_parallel {t}: not even one request's cache fits beside the weights")
+                skipped.append(f"{shape}: not even one request's cache fits beside the weights")
                 continue
             replicas.append(replica)
         price = (request.price_per_device_hour or {}).get(device_id)
@@ -88,7 +119,8 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         _refuse(fitting, slo, request, best_rate)
     configs.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices_used, -c.tokens_per_s_per_user))
     # Neighbouring concurrencies of one shape differ by a fraction of a percent: the best of each shape.
-    best = list({(c.mode, c.device_id, c.tensor_parallel): c for c in reversed(configs)}.values())[::-1]
+    best = list({(c.mode, c.device_id, c.tensor_parallel, c.expert_parallel, c.attention_data_parallel): c
+                 for c in reversed(configs)}.values())[::-1]
     best.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices_used, -c.tokens_per_s_per_user))
     return ServingPlan(model=name, configs=[_out(c) for c in best[:request.top_n]],
                        pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,

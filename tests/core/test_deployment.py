@@ -103,3 +103,14 @@ def test_weights_split_experts_over_the_worker_and_the_rest_over_the_group():
     rest = 8 * split - routed_bytes
     assert split == pytest.approx(weight_bytes(DEEPSEEK, FP8, 8))
     assert pool_weight_bytes(DEEPSEEK, FP8, Pool(1, 8, 8, 8)) == pytest.approx(rest + routed_bytes / 8)
+
+
+@pytest.mark.parametrize("pool", [Pool(1, 8, 8, 8), Pool(1, 8, 1, 8), Pool(1, 8, 1, 1), Pool(2, 4, 4, 4)])
+def test_the_decode_curve_is_the_step_at_every_batch(pool):
+    """Experts over the worker with one group a device, width-split experts gathered from 8 groups, plain tensor
+    parallelism: the step over many batches at once equals the step analysed at each."""
+    step = worker("nvidia-b200", pool)
+    batches = [1, 2, 3, 5, 16, 64, 100]
+    assert step.curve_is_exact()
+    assert step.decode_curve(batches, kv_len=2049) == pytest.approx(
+        [step.time_s(batch=b, q_len=1, kv_len=2049) for b in batches], rel=1e-12)

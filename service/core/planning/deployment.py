@@ -30,15 +30,14 @@ The scheduling model: continuous batching at a fixed concurrency c, in steady st
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
-from service.core.planning.replica import largest_fitting
 from service.core.training.collectives import Link, Topology
 from service.core.training.experts import all_to_all_bytes
-from service.core.transformer.analysis import Evaluator, RowResult, group_label
+from service.core.transformer.analysis import Evaluator, RowResult, curve_from_two, group_label
 from service.core.transformer.architecture import Architecture, LayerGroup
 from service.core.transformer.capacity import (
     MemoryBudget,
@@ -185,6 +184,21 @@ class WorkerStep:
     def time_s(self, **step) -> float:
         return sum(r.total_time_s for r in self.evaluate(**step))
 
+    def curve_is_exact(self) -> bool:
+        """Whether the step is affine in the group's batch but for the experts hit: every layout but experts split
+        over a worker whose groups hold fewer devices' worth of tokens than it has devices (rows then round)."""
+        pool = self.pool
+        return pool.expert_parallel == 1 or pool.attention_data_parallel == pool.tensor_parallel
+
+    def decode_curve(self, batches: Sequence[int], *, kv_len: int) -> list[float]:
+        """The decode step at each of `batches` sequences per group, from the steps at 1 and 2 (exactly, where
+        curve_is_exact; else each step analysed)."""
+        if not self.curve_is_exact() or max(batches) * self.pool.attention_data_parallel >= self.arch.vocab:
+            return [self.time_s(batch=b, q_len=1, kv_len=kv_len) for b in batches]
+        one, two = (self.evaluate(batch=b, q_len=1, kv_len=kv_len) for b in (1, 2))
+        return curve_from_two(one, two, batches, bandwidth=self.evaluator.hbm.bytes_per_s, moe=self.arch.moe,
+                              routed_tokens_per_value=self.pool.attention_data_parallel)
+
 
 @dataclass(frozen=True)
 class PoolState:
@@ -256,6 +270,15 @@ def _decode(worker: WorkerStep, arch: Architecture, batch: int, context: int, sp
 
 def _one_layer(group: LayerGroup) -> LayerGroup:
     return replace(group, count=1)
+
+
+def largest_fitting(fits, most: int) -> int:
+    """The largest concurrency in 0..most whose step fits (memory grows with it): a bisection."""
+    low, high = 0, most
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
 
 
 def running_batch(concurrency: int, pool: Pool, budget: MemoryBudget, *, context: int, step_tokens: int) -> int:

@@ -6,20 +6,13 @@ from __future__ import annotations
 
 from functools import partial
 
+from service.core.planning.deployment import WorkerStep, largest_fitting
 from service.core.planning.serving import ReplicaModel, Workload
+from service.core.training.collectives import Link
 from service.core.transformer.analysis import Evaluator, analyze_model, batch_time_curve
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import MemoryBudget, kv_bytes_per_request
 from service.core.transformer.layers import ModelDTypes
-
-
-def largest_fitting(fits, most: int) -> int:
-    """The largest concurrency in 0..most whose step fits (memory grows with it): a bisection."""
-    low, high = 0, most
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle - 1)
-    return low
 
 
 def replica_model(arch: Architecture, evaluator: Evaluator, budget: MemoryBudget, dtypes: ModelDTypes,
@@ -58,3 +51,36 @@ def replica_model(arch: Architecture, evaluator: Evaluator, budget: MemoryBudget
     return ReplicaModel(tensor_parallel=t, prefill_s=prefill.totals.time_s, decode_s=decode_s,
                         max_concurrency=fitting, memory_at=memory_at,
                         kv_transfer_s=kv_request / link_bytes_per_s if link_bytes_per_s else None)
+
+
+def worker_replica_model(worker: WorkerStep, budget: MemoryBudget, workload: Workload, *, max_concurrency: int,
+                         block_size: int, link: Link | None) -> ReplicaModel:
+    """One replica laid out as a serving worker (experts over its devices, attention groups): at concurrency c each
+    of its d groups decodes c // d sequences (at least 1), its decode step the worker's."""
+    pool, arch = worker.pool, worker.arch
+    d, input_len, output_len = pool.attention_data_parallel, workload.input_len, workload.output_len
+    context = input_len + output_len - 1
+
+    def per_group(c: int) -> int:
+        return max(1, c // d)
+
+    def memory(c: int):
+        return budget.at(batch=per_group(c), context=context, step_tokens=per_group(c))
+
+    fitting = largest_fitting(lambda c: memory(c).fits, max_concurrency)
+    batches = list(range(1, per_group(fitting) + 1)) if fitting else []
+    steps = dict(zip(batches, worker.decode_curve(batches, kv_len=input_len + output_len // 2 + 1))) if batches else {}
+
+    def decode_s(c: int) -> float:
+        return steps[per_group(c)]
+
+    def memory_at(c: int) -> dict:
+        return {**vars(memory(c)), "context_len": context}
+
+    kv_whole = kv_bytes_per_request(arch, worker.dtypes, input_len, 1, block_size)
+    return ReplicaModel(tensor_parallel=pool.tensor_parallel,
+                        prefill_s=worker.time_s(batch=1, q_len=input_len, kv_len=input_len), decode_s=decode_s,
+                        max_concurrency=fitting, memory_at=memory_at,
+                        kv_transfer_s=(link.latency_s + kv_whole / (pool.attention_ranks * link.bandwidth_bytes_per_s)
+                                       if link else None),
+                        expert_parallel=pool.expert_parallel, attention_data_parallel=d)

@@ -9,6 +9,9 @@ Aggregated serving (continuous batching), per replica of t devices at concurrenc
   same devices' time:  cycle = output x T_d(c) + c x T_p
   TTFT = T_p (a lower bound: no queueing)     TPOT = cycle / output = T_d(c) + c x T_p / output
   e2e = TTFT + (output - 1) x TPOT            requests/s = c / cycle      tokens/s = c x output / cycle
+A MoE model is also searched with its experts split whole over each replica's devices and one attention group
+a device (SGLang's expert parallelism with --enable-dp-attention, d = t), the replica's decode step that of
+service.core.planning.deployment's worker: at concurrency c each group decodes c // t sequences.
 Disaggregated serving splits the replicas into n_p prefill and n_d decode replicas (same t):
   prefill rate n_p / T_p, decode rate n_d x c / (output x T_d(c)); the system serves the smaller;
   TTFT = T_p + the request's KV bytes / interconnect bandwidth (the transfer to a decode replica);
@@ -57,6 +60,8 @@ class ReplicaModel:
     max_concurrency: int  # what the KV budget admits at the largest context (0: the weights do not fit)
     memory_at: Callable[[int], dict]  # the memory block at concurrency c
     kv_transfer_s: float | None  # one request's KV over the interconnect; None: no interconnect
+    expert_parallel: int = 1  # 1, or tensor_parallel: the experts split whole over the replica's devices
+    attention_data_parallel: int = 1  # attention groups per replica, each with its own requests and KV cache
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,8 @@ class Config:
     memory: Callable[[], dict]  # the memory block, computed only for the configurations answered
     binding_slo: str | None
     cost_per_million_output_tokens: float | None
+    expert_parallel: int = 1
+    attention_data_parallel: int = 1
 
     def value(self, slo_field: str) -> float:
         return getattr(self, slo_field)
@@ -103,7 +110,10 @@ def _binding(config_values: dict[str, float], limits: dict[str, float]) -> str |
 def _concurrencies(replica: ReplicaModel, workload: Workload, cap: int) -> list[int]:
     if workload.concurrency is not None:
         return [workload.concurrency] if workload.concurrency <= replica.max_concurrency else []
-    return list(range(1, min(replica.max_concurrency, cap) + 1))
+    # With d attention groups, a concurrency that is not a multiple of d leaves groups a request short at the same
+    # step time: never better than the multiple below it, so only multiples are searched.
+    step = replica.attention_data_parallel
+    return list(range(step, min(replica.max_concurrency, cap) + 1, step))
 
 
 def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Workload, slo: Slo, total_devices: int,
@@ -114,7 +124,8 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
     searched = 0
     best_rate = 0.0
 
-    def make(mode, t, groups, prefill_groups, decode_groups, c, ttft, tpot, rate, memory):
+    def make(mode, replica, groups, prefill_groups, decode_groups, c, ttft, tpot, rate, memory):
+        t = replica.tensor_parallel
         nonlocal best_rate
         e2e = ttft + (output - 1) * tpot
         if workload.target_requests_per_s is not None:
@@ -141,7 +152,8 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
         values = {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e}
         cost = (price_per_device_hour * devices / 3600 / tokens * 1e6) if price_per_device_hour else None
         return Config(mode, device_id, t, groups, prefill_groups, decode_groups, devices, c, ttft, tpot, e2e, rate,
-                      tokens, tokens / devices, 1 / tpot, memory, _binding(values, limits), cost)
+                      tokens, tokens / devices, 1 / tpot, memory, _binding(values, limits), cost,
+                      replica.expert_parallel, replica.attention_data_parallel)
 
     for replica in replicas:
         t = replica.tensor_parallel
@@ -155,7 +167,7 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
             if "aggregated" in modes:
                 searched += 1
                 cycle = output * decode + c * replica.prefill_s
-                config = make("aggregated", t, groups, None, None, c, replica.prefill_s, cycle / output,
+                config = make("aggregated", replica, groups, None, None, c, replica.prefill_s, cycle / output,
                               groups * c / cycle, memory)
                 if config is not None:
                     fitting.append(config)
@@ -165,7 +177,7 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
                 n_p = min(range(1, groups), key=lambda n: abs(n * prefill_rate - (groups - n) * decode_rate))
                 searched += 1
                 rate = min(n_p * prefill_rate, (groups - n_p) * decode_rate)
-                config = make("disaggregated", t, groups, n_p, groups - n_p, c, replica.prefill_s + replica.kv_transfer_s,
+                config = make("disaggregated", replica, groups, n_p, groups - n_p, c, replica.prefill_s + replica.kv_transfer_s,
                               decode, rate, memory)
                 if config is not None:
                     fitting.append(config)

@@ -25,7 +25,7 @@ from service.core.roofs import (
     select_collective_latency,
     select_compute_roof,
 )
-from service.core.transformer.architecture import Architecture, LayerGroup
+from service.core.transformer.architecture import Architecture, LayerGroup, MoE
 from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, layer_rows, model_level_rows
 
 
@@ -408,19 +408,26 @@ def batch_time_curve(arch: Architecture, evaluator: Evaluator, *, values: Sequen
         return None
     step = partial(analyze_model, arch, evaluator, phase=phase, seq_len=seq_len, dtypes=dtypes,
                    tensor_parallel=tensor_parallel, attention_implementation=attention_implementation, explain=False)
-    one, two = step(batch=1), step(batch=2)
+    return curve_from_two(step(batch=1).rows, step(batch=2).rows, values, bandwidth=evaluator.hbm.bytes_per_s,
+                          moe=arch.moe, routed_tokens_per_value=q_len)
+
+
+def curve_from_two(one: Sequence[RowResult], two: Sequence[RowResult], values: Sequence[int], *, bandwidth: float,
+                   moe: MoE | None, routed_tokens_per_value: int) -> list[float]:
+    """A step's time at each value of a parameter from its rows at 1 and at 2: every row's compute and memory times
+    are lines through those, but a routed row's weight reads, which follow the experts hit by the tokens the
+    routing sees (`routed_tokens_per_value` per unit of the parameter)."""
     import numpy as np  # here, not at the top: only the serving planner needs it, and it is 20 MB a worker
 
     x = np.asarray(values, dtype=float) - 1
     total = np.zeros_like(x)
-    bandwidth = evaluator.hbm.bytes_per_s
     experts_hit = None
-    if arch.moe is not None:
-        moe = arch.moe
-        tokens = np.asarray(values, dtype=float) * q_len
-        # The expected experts hit at each batch, over those at batch 1 (a routed row's weights scale with them).
-        experts_hit = (1 - (1 - moe.top_k / moe.experts) ** tokens) / (1 - (1 - moe.top_k / moe.experts) ** q_len)
-    for r1, r2 in zip(one.rows, two.rows, strict=True):
+    if moe is not None:
+        tokens = np.asarray(values, dtype=float) * routed_tokens_per_value
+        # The expected experts hit at each value, over those at 1 (a routed row's weights scale with them).
+        miss = 1 - moe.top_k / moe.experts
+        experts_hit = (1 - miss**tokens) / (1 - miss**routed_tokens_per_value)
+    for r1, r2 in zip(one, two, strict=True):
         c0, c1 = r1.compute_time_s, r2.compute_time_s - r1.compute_time_s
         if r1.kind == "grouped_matmul" and experts_hit is not None:
             w1, w2 = r1.weight_bytes / bandwidth, r2.weight_bytes / bandwidth
