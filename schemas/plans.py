@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from schemas.analysis import RoofOptions
 from schemas.common import DeviceId, PositiveFinite, StrictModel
 from schemas.models import DTYPES_DOC, Length, MemoryOptions, ModelChoice, ModelDTypes, StepMemoryOut
+from schemas.serving import SpeculativeDecoding
 
 MAX_PLAN_CONCURRENCY = 512
 
@@ -40,6 +41,8 @@ class ServingPlanRequest(ModelChoice, RoofOptions, MemoryOptions):
         None, description="Fix the concurrent requests per replica instead of searching 1..512")
     slo: ServingSlo = Field(default_factory=ServingSlo)
     dtypes: ModelDTypes = Field(default_factory=ModelDTypes, description=DTYPES_DOC)
+    speculative: SpeculativeDecoding | None = Field(
+        None, description="Speculative decoding in every configuration searched, at the acceptance length given")
     modes: list[Literal["aggregated", "disaggregated"]] = Field(["aggregated"], min_length=1, max_length=2)
     top_n: Annotated[int, Field(ge=1, le=100)] = 10
     price_per_device_hour: DevicePrices | None = Field(

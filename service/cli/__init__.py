@@ -142,6 +142,17 @@ def pool_of(text: str, flag: str) -> dict[str, int]:
     return dict(zip(names, map(int, parts), strict=False))
 
 
+def speculative_of(args) -> dict[str, Any]:
+    """The speculative-decoding flags as a request's `speculative`; none given: nothing."""
+    if not args.speculative:
+        return {}
+    speculative = {"method": args.speculative, "draft_tokens": args.draft_tokens,
+                   "acceptance_length": args.acceptance_length}
+    if args.draft_model:
+        speculative["draft_model_id"] = args.draft_model
+    return {"speculative": speculative}
+
+
 def serving_body(args) -> dict[str, Any]:
     body: dict[str, Any] = {**model_choice(args.model), **dtypes_of(args), "device_id": args.device,
                             "input_len": args.input_len, "output_len": args.output_len, "concurrency": args.concurrency,
@@ -158,11 +169,7 @@ def serving_body(args) -> dict[str, Any]:
                     attention_data_parallel=args.attention_data_parallel)
         if args.max_batch_per_group:
             body["max_batch_per_group"] = args.max_batch_per_group
-    if args.speculative:
-        body["speculative"] = {"method": args.speculative, "draft_tokens": args.draft_tokens,
-                               "acceptance_length": args.acceptance_length}
-        if args.draft_model:
-            body["speculative"]["draft_model_id"] = args.draft_model
+    body.update(speculative_of(args))
     if args.engine:
         body["engine"] = args.engine
     return body
@@ -239,7 +246,7 @@ def cmd_plot(args) -> None:
 def cmd_plan_serving(args) -> None:
     body = {**model_choice(args.model), "device_ids": args.devices, "total_devices": args.total_devices,
             "input_len": args.input_len, "output_len": args.output_len, "modes": args.modes, "top_n": args.top_n,
-            **dtypes_of(args),
+            **dtypes_of(args), **speculative_of(args),
             "slo": {name: value for name, value in (("ttft_s", args.ttft), ("tpot_s", args.tpot),
                                                     ("e2e_latency_s", args.e2e)) if value is not None}}
     for name in ("target_requests_per_s", "memory_utilization"):
@@ -379,6 +386,13 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--activations-dtype", help="activations' element type (default bf16)")
         p.add_argument("--kv-dtype", help="KV cache's element type (default bf16)")
 
+    def speculative_options(p):
+        p.add_argument("--speculative", choices=["mtp", "eagle", "draft"], help="speculative decoding's draft")
+        p.add_argument("--draft-tokens", type=int, default=3, help="tokens drafted per verification (default 3)")
+        p.add_argument("--acceptance-length", type=float, help="mean tokens emitted per verification, as the engine "
+                                                               "logs it (required with --speculative)")
+        p.add_argument("--draft-model", help="with --speculative draft: the draft model's catalog id")
+
     def step_options(p, seq_required: bool):
         p.add_argument("--phase", required=True, choices=["prefill", "decode"],
                        help="prefill: seq-len new tokens per sequence; decode: one token over seq-len cached")
@@ -420,11 +434,7 @@ def parser() -> argparse.ArgumentParser:
     deployment.add_argument("--max-batch-per-group", type=int, help="the engine's cap on requests a group decodes at once")
     deployment.add_argument("--prefill-pool", metavar="W:TP[:EP[:DP]]", help="disaggregated: the prefill pool")
     deployment.add_argument("--decode-pool", metavar="W:TP[:EP[:DP]]", help="disaggregated: the decode pool")
-    deployment.add_argument("--speculative", choices=["mtp", "eagle", "draft"], help="speculative decoding's draft")
-    deployment.add_argument("--draft-tokens", type=int, default=3, help="tokens drafted per verification (default 3)")
-    deployment.add_argument("--acceptance-length", type=float, help="mean tokens emitted per verification, as the "
-                                                                     "engine logs it (required with --speculative)")
-    deployment.add_argument("--draft-model", help="with --speculative draft: the draft model's catalog id")
+    speculative_options(deployment)
     deployment.add_argument("--engine", help="the serving engine's label (sglang, vllm, trt, ...)")
     roofs(deployment)
     deployment.set_defaults(run=cmd_serving)
@@ -533,6 +543,7 @@ def parser() -> argparse.ArgumentParser:
     serving.add_argument("--modes", nargs="+", default=["aggregated"], choices=["aggregated", "disaggregated"],
                          help="serving modes to search (default aggregated)")
     serving.add_argument("--top-n", type=int, default=5, help="configurations to show (default 5)")
+    speculative_options(serving)
     serving.set_defaults(run=cmd_plan_serving)
     training = common(plan.add_parser("training", help="days, device-hours and cost to train on a number of tokens"))
     training_options(training)

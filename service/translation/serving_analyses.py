@@ -52,7 +52,8 @@ def _kv_link(topology: Topology, devices: int) -> Link | None:
     return topology.inter_node or topology.intra_node
 
 
-def _speculative(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> deployment.Speculative | None:
+def speculative_of(request, catalog: DeviceCatalog) -> deployment.Speculative | None:
+    """A request's speculative decoding (a serving analysis's or a plan's), its draft model resolved."""
     spec = request.speculative
     if spec is None:
         return None
@@ -68,7 +69,7 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
     decode_pool, prefill_pool = request.pools()
     decode = _pool(decode_pool)
     prefill = _pool(prefill_pool) if prefill_pool is not None else None
-    speculative = _speculative(request, catalog)
+    speculative = speculative_of(request, catalog)
     evaluator = evaluator_on(device, measured, request.roofs, request.sustained_clock_hz, request.collective_latency_s)
     topology = topology_for(device, measured, LinkOptions(request.roofs, request.collective_latency_s))
     usable, basis = usable_memory(device, request, SERVING_UTILIZATION)

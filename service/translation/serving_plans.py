@@ -29,7 +29,7 @@ from service.translation.model_analyses import (
     unprocessable,
     usable_memory,
 )
-from service.translation.serving_analyses import LinkOptions
+from service.translation.serving_analyses import LinkOptions, speculative_of
 from service.translation.training_analyses import topology_for
 
 
@@ -47,19 +47,21 @@ def _replica(request: ServingPlanRequest, arch: Architecture, device, evaluator,
 
 
 def _worker_replica(request: ServingPlanRequest, arch: Architecture, device, evaluator, dtypes,
-                    workload: serving.Workload, t: int) -> serving.ReplicaModel:
-    """A MoE model's replica of t devices with its experts over all of them and one attention group a device."""
-    pool = deployment.Pool(1, t, t, t)
+                    workload: serving.Workload, t: int, wide: bool,
+                    speculative: deployment.Speculative | None) -> serving.ReplicaModel:
+    """A replica of t devices as a serving worker: tensor parallelism alone, or (`wide`) a MoE model's experts over
+    all of them and one attention group a device; with speculative decoding where the request asks for it."""
+    pool = deployment.Pool(1, t, t, t) if wide else deployment.Pool(1, t)
     deployment.check_pool(arch, pool)
-    measured = evaluator.measured
-    topology = topology_for(device, measured, LinkOptions(request.roofs, None))
+    topology = topology_for(device, evaluator.measured, LinkOptions(request.roofs, None))
     usable, _ = usable_memory(device, request, SERVING_UTILIZATION)
     budget = deployment.pool_budget(arch, dtypes, pool, capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
                                     workspace_bytes=request.workspace_bytes, block_size=request.block_size,
                                     profile_tokens=request.profile_tokens)
     worker = deployment.WorkerStep(arch, evaluator, topology, pool, dtypes)
     return worker_replica_model(worker, budget, workload, max_concurrency=MAX_PLAN_CONCURRENCY,
-                                block_size=request.block_size, link=topology.inter_node or topology.intra_node)
+                                block_size=request.block_size, link=topology.inter_node or topology.intra_node,
+                                speculative=speculative)
 
 
 def layouts(arch: Architecture, total_devices: int) -> list[tuple[int, bool]]:
@@ -92,6 +94,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
                                 request.concurrency)
     configs, fitting, skipped, searched, best_rate = [], [], [], 0, 0.0
     dtypes = core_dtypes(request, arch)
+    speculative = speculative_of(request, catalog)
     for device_id in dict.fromkeys(request.device_ids):
         device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
         evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)
@@ -100,7 +103,10 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
             budget.check()
             shape = f"{device_id} tensor_parallel {t}" + (f", expert_parallel {t}, attention_data_parallel {t}" if wide else "")
             try:
-                replica = (_worker_replica if wide else _replica)(request, arch, device, evaluator, dtypes, workload, t)
+                if wide or speculative is not None:
+                    replica = _worker_replica(request, arch, device, evaluator, dtypes, workload, t, wide, speculative)
+                else:
+                    replica = _replica(request, arch, device, evaluator, dtypes, workload, t)
             except CostModelError as exc:
                 skipped.append(f"{shape}: {exc.reason}")
                 continue
@@ -125,7 +131,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     return ServingPlan(model=name, configs=[_out(c) for c in best[:request.top_n]],
                        pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,
                        skipped=skipped,
-                       assumptions=_assumptions(request))
+                       assumptions=_assumptions(request, arch))
 
 
 MAX_FRONTIER = 32
@@ -166,7 +172,7 @@ def _refuse(fitting: list[serving.Config], slo: serving.Slo, request: ServingPla
     raise Unprocessable(reason, [{"loc": f"body.slo.{name}", "msg": reason}])
 
 
-def _assumptions(request: ServingPlanRequest) -> list[str]:
+def _assumptions(request: ServingPlanRequest, arch: Architecture) -> list[str]:
     return [
         "search: every tensor-parallel size dividing the heads and KV heads, up to total_devices; replicas = "
         "total_devices // size (or the fewest reaching target_requests_per_s); concurrency 1..512 per replica, as "
@@ -179,4 +185,10 @@ def _assumptions(request: ServingPlanRequest) -> list[str]:
         "+ the request's KV cache over the interconnect",
         "memory: weights + c x KV(input_len + output_len - 1, in blocks) + activations + workspace per device",
         "ranking: tokens/s per device among configurations that fit and meet every SLO",
-    ]
+    ] + ([
+        "a MoE model is also searched with its experts whole over replicas of 2, 4, 8, ... devices and one attention "
+        "group a device (expert_parallel, attention_data_parallel), concurrencies in multiples of the groups",
+    ] if arch.moe is not None else []) + ([
+        f"speculative: {request.speculative.method}, {request.speculative.draft_tokens} draft token(s) at acceptance "
+        f"length {request.speculative.acceptance_length:g} (given): decode(c) = (the verification + the draft's "
+        "steps) / the acceptance length, a token's time"] if request.speculative else [])

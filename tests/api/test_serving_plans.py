@@ -156,3 +156,18 @@ def test_a_moe_plan_searches_expert_and_attention_data_parallelism(client):
     assert serving["pools"][0]["batch_per_group"] == 256 // 8
     assert config["tpot_s"] == pytest.approx(serving["decode_step_s"] + 256 * serving["prefill_s"] / 1024)
     assert config["ttft_s"] == pytest.approx(serving["prefill_s"])
+
+
+def test_a_plan_with_speculative_decoding_prices_each_token_as_the_serving_analysis_does(client):
+    """Llama-3.1-8B on one H100 with 3 drafts an MTP-like layer and 2.5 accepted a step, at a fixed concurrency of 16:
+    the configuration's TPOT is (the verification of 4 tokens + 3 draft steps) / 2.5 plus its share of the
+    prefills (16 x one prefill / output), the figures /v1/analyze/serving gives for the same deployment."""
+    spec = {"method": "eagle", "draft_tokens": 3, "acceptance_length": 2.5}
+    body = {**PLAN, "total_devices": 1, "concurrency": 16, "slo": {}, "speculative": spec}
+    config = client.post("/v1/plan/serving", json=body).json()["configs"][0]
+    serving = client.post("/v1/analyze/serving", json={
+        "model_id": "llama-3.1-8b", "device_id": H100, "input_len": PLAN["input_len"], "output_len": PLAN["output_len"],
+        "concurrency": 16, "speculative": spec}).json()["bound"]
+    assert config["tpot_s"] == pytest.approx(serving["tpot_s"] + 16 * serving["prefill_s"] / PLAN["output_len"])
+    plain = client.post("/v1/plan/serving", json={**body, "speculative": None}).json()["configs"][0]
+    assert config["tpot_s"] < plain["tpot_s"]

@@ -190,14 +190,31 @@ class WorkerStep:
         pool = self.pool
         return pool.expert_parallel == 1 or pool.attention_data_parallel == pool.tensor_parallel
 
-    def decode_curve(self, batches: Sequence[int], *, kv_len: int) -> list[float]:
-        """The decode step at each of `batches` sequences per group, from the steps at 1 and 2 (exactly, where
-        curve_is_exact; else each step analysed)."""
-        if not self.curve_is_exact() or max(batches) * self.pool.attention_data_parallel >= self.arch.vocab:
-            return [self.time_s(batch=b, q_len=1, kv_len=kv_len) for b in batches]
-        one, two = (self.evaluate(batch=b, q_len=1, kv_len=kv_len) for b in (1, 2))
+    def decode_curve(self, batches: Sequence[int], *, kv_len: int, q_len: int = 1, scored_tokens: int = 1,
+                     layers: tuple[LayerGroup, ...] | None = None) -> list[float]:
+        """The step of `q_len` new tokens a sequence at each of `batches` sequences per group, from the steps at 1
+        and 2 (exactly, where curve_is_exact; else each step analysed)."""
+        step = {"q_len": q_len, "kv_len": kv_len, "scored_tokens": scored_tokens, "layers": layers}
+        if not self.curve_is_exact() or max(batches) * self.pool.attention_data_parallel * q_len >= self.arch.vocab:
+            return [self.time_s(batch=b, **step) for b in batches]
+        one, two = (self.evaluate(batch=b, **step) for b in (1, 2))
         return curve_from_two(one, two, batches, bandwidth=self.evaluator.hbm.bytes_per_s, moe=self.arch.moe,
-                              routed_tokens_per_value=self.pool.attention_data_parallel)
+                              routed_tokens_per_value=self.pool.attention_data_parallel * q_len)
+
+
+def decode_curves(worker: WorkerStep, batches: Sequence[int], context: int, speculative: Speculative | None,
+                  draft_worker: WorkerStep | None = None) -> tuple[list[float], list[float]]:
+    """(the decode or verification step, the draft's k steps) at each of `batches` sequences per group, over a
+    cache of `context` tokens."""
+    if speculative is None:
+        return worker.decode_curve(batches, kv_len=context + 1), [0.0] * len(batches)
+    k = speculative.draft_tokens
+    verify = worker.decode_curve(batches, q_len=k + 1, kv_len=context + k + 1, scored_tokens=k + 1)
+    if draft_worker is not None:
+        draft = draft_worker.decode_curve(batches, kv_len=context + 1)
+    else:  # mtp, eagle: one decoder layer like the model's last, with the embedding and the LM head
+        draft = worker.decode_curve(batches, kv_len=context + 1, layers=(_one_layer(worker.arch.groups[-1]),))
+    return verify, [k * d for d in draft]
 
 
 @dataclass(frozen=True)
@@ -256,16 +273,16 @@ def pool_budget(arch: Architecture, dtypes: ModelDTypes, pool: Pool, *, capacity
 def _decode(worker: WorkerStep, arch: Architecture, batch: int, context: int, speculative: Speculative | None,
             draft_worker: WorkerStep | None) -> tuple[float, float]:
     """(the decode or verification step, the draft's k steps) at `batch` sequences per group."""
-    if speculative is None:
-        return worker.time_s(batch=batch, q_len=1, kv_len=context + 1), 0.0
-    k = speculative.draft_tokens
-    verify = worker.time_s(batch=batch, q_len=k + 1, kv_len=context + k + 1, scored_tokens=k + 1)
-    if draft_worker is not None:
-        draft = draft_worker.time_s(batch=batch, q_len=1, kv_len=context + 1)
-    else:  # mtp, eagle: one decoder layer like the model's last, with the embedding and the LM head
-        last = arch.groups[-1]
-        draft = worker.time_s(batch=batch, q_len=1, kv_len=context + 1, layers=(_one_layer(last),))
-    return verify, k * draft
+    verify, draft = decode_curves(worker, [batch], context, speculative, draft_worker)
+    return verify[0], draft[0]
+
+
+def draft_worker_for(speculative: Speculative | None, worker: WorkerStep, dtypes: ModelDTypes | None = None) -> WorkerStep | None:
+    """The draft model's worker, laid out as the model's (its experts, if any, as the model's)."""
+    if speculative is None or speculative.draft is None:
+        return None
+    pool = replace(worker.pool, expert_parallel=1 if speculative.draft.moe is None else worker.pool.expert_parallel)
+    return WorkerStep(speculative.draft, worker.evaluator, worker.topology, pool, dtypes or worker.dtypes)
 
 
 def _one_layer(group: LayerGroup) -> LayerGroup:
@@ -298,10 +315,7 @@ def analyze_deployment(arch: Architecture, evaluator: Evaluator, topology: Topol
     """`prefill` None: aggregated (prefill and decode share the decode pool's devices)."""
     c, isl, osl = workload.concurrency, workload.input_len, workload.output_len
     worker = WorkerStep(arch, evaluator, topology, decode, dtypes)
-    draft_worker = None
-    if speculative is not None and speculative.draft is not None:
-        draft_pool = replace(decode, expert_parallel=1 if speculative.draft.moe is None else decode.expert_parallel)
-        draft_worker = WorkerStep(speculative.draft, evaluator, topology, draft_pool, draft_dtypes or dtypes)
+    draft_worker = draft_worker_for(speculative, worker, draft_dtypes)
     prefill_worker = worker if prefill is None else WorkerStep(arch, evaluator, topology, prefill, dtypes)
 
     k = speculative.draft_tokens if speculative else 0

@@ -4,9 +4,17 @@ resolves the device, its roofs (the evaluator), the dtypes and the memory budget
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
-from service.core.planning.deployment import WorkerStep, largest_fitting
+from service.core.planning.deployment import (
+    Speculative,
+    WorkerStep,
+    decode_curves,
+    draft_worker_for,
+    largest_fitting,
+    pool_weight_bytes,
+)
 from service.core.planning.serving import ReplicaModel, Workload
 from service.core.training.collectives import Link
 from service.core.transformer.analysis import Evaluator, analyze_model, batch_time_curve
@@ -54,22 +62,32 @@ def replica_model(arch: Architecture, evaluator: Evaluator, budget: MemoryBudget
 
 
 def worker_replica_model(worker: WorkerStep, budget: MemoryBudget, workload: Workload, *, max_concurrency: int,
-                         block_size: int, link: Link | None) -> ReplicaModel:
+                         block_size: int, link: Link | None, speculative: Speculative | None = None) -> ReplicaModel:
     """One replica laid out as a serving worker (experts over its devices, attention groups): at concurrency c each
-    of its d groups decodes c // d sequences (at least 1), its decode step the worker's."""
+    of its d groups decodes c // d sequences (at least 1), its decode step the worker's; with speculative decoding,
+    (the verification and the draft's steps) / the acceptance length, the time a token."""
     pool, arch = worker.pool, worker.arch
     d, input_len, output_len = pool.attention_data_parallel, workload.input_len, workload.output_len
-    context = input_len + output_len - 1
+    k = speculative.draft_tokens if speculative else 0
+    context = input_len + output_len - 1 + k
+    draft_worker = draft_worker_for(speculative, worker)
+    if draft_worker is not None:  # the draft model's weights sit beside the model's
+        budget = replace(budget, weights_bytes=budget.weights_bytes + pool_weight_bytes(draft_worker.arch,
+                                                                                       draft_worker.dtypes, pool))
 
     def per_group(c: int) -> int:
         return max(1, c // d)
 
     def memory(c: int):
-        return budget.at(batch=per_group(c), context=context, step_tokens=per_group(c))
+        return budget.at(batch=per_group(c), context=context, step_tokens=per_group(c) * (k + 1))
 
     fitting = largest_fitting(lambda c: memory(c).fits, max_concurrency)
     batches = list(range(1, per_group(fitting) + 1)) if fitting else []
-    steps = dict(zip(batches, worker.decode_curve(batches, kv_len=input_len + output_len // 2 + 1))) if batches else {}
+    steps: dict[int, float] = {}
+    if batches:
+        verify, draft = decode_curves(worker, batches, input_len + output_len // 2, speculative, draft_worker)
+        acceptance = speculative.acceptance_length if speculative else 1.0
+        steps = {b: (v + d_) / acceptance for b, v, d_ in zip(batches, verify, draft, strict=True)}
 
     def decode_s(c: int) -> float:
         return steps[per_group(c)]
