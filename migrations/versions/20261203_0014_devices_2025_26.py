@@ -1,4 +1,4 @@
-"""The catalog's devices of 2025-26 (B300, GB200, GB300, MI355X), added to databases created before them; a
+"""The catalog's devices of 2025-26 (B300, GB200, GB300, MI325X, MI355X), added to databases created before them; a
 database created from now on has them from revision 0001, which seeds the whole shipped catalog.
 
 Revision ID: 0014
@@ -13,7 +13,7 @@ down_revision = "0013"
 branch_labels = None
 depends_on = None
 
-ADDED = ("nvidia-b300", "nvidia-gb200", "nvidia-gb300", "amd-mi355x")
+ADDED = ("nvidia-b300", "nvidia-gb200", "nvidia-gb300", "amd-mi325x", "amd-mi355x")
 
 
 def upgrade() -> None:
@@ -24,4 +24,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DELETE FROM devices WHERE origin = 'catalog' AND id IN "
-               "('nvidia-b300', 'nvidia-gb200', 'nvidia-gb300', 'amd-mi355x')")
+               "('nvidia-b300', 'nvidia-gb200', 'nvidia-gb300', 'amd-mi325x', 'amd-mi355x')")

@@ -109,20 +109,21 @@ def test_a_worker_on_a_migrated_database_starts_without_alembic(empty_database_u
 
 
 def test_a_database_from_before_the_2025_26_devices_gains_them(tmp_path):
-    """A database at 0013 whose catalog predates the four devices (deleted here, as if never seeded) gets them, with
+    """A database at 0013 whose catalog predates the five devices (deleted here, as if never seeded) gets them, with
     the fields later revisions added (node_size) as shipped; a catalog device a user deleted before 0013 is not
-    what this covers (it stays deleted: the revision only adds the four ids)."""
-    added = ("nvidia-b300", "nvidia-gb200", "nvidia-gb300", "amd-mi355x")
+    what this covers (it stays deleted: the revision only adds the five ids)."""
+    added = ("nvidia-b300", "nvidia-gb200", "nvidia-gb300", "amd-mi325x", "amd-mi355x")
     url = f"sqlite:///{tmp_path / 'before.db'}"
     upgrade(url, "0013")
     engine = create_engine(url)
     with engine.begin() as connection:
         connection.execute(text("delete from devices where id in ('nvidia-b300', 'nvidia-gb200', 'nvidia-gb300', "
-                                "'amd-mi355x')"))
+                                "'amd-mi325x', 'amd-mi355x')"))
     upgrade(url)
     shipped = {d["id"]: d for d in nominal_catalog()}
     with engine.connect() as connection:
         rows = connection.execute(text("select id, node_size, origin from devices where id in "
-                                       "('nvidia-b300', 'nvidia-gb200', 'nvidia-gb300', 'amd-mi355x')")).all()
+                                       "('nvidia-b300', 'nvidia-gb200', 'nvidia-gb300', 'amd-mi325x', "
+                                       "'amd-mi355x')")).all()
     engine.dispose()
     assert {row[0]: (row[1], row[2]) for row in rows} == {i: (shipped[i]["node_size"], "catalog") for i in added}
