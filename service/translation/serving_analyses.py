@@ -61,6 +61,18 @@ def speculative_of(request, catalog: DeviceCatalog) -> deployment.Speculative | 
     return deployment.Speculative(spec.method, spec.draft_tokens, spec.acceptance_length, draft)
 
 
+def pool_budgets(request, arch, dtypes, device) -> tuple[deployment.BudgetFor, str]:
+    """(each pool's memory budget on the device under a request's MemoryOptions, how usable memory was obtained)."""
+    usable, basis = usable_memory(device, request, SERVING_UTILIZATION)
+
+    def budget_for(pool: deployment.Pool):
+        return deployment.pool_budget(arch, dtypes, pool, capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
+                                      workspace_bytes=request.workspace_bytes, block_size=request.block_size,
+                                      profile_tokens=request.profile_tokens)
+
+    return budget_for, basis
+
+
 def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> ServingAnalysis:
     name, arch = resolve_model(request, catalog)
     device = catalog.get(request.device_id)
@@ -72,12 +84,7 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
     speculative = speculative_of(request, catalog)
     evaluator = evaluator_on(device, measured, request.roofs, request.sustained_clock_hz, request.collective_latency_s)
     topology = topology_for(device, measured, LinkOptions(request.roofs, request.collective_latency_s))
-    usable, basis = usable_memory(device, request, SERVING_UTILIZATION)
-
-    def budget_for(pool: deployment.Pool):
-        return deployment.pool_budget(arch, dtypes, pool, capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
-                                      workspace_bytes=request.workspace_bytes, block_size=request.block_size,
-                                      profile_tokens=request.profile_tokens)
+    budget_for, basis = pool_budgets(request, arch, dtypes, device)
 
     try:
         longest = request.input_len + request.output_len - 1 + (speculative.draft_tokens if speculative else 0)

@@ -21,15 +21,13 @@ from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable
 from service.translation.model_analyses import (
-    SERVING_UTILIZATION,
     core_dtypes,
     evaluator_on,
     memory_budget_of,
     resolve_model,
     unprocessable,
-    usable_memory,
 )
-from service.translation.serving_analyses import LinkOptions, speculative_of
+from service.translation.serving_analyses import LinkOptions, pool_budgets, speculative_of
 from service.translation.training_analyses import topology_for
 
 
@@ -54,10 +52,7 @@ def _worker_replica(request: ServingPlanRequest, arch: Architecture, device, eva
     pool = deployment.Pool(1, t, t, t) if wide else deployment.Pool(1, t)
     deployment.check_pool(arch, pool)
     topology = topology_for(device, evaluator.measured, LinkOptions(request.roofs, None))
-    usable, _ = usable_memory(device, request, SERVING_UTILIZATION)
-    budget = deployment.pool_budget(arch, dtypes, pool, capacity_bytes=device.memory_capacity_bytes, usable_bytes=usable,
-                                    workspace_bytes=request.workspace_bytes, block_size=request.block_size,
-                                    profile_tokens=request.profile_tokens)
+    budget = pool_budgets(request, arch, dtypes, device)[0](pool)
     worker = deployment.WorkerStep(arch, evaluator, topology, pool, dtypes)
     return worker_replica_model(worker, budget, workload, max_concurrency=MAX_PLAN_CONCURRENCY,
                                 block_size=request.block_size, link=topology.inter_node or topology.intra_node,
