@@ -25,7 +25,7 @@ The scheduling model: continuous batching at a fixed concurrency c, in steady st
          n its share of c) and the decode pool (running / (output x TPOT)); never more than c / (TTFT + (output
          - 1) x TPOT)
   e2e   (the mean request's) = c / (requests/s) by Little's law, at least TTFT + (output - 1) x TPOT; what exceeds
-         the latter is the wait for a place
+         the latter is waiting: for a place in a batch, or behind other requests' prefills
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def pool_budget(arch: Architecture, dtypes: ModelDTypes, pool: Pool, *, capacity
     return replace(budget, weights_bytes=pool_weight_bytes(arch, dtypes, pool))
 
 
-def _decode(worker: WorkerStep, arch: Architecture, batch: int, context: int, speculative: Speculative | None,
+def _decode(worker: WorkerStep, batch: int, context: int, speculative: Speculative | None,
             draft_worker: WorkerStep | None) -> tuple[float, float]:
     """(the decode or verification step, the draft's k steps) at `batch` sequences per group."""
     verify, draft = decode_curves(worker, [batch], context, speculative, draft_worker)
@@ -327,7 +327,7 @@ def analyze_deployment(arch: Architecture, evaluator: Evaluator, topology: Topol
     batch = running_batch(c, decode, decode_budget, context=longest, step_tokens=k + 1)
     running = min(c, batch * decode.groups)
     mean_context = isl + osl // 2
-    step, draft = _decode(worker, arch, batch, mean_context, speculative, draft_worker)
+    step, draft = _decode(worker, batch, mean_context, speculative, draft_worker)
     acceptance = speculative.acceptance_length if speculative else 1.0
     tpot = (step + draft) / acceptance
     first = prefill_worker.time_s(batch=1, q_len=isl, kv_len=isl)
