@@ -44,6 +44,7 @@ from service.core.transformer.capacity import (
     StepMemory,
     kv_bytes_per_request,
     memory_budget,
+    routed_expert_bytes,
     weight_bytes,
 )
 from service.core.transformer.layers import (
@@ -59,7 +60,6 @@ from service.core.transformer.layers import (
     model_level_rows,
     tensor_parallel_block,
 )
-from service.core.transformer.params import model_params
 
 
 @dataclass(frozen=True)
@@ -256,8 +256,7 @@ def pool_weight_bytes(arch: Architecture, dtypes: ModelDTypes, pool: Pool) -> fl
     """Weights on one device: the routed experts split over the worker's t devices (by expert or by width), the
     rest over its attention group's a."""
     a, t = pool.attention_ranks, pool.tensor_parallel
-    experts = dtypes.expert_dtypes()
-    routed = model_params(arch).routed_experts * (experts.weight_bytes_per_element() or bytes_per_element(experts.weights))
+    routed = routed_expert_bytes(arch, dtypes)
     return weight_bytes(arch, dtypes, a) - routed / a + routed / t
 
 

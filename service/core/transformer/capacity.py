@@ -48,6 +48,12 @@ def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, 
                for g in arch.groups) * per_layer
 
 
+def routed_expert_bytes(arch: Architecture, dtypes: ModelDTypes) -> float:
+    """Every routed expert's weights in their stored type (with their scales), over the whole model."""
+    experts = dtypes.expert_dtypes()
+    return model_params(arch).routed_experts * (experts.weight_bytes_per_element() or bytes_per_element(experts.weights))
+
+
 @by_identity(objects=1)
 def weight_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
     """All parameters (every expert) in the weights' type, the routed experts in theirs where they differ; the
@@ -55,13 +61,11 @@ def weight_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int =
     its own type (ModelDTypes.head_dtype), as the analysis reads it."""
     params = model_params(arch)
     s_w = dtypes.weight_bytes_per_element() or bytes_per_element(dtypes.weights)
-    experts = dtypes.expert_dtypes()
-    s_experts = experts.weight_bytes_per_element() or bytes_per_element(experts.weights)
     head = dtypes.head(arch.tied_embeddings)
     s_head = head.weight_bytes_per_element() or bytes_per_element(head.weights)
     s_act = bytes_per_element(dtypes.activations)
     other = params.total - params.embedding - params.lm_head - params.vision - params.routed_experts
-    return (other * s_w + params.routed_experts * s_experts + (params.embedding + params.vision) * s_act
+    return (other * s_w + routed_expert_bytes(arch, dtypes) + (params.embedding + params.vision) * s_act
             + params.lm_head * s_head) / tensor_parallel
 
 
