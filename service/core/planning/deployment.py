@@ -284,6 +284,14 @@ def draft_worker_for(speculative: Speculative | None, worker: WorkerStep, dtypes
     return WorkerStep(speculative.draft, worker.evaluator, worker.topology, pool, dtypes or worker.dtypes)
 
 
+def with_draft_weights(budget: MemoryBudget, draft_worker: WorkerStep | None) -> MemoryBudget:
+    """The budget with a draft model's weights beside the model's (laid out as its worker), where there is one."""
+    if draft_worker is None:
+        return budget
+    draft = pool_weight_bytes(draft_worker.arch, draft_worker.dtypes, draft_worker.pool)
+    return replace(budget, weights_bytes=budget.weights_bytes + draft)
+
+
 def _one_layer(group: LayerGroup) -> LayerGroup:
     return replace(group, count=1)
 
@@ -319,10 +327,7 @@ def analyze_deployment(arch: Architecture, evaluator: Evaluator, topology: Topol
 
     k = speculative.draft_tokens if speculative else 0
     longest = isl + osl - 1 + k
-    decode_budget = budget_for(decode)
-    if speculative is not None and speculative.draft is not None:  # the draft model's weights sit beside the model's
-        draft_weights = pool_weight_bytes(speculative.draft, draft_dtypes or dtypes, decode)
-        decode_budget = replace(decode_budget, weights_bytes=decode_budget.weights_bytes + draft_weights)
+    decode_budget = with_draft_weights(budget_for(decode), draft_worker)
     batch = running_batch(c, decode, decode_budget, context=longest, step_tokens=k + 1)
     running = min(c, batch * decode.groups)
     mean_context = isl + osl // 2

@@ -4,7 +4,6 @@ resolves the device, its roofs (the evaluator), the dtypes and the memory budget
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import partial
 
 from service.core.planning.deployment import (
@@ -13,7 +12,7 @@ from service.core.planning.deployment import (
     decode_curves,
     draft_worker_for,
     largest_fitting,
-    pool_weight_bytes,
+    with_draft_weights,
 )
 from service.core.planning.serving import ReplicaModel, Workload
 from service.core.training.collectives import Link
@@ -71,9 +70,7 @@ def worker_replica_model(worker: WorkerStep, budget: MemoryBudget, workload: Wor
     k = speculative.draft_tokens if speculative else 0
     context = input_len + output_len - 1 + k
     draft_worker = draft_worker_for(speculative, worker)
-    if draft_worker is not None:  # the draft model's weights sit beside the model's
-        budget = replace(budget, weights_bytes=budget.weights_bytes + pool_weight_bytes(draft_worker.arch,
-                                                                                       draft_worker.dtypes, pool))
+    budget = with_draft_weights(budget, draft_worker)
 
     def per_group(c: int) -> int:
         return max(1, c // d)
