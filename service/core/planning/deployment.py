@@ -195,7 +195,9 @@ class WorkerStep:
         """The step of `q_len` new tokens a sequence at each of `batches` sequences per group, from the steps at 1
         and 2 (exactly, where curve_is_exact; else each step analysed)."""
         step = {"q_len": q_len, "kv_len": kv_len, "scored_tokens": scored_tokens, "layers": layers}
-        if not self.curve_is_exact() or max(batches) * self.pool.attention_data_parallel * q_len >= self.arch.vocab:
+        # Two values or fewer cost no more stepped than the curve's two steps (a serving analysis asks for one).
+        if (len(batches) <= 2 or not self.curve_is_exact()
+                or max(batches) * self.pool.attention_data_parallel * q_len >= self.arch.vocab):
             return [self.time_s(batch=b, **step) for b in batches]
         one, two = (self.evaluate(batch=b, **step) for b in (1, 2))
         return curve_from_two(one, two, batches, bandwidth=self.evaluator.hbm.bytes_per_s, moe=self.arch.moe,
