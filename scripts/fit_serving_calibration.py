@@ -14,7 +14,6 @@ import json
 import os
 import sys
 import tempfile
-from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,40 +24,25 @@ def main() -> None:
     os.environ.setdefault("ROOFLINE_LOG_LEVEL", "WARNING")
     from fastapi.testclient import TestClient
 
-    from service.core.serving_calibration import ServingPoint, fit_serving_calibration
     from service.main import create_app
     from service.persistence.catalog import DATA_DIR
     from service.runtime.config import Settings
-    from service.translation.inferencex import DEVICE_IDS, serving_request
+    from service.translation.inferencex import calibrations
 
     shipped = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())
-    groups: dict[tuple[str, str, str, str], list[ServingPoint]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as folder:
         app = create_app(Settings(database_url=f"sqlite:///{folder}/fit.db", log_level="WARNING"))
         with TestClient(app) as client:
-            for row in shipped["rows"]:
-                body = serving_request(row) | {"calibration": "none"}
-                bound = client.post("/v1/analyze/serving", json=body).json()["bound"]
-                metrics = row["metrics"]
-                groups[(DEVICE_IDS[row["hardware"]], row["framework"], row["precision"], row["spec_method"])].append(
-                    ServingPoint(row["isl"], row["osl"], row["conc"], bound["tpot_s"], bound["ttft_s"],
-                                 metrics["median_tpot"], metrics["median_ttft"]))
-    calibrations = []
-    for (device_id, engine, precision, speculative), points in sorted(groups.items()):
-        if len(points) < 3:
-            continue
-        calibration = fit_serving_calibration(
-            points, id=f"{device_id}:{engine}:{precision}:{speculative}", device_id=device_id, engine=engine,
-            precision=precision, speculative=speculative, source="SemiAnalysis InferenceX DeepSeek-R1 runs, as shipped "
-            "in service/data/serving-runs/inferencex-dsr1.json")
-        calibrations.append(calibration)
+            fitted = calibrations(shipped["rows"], lambda body: client.post(
+                "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])
+    for calibration in fitted:
         print(f"{calibration.id}: {calibration.fitted_on} runs, checked by {calibration.checked_by} on "
               f"{calibration.checked_on}: TPOT {calibration.tpot_median_error:.1%} median, "
               f"{calibration.tpot_p90_error:.1%} p90 (bound {calibration.bound_tpot_median_error:.1%}); "
               f"TTFT {calibration.ttft_median_error:.1%}", file=sys.stderr)
     json.dump({"model": "TPOT = tpot_scale x bound + tpot_overhead_s; TTFT = ttft_scale x bound + ttft_overhead_s; "
                         "the bound is /v1/analyze/serving's at the run's deployment",
-               "calibrations": [asdict(c) for c in calibrations]}, sys.stdout, indent=1)
+               "calibrations": [asdict(c) for c in fitted]}, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
 

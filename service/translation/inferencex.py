@@ -20,7 +20,11 @@ How a row's fields are read (docs/serving.md says why):
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from typing import Any
+
+from service.core.serving_calibration import ServingCalibration, ServingPoint, fit_serving_calibration
 
 DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
               "mi355x": "amd-mi355x", "mi300x": "amd-mi300x", "h100": "nvidia-h100-sxm", "h200": "nvidia-h200-sxm"}
@@ -90,3 +94,21 @@ def serving_request(row: dict[str, Any]) -> dict[str, Any]:
         body.update(tensor_parallel=tp, expert_parallel=tp if row["decode_ep"] > 1 else 1, attention_data_parallel=groups,
                     max_batch_per_group=running_per_group(row, groups, tp))
     return body
+
+
+SOURCE = "SemiAnalysis InferenceX DeepSeek-R1 runs, as shipped in service/data/serving-runs/inferencex-dsr1.json"
+
+
+def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, Any]], dict[str, Any]],
+                 source: str = SOURCE) -> list[ServingCalibration]:
+    """One serving calibration per device, engine, precision and speculative method with at least three runs, each
+    run beside `bound_of(its serving request)` (the answer's `bound`), by (device, engine, precision, method)."""
+    groups: dict[tuple[str, str, str, str], list[ServingPoint]] = defaultdict(list)
+    for row in rows:
+        bound, metrics = bound_of(serving_request(row)), row["metrics"]
+        groups[(DEVICE_IDS[row["hardware"]], row["framework"], row["precision"], row["spec_method"])].append(
+            ServingPoint(row["isl"], row["osl"], row["conc"], bound["tpot_s"], bound["ttft_s"],
+                         metrics["median_tpot"], metrics["median_ttft"]))
+    return [fit_serving_calibration(points, id=":".join(key), device_id=key[0], engine=key[1], precision=key[2],
+                                    speculative=key[3], source=source)
+            for key, points in sorted(groups.items()) if len(points) >= 3]

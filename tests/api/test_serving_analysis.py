@@ -181,24 +181,17 @@ def test_a_calibration_never_changes_the_bound(client):
 def test_the_shipped_serving_calibrations_are_fitted_to_todays_bounds(client):
     """A calibration is a fit to the bounds: where the bounds change, scripts/fit_serving_calibration.py must run
     again. Re-fitting here from the shipped runs gives the shipped parameters."""
-    from service.core.serving_calibration import ServingPoint, fit_serving_calibration
     from service.persistence.catalog import serving_calibrations
-    from service.translation.inferencex import DEVICE_IDS
+    from service.translation.inferencex import calibrations
 
     shipped = serving_calibrations()
-    groups = defaultdict(list)
-    for row in RUNS:
-        bound = client.post("/v1/analyze/serving", json=serving_request(row) | {"calibration": "none"}).json()["bound"]
-        groups[(DEVICE_IDS[row["hardware"]], row["framework"], row["precision"], row["spec_method"])].append(
-            ServingPoint(row["isl"], row["osl"], row["conc"], bound["tpot_s"], bound["ttft_s"],
-                         row["metrics"]["median_tpot"], row["metrics"]["median_ttft"]))
-    fitted = {key: points for key, points in groups.items() if len(points) >= 3}
-    assert set(fitted) == set(shipped)
-    for key, points in fitted.items():
-        again = fit_serving_calibration(points, id=shipped[key].id, device_id=key[0], engine=key[1], precision=key[2],
-                                        speculative=key[3], source=shipped[key].source)
-        assert again.tpot_scale == pytest.approx(shipped[key].tpot_scale, rel=1e-9), key
-        assert again.tpot_overhead_s == pytest.approx(shipped[key].tpot_overhead_s, rel=1e-9, abs=1e-15), key
+    again = {(c.device_id, c.engine, c.precision, c.speculative): c for c in calibrations(RUNS, lambda body: client.post(
+        "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])}
+    assert set(again) == set(shipped)
+    for key, calibration in again.items():
+        assert calibration.id == shipped[key].id and calibration.source == shipped[key].source
+        assert calibration.tpot_scale == pytest.approx(shipped[key].tpot_scale, rel=1e-9), key
+        assert calibration.tpot_overhead_s == pytest.approx(shipped[key].tpot_overhead_s, rel=1e-9, abs=1e-15), key
 
 
 def test_a_draft_model_drafts_and_sits_in_memory(client):
