@@ -161,10 +161,52 @@ class AttentionOp(StrictModel):
     schema_rules = {"if": given("window"), "then": {"required": ["causal"], "properties": {"causal": {"const": True}}}}
 
 
+class CausalConv1dOp(StrictModel):
+    """A depthwise causal convolution over the sequence of a [batch, seq_len, channels] tensor (the short
+    convolution of a Gated DeltaNet or Mamba-2 layer); each sequence keeps its last kernel - 1 inputs as a state."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "causal_conv1d", "batch": 1, "seq_len": 4096, "channels": 8192, "kernel": 4, "dtype": "bf16"}]})
+    kind: Literal["causal_conv1d"]
+    batch: Dim = 1
+    seq_len: Dim
+    channels: Dim = Field(description="Channels, each convolved with its own kernel (depthwise)")
+    kernel: Annotated[int, Field(ge=1, le=64)] = Field(4, description="Taps of each channel's kernel")
+    bias: bool = Field(False, description="Each channel adds a bias")
+    initial_state: bool = Field(False, description="The convolution continues a sequence: its state is read first")
+    dtype: DTypeName = "bf16"
+
+
+class RecurrentScanOp(StrictModel):
+    """A linear-attention or state-space scan over a fixed state per sequence: `gated_delta` (Gated DeltaNet) or
+    `ssd` (Mamba-2), chunked (a prompt) or token by token (decode). docs/concepts.md gives the counting."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "recurrent_scan", "rule": "gated_delta", "batch": 1, "seq_len": 4096, "heads": 32, "key_heads": 16,
+         "key_dim": 128, "value_dim": 128, "mode": "chunked", "chunk": 64, "dtype": "bf16"}]})
+    kind: Literal["recurrent_scan"]
+    rule: Literal["gated_delta", "ssd"] = Field("gated_delta", description="The state update: Gated DeltaNet's "
+                                                "delta rule, or Mamba-2's state-space scan")
+    batch: Dim = 1
+    seq_len: Dim
+    heads: Dim = Field(description="Value heads, each with its own state (Mamba-2: its heads)")
+    key_heads: Dim | None = Field(None, description="Query/key heads, each shared by heads / key_heads value heads "
+                                  "(Mamba-2: its B/C groups); must divide heads; default: heads")
+    key_dim: Dim = Field(description="Width of a query/key head (Mamba-2: the state size N)")
+    value_dim: Dim = Field(description="Width of a value head (Mamba-2: the head dimension P)")
+    mode: Literal["chunked", "recurrent"] = Field("chunked", description="Chunks of matrix products (a prompt) or "
+                                                  "token by token (decode)")
+    chunk: Annotated[int, Field(ge=1, le=4096)] = Field(64, description="Tokens a chunk (chunked mode)")
+    initial_state: bool = Field(False, description="The scan continues a sequence: its state is read first")
+    dtype: DTypeName = "bf16"
+    state_dtype: DTypeName | None = Field(None, description="Type of the state; default: dtype")
+
+
 # The request body of each kind the core's registry holds, in the registry's order: a kind the core analyses
 # without a request model here (or one here the core does not know) fails at import, not at a client.
 _REQUEST_MODELS = {model.model_fields["kind"].annotation.__args__[0]: model for model in (  # type: ignore[union-attr]
-    MatmulOp, GroupedMatmulOp, ElementwiseOp, LayerNormOp, RMSNormOp, SoftmaxOp, EmbeddingOp, RopeOp, AttentionOp)}
+    MatmulOp, GroupedMatmulOp, ElementwiseOp, LayerNormOp, RMSNormOp, SoftmaxOp, EmbeddingOp, RopeOp, AttentionOp,
+    CausalConv1dOp, RecurrentScanOp)}
 if set(_REQUEST_MODELS) != set(KINDS):
     raise ImportError(f"operator kinds without a request model or a descriptor: {set(_REQUEST_MODELS) ^ set(KINDS)}")
 OPERATOR_MODELS = tuple(_REQUEST_MODELS[kind] for kind in KINDS)

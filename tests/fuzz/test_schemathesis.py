@@ -38,6 +38,7 @@ UNSTATABLE_RULES = {
     "must lie between 1970-01-01 and 2200-01-01": "1970 to 2200",
     "more than 4096 points": "at most 4096 points",
     "exceeds draft_tokens + 1": "between 1 and draft_tokens + 1",
+    "each key head serves whole value heads": "must divide heads",
 }
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 

@@ -7,9 +7,11 @@ from service.core.operators.embedding import EMBEDDING
 from service.core.operators.kind import OperatorKind
 from service.core.operators.matmul import GROUPED_MATMUL, MATMUL
 from service.core.operators.pointwise import ELEMENTWISE, LAYERNORM, RMSNORM, ROPE, SOFTMAX
+from service.core.operators.recurrent import CAUSAL_CONV1D, RECURRENT_SCAN
 
 OPERATORS: dict[str, OperatorKind] = {kind.name: kind for kind in (
-    MATMUL, GROUPED_MATMUL, ELEMENTWISE, LAYERNORM, RMSNORM, SOFTMAX, EMBEDDING, ROPE, ATTENTION)}
+    MATMUL, GROUPED_MATMUL, ELEMENTWISE, LAYERNORM, RMSNORM, SOFTMAX, EMBEDDING, ROPE, ATTENTION, CAUSAL_CONV1D,
+    RECURRENT_SCAN)}
 KINDS = tuple(OPERATORS)
 
 
