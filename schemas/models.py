@@ -380,7 +380,11 @@ class KvCapacity(BaseModel):
     kv_bytes_capped_per_request: float = Field(
         description="What a request's sliding-window and chunked layers hold per device once its context passes their "
                     "span (at most the window or chunk each, in blocks), whatever its length after, bytes")
-    kv_bytes_per_request: float = Field(description="Per device at context_len (sliding windows capped), bytes")
+    kv_bytes_per_request: float = Field(description="Per device at context_len (sliding windows capped), the "
+                                                    "recurrent layers' state included, bytes")
+    state_bytes_per_request: float = Field(
+        description="The recurrent layers' fixed state a request holds per device (each head's scan state and the "
+                    "convolution's last inputs), whatever its length; 0 for a model without them, bytes")
     available_kv_bytes: float
     max_concurrent_requests: int = Field(description="floor(available / per request), never rounded up")
     max_context_len: int | None = Field(description="Longest context one request can hold: the smaller of what "
@@ -420,5 +424,6 @@ class ModelPublic(ModelSummary):
     source: str | None
     config: dict[str, Any]
     layers: str = Field(description="The distinct layer kinds, e.g. '21 x dense (window 4096), 21 x dense'")
-    kv_bytes_per_token_bf16: float = Field(description="K and V of one token over all layers in bf16, bytes")
+    kv_bytes_per_token_bf16: float = Field(description="K and V of one token over the layers that keep every token "
+                                                       "(not windowed, chunked or recurrent ones) in bf16, bytes")
     created_at: datetime

@@ -159,6 +159,8 @@ def kv_table(r: dict) -> str:
         ["activations held back", si(r.get("activation_reserve_bytes") or 0.0, "B")],
         ["KV per token", si(r["kv_bytes_per_token"], "B")],
         *([["KV of window/chunk layers", si(capped, "B") + " per request at most"]] if capped else []),
+        *([["recurrent state", si(r["state_bytes_per_request"], "B") + " per request, any length"]]
+          if r.get("state_bytes_per_request") else []),
         ["KV per request", si(r["kv_bytes_per_request"], "B")],
         ["available for KV", si(r["available_kv_bytes"], "B")], ["fits", str(r["fits"])],
         ["max concurrent requests", str(r["max_concurrent_requests"])],

@@ -40,6 +40,7 @@ from service.core.transformer.capacity import (
     kv_capacity,
     memory_budget,
     mix_capacity,
+    token_caching_layers,
 )
 from service.core.transformer.families import from_hf_config
 from service.core.transformer.params import model_params
@@ -384,6 +385,11 @@ def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> K
         notes.append("sliding-window layers hold at most their window of tokens")
     if any(g.chunk for g in arch.groups):
         notes.append("chunked-attention layers hold at most one chunk of tokens")
+    if arch.recurrent is not None:
+        mixer = arch.recurrent
+        notes.append(f"recurrent layers ({mixer.rule}) hold a fixed state a request: {mixer.heads} heads x "
+                     f"{mixer.key_dim} x {mixer.value_dim} in {mixer.state_dtype or 'the activations type'}, and "
+                     f"the convolution's last {mixer.conv_kernel - 1} inputs of {mixer.conv_channels} channels")
     if arch.max_positions is not None:
         notes.append(f"model limit: max_position_embeddings {arch.max_positions:,} tokens")
     return KvCapacity(device_id=device.id, model=name, context_len=request.context_len,
@@ -402,5 +408,6 @@ def model_public(row: ModelConfig, arch: Architecture) -> ModelPublic:
     bf16 = layers.ModelDTypes()
     return ModelPublic(id=row.id, name=row.name, family=row.family, params_total=params.total,
                        params_active=params.active, origin=row.origin, source=row.source, config=row.config,
-                       layers=arch.layer_kinds(), kv_bytes_per_token_bf16=kv_bytes_per_token_per_layer(arch, bf16) * arch.layers,
+                       layers=arch.layer_kinds(),
+                       kv_bytes_per_token_bf16=kv_bytes_per_token_per_layer(arch, bf16) * token_caching_layers(arch),
                        created_at=row.created_at)

@@ -17,6 +17,7 @@ ELEMENTWISE_OPS: dict[str, tuple[float, int]] = {
     "sub": (1, 2),
     "mul": (1, 2),
     "relu": (1, 1),
+    "relu2": (2, 1),  # relu(x)^2 (Nemotron-H's MLP)
     "silu": (4, 1),
     "gelu": (4, 1),
     "sigmoid": (4, 1),

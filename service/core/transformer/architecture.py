@@ -47,6 +47,33 @@ class Quantization:
 
 
 @dataclass(frozen=True)
+class RecurrentMixer:
+    """A linear-attention or state-space layer's token mixer (operators/recurrent.py counts its scan): `rule`
+    gated_delta (Gated DeltaNet, Qwen3-Next) or ssd (Mamba-2). Both project the stream into queries and keys
+    (`key_heads` x `key_dim`; Mamba-2's C and B, its groups x its state size), values and an output gate
+    (`heads` x `value_dim`) and per-head gates; convolve queries, keys and values over the last `conv_kernel`
+    tokens; scan them through a key_dim x value_dim state per head; normalise the output per head, gated; and
+    project it back."""
+
+    rule: str
+    heads: int
+    key_heads: int
+    key_dim: int
+    value_dim: int
+    conv_kernel: int
+    chunk: int
+    head_params: int  # parameters per head beside the projections (dt bias and A; Mamba-2 adds D)
+    norm_per_head: bool  # the gated norm's scale is one head's width shared by all (Gated DeltaNet), else all heads'
+    proj_bias: bool = False
+    conv_bias: bool = False
+    state_dtype: str | None = None  # the checkpoint's own type for the state (config mamba_ssm_cache_dtype)
+
+    @property
+    def conv_channels(self) -> int:
+        return 2 * self.key_heads * self.key_dim + self.heads * self.value_dim
+
+
+@dataclass(frozen=True)
 class MoE:
     experts: int
     top_k: int
@@ -54,6 +81,7 @@ class MoE:
     shared_experts: int = 0
     shared_intermediate: int = 0
     router_bias: bool = False  # DeepSeek-V3's per-expert score correction bias
+    shared_expert_gate: bool = False  # Qwen3-Next: a sigmoid gate (one weight vector) scales the shared expert
 
 
 @dataclass(frozen=True)
@@ -65,6 +93,9 @@ class LayerGroup:
     moe: bool
     chunk: int | None = None  # chunked attention (Llama 4's local layers): keys of the query's own chunk only
     rope: bool = True  # False: a layer without positional rotation (Llama 4's global NoPE layers)
+    # The token mixer: attention, a recurrent scan (Architecture.recurrent), or none (an MLP-only block).
+    mixer: str = "attention"
+    has_mlp: bool = True  # False: a block of its mixer alone (Nemotron-H's mamba and attention blocks)
 
 
 @dataclass(frozen=True)
@@ -99,21 +130,36 @@ class Architecture:
     vision_params: int = 0
     # The checkpoint's own weight formats (config quantization_config), the default when a request names no dtypes.
     quantization: Quantization | None = None
+    recurrent: RecurrentMixer | None = None  # the mixer of the layers whose mixer is "recurrent"
+    attention_output_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate on the attention output
+    rotary_fraction: float = 1.0  # the share of each head's dimensions that RoPE rotates (partial_rotary_factor)
 
     def layer_kinds(self) -> str:
-        return ", ".join(f"{g.count} x {'MoE' if g.moe else 'dense'}"
+        return ", ".join(f"{g.count} x {_mixer_label(g)}{_mlp_label(g)}"
                          + (f" (window {g.sliding_window})" if g.sliding_window else "") for g in self.groups)
 
 
+def _mixer_label(group: LayerGroup) -> str:
+    return {"attention": "", "recurrent": "recurrent ", "none": "MLP-only "}[group.mixer]
+
+
+def _mlp_label(group: LayerGroup) -> str:
+    if not group.has_mlp:
+        return "attention" if group.mixer == "attention" else "mixer only"
+    return "MoE" if group.moe else "dense"
+
+
 def group_layers(flags: list[tuple[int | None, bool]], chunks: list[int | None] | None = None,
-                 ropes: list[bool] | None = None) -> tuple[LayerGroup, ...]:
+                 ropes: list[bool] | None = None, mixers: list[str] | None = None,
+                 mlps: list[bool] | None = None) -> tuple[LayerGroup, ...]:
     """Identical layers counted together, in order of first appearance: (window, MoE) per layer, and per layer its
-    attention chunk and whether it rotates positions where the family has them."""
+    attention chunk, whether it rotates positions, its mixer and whether it has an MLP where the family says."""
     counts: dict[tuple, int] = {}
     for index, (window, moe) in enumerate(flags):
-        key = (window, moe, chunks[index] if chunks else None, ropes[index] if ropes else True)
+        key = (window, moe, chunks[index] if chunks else None, ropes[index] if ropes else True,
+               mixers[index] if mixers else "attention", mlps[index] if mlps else True)
         counts[key] = counts.get(key, 0) + 1
-    return tuple(LayerGroup(count, window, moe, chunk, rope) for (window, moe, chunk, rope), count in counts.items())
+    return tuple(LayerGroup(count, *key) for key, count in counts.items())
 
 
 def from_generic(spec: Mapping[str, Any]) -> Architecture:

@@ -2,8 +2,9 @@
 
 Per device: W + A + B * kv(S) + M_workspace <= C_usable, so B_max = floor((C_usable - W - A - M) / kv(S)),
 where A is the activation peak of the engine's profiling step, which it holds back before sizing the cache,
-never rounded up. kv(S) = sum over layers of blocks(min(S, window)) * (bytes per token of that layer), where
-blocks() rounds up to whole blocks of a paged cache. C_usable is what the runtime exposes (CUDA's total, less
+never rounded up. kv(S) = sum over attention layers of blocks(min(S, window)) * (bytes per token of that layer),
+where blocks() rounds up to whole blocks of a paged cache, plus the fixed state of the recurrent layers (their
+scan state and their convolution's last inputs), the same whatever S. C_usable is what the runtime exposes (CUDA's total, less
 than the as-built capacity) times the utilisation an engine is given.
 """
 
@@ -34,6 +35,24 @@ def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor
     return 2 * kv_heads_per_device(arch, tensor_parallel) * arch.head_dim * s
 
 
+def recurrent_state_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
+    """One request's fixed state on one device, over every recurrent layer: each head's key_dim x value_dim scan
+    state (in the checkpoint's state type, else the activations') and the convolution's last kernel - 1 inputs
+    (in the activations' type). Heads split by tensor parallelism."""
+    mixer = arch.recurrent
+    layers = sum(g.count for g in arch.groups if g.mixer == "recurrent")
+    if mixer is None or not layers:
+        return 0.0
+    scan = mixer.heads * mixer.key_dim * mixer.value_dim * bytes_per_element(mixer.state_dtype or dtypes.activations)
+    conv = mixer.conv_channels * (mixer.conv_kernel - 1) * bytes_per_element(dtypes.activations)
+    return layers * (scan + conv) / tensor_parallel
+
+
+def token_caching_layers(arch: Architecture) -> int:
+    """The layers whose cache grows with every token: attention layers without a window or chunk."""
+    return sum(g.count for g in arch.groups if g.mixer == "attention" and not (g.sliding_window or g.chunk))
+
+
 def cached_tokens(tokens: int, block_size: int) -> int:
     """A paged cache holds whole blocks: the tokens rounded up to a multiple of the block size."""
     return -(-tokens // block_size) * block_size
@@ -41,11 +60,12 @@ def cached_tokens(tokens: int, block_size: int) -> int:
 
 def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, tensor_parallel: int = 1,
                          block_size: int = 1) -> float:
-    """K and V of one request's `context` tokens on one device; each layer holds at most its window, in
-    whole blocks of `block_size` tokens (1: a contiguous cache)."""
+    """K and V of one request's `context` tokens on one device; each attention layer holds at most its window, in
+    whole blocks of `block_size` tokens (1: a contiguous cache); the recurrent layers their fixed state."""
     per_layer = kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel)
-    return sum(g.count * cached_tokens(min(context, g.sliding_window or g.chunk or context), block_size)
-               for g in arch.groups) * per_layer
+    return (sum(g.count * cached_tokens(min(context, g.sliding_window or g.chunk or context), block_size)
+                for g in arch.groups if g.mixer == "attention") * per_layer
+            + recurrent_state_bytes(arch, dtypes, tensor_parallel))
 
 
 def routed_expert_bytes(arch: Architecture, dtypes: ModelDTypes) -> float:
@@ -77,6 +97,8 @@ class Capacity:
     activation_reserve_bytes: float  # the engine's profiling step's peak, held back before the KV cache
     kv_bytes_per_token: float  # what each further token adds: the layers that keep every token
     kv_bytes_per_request: float
+    # The recurrent layers' state: a request holds it whatever its length.
+    state_bytes_per_request: float
     # What a request's window and chunk layers hold once its context passes their span, whatever its length after.
     kv_bytes_capped_per_request: float
     available_kv_bytes: float
@@ -110,11 +132,13 @@ def kv_capacity(arch: Architecture, dtypes: ModelDTypes, *, context_len: int, ca
             longest, bound_by = arch.max_positions, "model"
     return Capacity(
         usable_bytes=usable, weights_bytes=weights, workspace_bytes=workspace_bytes, activation_reserve_bytes=reserved,
-        kv_bytes_per_token=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * sum(
-            g.count for g in arch.groups if not (g.sliding_window or g.chunk)),
+        kv_bytes_per_token=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * token_caching_layers(arch),
         kv_bytes_capped_per_request=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * sum(
-            g.count * cached_tokens(g.sliding_window or g.chunk or 0, block_size) for g in arch.groups),
-        kv_bytes_per_request=per_request, available_kv_bytes=available, max_concurrent_requests=max_requests,
+            g.count * cached_tokens(g.sliding_window or g.chunk or 0, block_size) for g in arch.groups
+            if g.mixer == "attention"),
+        kv_bytes_per_request=per_request,
+        state_bytes_per_request=recurrent_state_bytes(arch, dtypes, tensor_parallel),
+        available_kv_bytes=available, max_concurrent_requests=max_requests,
         max_context_len=longest, max_context_len_bound_by=bound_by,
         fits=fits, shortfall_bytes=0.0 if fits else -available, block_size=block_size,
     )
@@ -157,6 +181,9 @@ def activation_bytes(arch: Architecture, dtypes: ModelDTypes, *, tokens: int, ba
     s = bytes_per_element(dtypes.activations)
     qkv = (arch.heads + 2 * arch.kv_heads) * arch.head_dim / t
     widths = [arch.intermediate]
+    if arch.recurrent is not None:  # its input projection: q, k, v, the output gate and the per-head gates
+        mixer = arch.recurrent
+        qkv = max(qkv, (mixer.conv_channels + mixer.heads * (mixer.value_dim + 2)) / t)
     if arch.moe is not None:
         widths.append(arch.moe.top_k * arch.moe.expert_intermediate + arch.moe.shared_intermediate)
     widest = max(arch.hidden, qkv, 2 * max(widths) / t)

@@ -13,7 +13,7 @@ from service.core.transformer.architecture import MAX_DIMENSION, MAX_LAYERS, Con
 # Keys that count layers rather than sizes: bounded by MAX_LAYERS.
 LAYER_KEYS = frozenset({"num_hidden_layers", "first_k_dense_replace", "max_window_layers"})
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
-               "gelu_fast": "gelu", "relu": "relu"}
+               "gelu_fast": "gelu", "relu": "relu", "relu2": "relu2"}
 
 
 class ConfigReader:

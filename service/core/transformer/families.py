@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from service.core.transformer import vision
-from service.core.transformer.architecture import Architecture, ConfigError, LatentAttention, MoE, group_layers
+from service.core.transformer.architecture import (
+    Architecture,
+    ConfigError,
+    LatentAttention,
+    MoE,
+    RecurrentMixer,
+    group_layers,
+)
 from service.core.transformer.config_reader import ConfigReader
 from service.core.transformer.quantization import checkpoint_quantization
 
@@ -148,6 +155,113 @@ def deepseek_experts(r: ConfigReader, layers: int, intermediate: int, config: Ma
     return moe, [i >= first_dense and i % (freq or 1) == 0 for i in range(layers)]
 
 
+def qwen3_next_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    # Qwen's routed experts beside one shared expert of its own width, scaled by a sigmoid gate.
+    moe, routed = qwen_moe_experts(r, layers, intermediate, config)
+    assert moe is not None  # Qwen's reader always describes its experts
+    shared = r.int("shared_expert_intermediate_size", 0, minimum=0)
+    return replace(moe, shared_experts=1 if shared else 0, shared_intermediate=shared,
+                   shared_expert_gate=bool(shared)), routed
+
+
+# Which layers mix tokens by attention, by a recurrent scan, or not at all, and which have an MLP.
+Mixers = tuple[list[str], list[bool]]
+
+
+def attention_everywhere(r: ConfigReader, layers: int) -> Mixers:
+    return ["attention"] * layers, [True] * layers
+
+
+def qwen3_next_mixers(r: ConfigReader, layers: int) -> Mixers:
+    """Gated DeltaNet layers, and a full-attention layer every full_attention_interval-th (or as layer_types
+    says); every layer has its MLP."""
+    kinds = r.config.get("layer_types")
+    if isinstance(kinds, list) and len(kinds) == layers and set(kinds) <= {"linear_attention", "full_attention"}:
+        return ["recurrent" if kind == "linear_attention" else "attention" for kind in kinds], [True] * layers
+    interval = r.int("full_attention_interval", 4, note=" (the config class default)")
+    return ["attention" if (i + 1) % (interval or 1) == 0 else "recurrent" for i in range(layers)], [True] * layers
+
+
+# Nemotron-H's blocks: one mixer or one MLP each, as its pattern string or its list of block types names them.
+NEMOTRON_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+NEMOTRON_BLOCK_NAMES = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention",
+                        "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
+
+
+def nemotron_blocks(r: ConfigReader) -> list[str]:
+    for key in ("layers_block_type", "layer_types"):
+        listed = r.config.get(key)
+        if isinstance(listed, list) and listed:
+            if not all(isinstance(name, str) and name in NEMOTRON_BLOCK_NAMES for name in listed):
+                r.missing.append(f"{key} (each one of {', '.join(NEMOTRON_BLOCK_NAMES)})")
+                return []
+            return [NEMOTRON_BLOCK_NAMES[name] for name in listed]
+    pattern = r.config.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern or not set(pattern) <= set(NEMOTRON_BLOCKS):
+        r.missing.append("hybrid_override_pattern (a string of M, *, - and E, one a layer)")
+        return []
+    return [NEMOTRON_BLOCKS[char] for char in pattern]
+
+
+def nemotron_layer_count(r: ConfigReader) -> int:
+    return len(nemotron_blocks(r))
+
+
+def nemotron_mixers(r: ConfigReader, layers: int) -> Mixers:
+    blocks = nemotron_blocks(r)
+    mixers = {"mamba": "recurrent", "attention": "attention", "mlp": "none", "moe": "none"}
+    return [mixers[block] for block in blocks], [block in ("mlp", "moe") for block in blocks]
+
+
+def nemotron_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    """Routed experts of moe_intermediate_size (ungated, like its MLP) and one shared MLP, on the E blocks; the
+    router has a score-correction bias, which the checkpoint stores."""
+    routed = [block == "moe" for block in nemotron_blocks(r)]
+    if not any(routed):
+        return None, routed
+    if config.get("moe_latent_size") is not None:
+        r.missing.append("moe_latent_size (latent expert projections are not read yet: describe the model in the "
+                         "generic form)")
+    shared = r.int("moe_shared_expert_intermediate_size", 0, minimum=0)
+    return MoE(r.int("n_routed_experts"), r.int("num_experts_per_tok"), r.int("moe_intermediate_size"),
+               1 if shared else 0, shared, router_bias=True), routed
+
+
+def no_rope(r: ConfigReader, layers: int) -> tuple[list[int | None], list[bool]]:
+    return [None] * layers, [False] * layers
+
+
+STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def gated_deltanet(r: ConfigReader) -> RecurrentMixer:
+    return RecurrentMixer("gated_delta", r.int("linear_num_value_heads"), r.int("linear_num_key_heads"),
+                          r.int("linear_key_head_dim"), r.int("linear_value_head_dim"),
+                          r.int("linear_conv_kernel_dim", 4, note=" (the config class default)"), chunk=64,
+                          head_params=2, norm_per_head=True)
+
+
+def nemotron_mamba2(r: ConfigReader) -> RecurrentMixer:
+    state_dtype = r.config.get("mamba_ssm_cache_dtype", "float32")
+    return RecurrentMixer(
+        "ssd", r.int("mamba_num_heads"), r.int("n_groups", 8, note=" (the config class default)"),
+        r.int("ssm_state_size"), r.int("mamba_head_dim"), r.int("conv_kernel", 4, note=" (the config class default)"),
+        r.int("chunk_size", 128, note=" (the config class default)"), head_params=3, norm_per_head=False,
+        proj_bias=r.flag("use_bias", False), conv_bias=r.flag("use_conv_bias", True),
+        state_dtype=STATE_DTYPES.get(state_dtype) if isinstance(state_dtype, str) else None)
+
+
+def rotary_fraction(config: Mapping[str, Any]) -> float:
+    """The share of each head's dimensions RoPE rotates: partial_rotary_factor, at the top or among the rope
+    parameters; 1 when neither says."""
+    for section in (config, config.get("rope_parameters"), config.get("rope_scaling")):
+        if isinstance(section, Mapping):
+            factor = section.get("partial_rotary_factor")
+            if isinstance(factor, (int, float)) and not isinstance(factor, bool) and 0 < factor <= 1:
+                return float(factor)
+    return 1.0
+
+
 def llama4_positions(r: ConfigReader, layers: int) -> tuple[list[int | None], list[bool]]:
     """Per layer, its attention chunk and whether it rotates positions: Llama 4's RoPE layers attend within chunks
     of attention_chunk_size; every no_rope_layer_interval-th layer (or as no_rope_layers lists, 1 = RoPE) is a
@@ -192,6 +306,14 @@ class Family:
     # and projector's parameters from the whole config (its vision_config) and the decoder's width.
     text: str | None = None
     vision: Callable[[Mapping[str, Any], str, int], int] | None = None
+    # Per layer, its token mixer and whether it has an MLP; with `recurrent`, the recurrent layers' mixer.
+    mixers: Callable[[ConfigReader, int], Mixers] = attention_everywhere
+    recurrent: Callable[[ConfigReader], RecurrentMixer] | None = None
+    attention_output_gate: bool = False
+    gated_mlp: bool = True
+    activation_key: str = "hidden_act"
+    # How many layers: num_hidden_layers, or what the family's layer list says (Nemotron-H's pattern).
+    layer_count: Callable[[ConfigReader], int] | None = None
 
 
 FAMILIES: dict[str, Family] = {family.name: family for family in (
@@ -221,6 +343,12 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            intermediate_key="intermediate_size_mlp", positions=llama4_positions),
     Family("llama4", text="llama4_text", vision=lambda config, prefix, hidden: vision.llama4_vision(
         _reader(config, "vision_config", prefix), hidden)),
+    Family("qwen3_next", biases=attention_bias, experts=qwen3_next_experts, qk_norm=True, intermediate_optional=True,
+           mixers=qwen3_next_mixers, recurrent=gated_deltanet, attention_output_gate=True),
+    # Attention without biases or positions (the config's attention_bias is not read by its attention).
+    Family("nemotron_h", experts=nemotron_experts, positions=no_rope, mixers=nemotron_mixers, recurrent=nemotron_mamba2,
+           gated_mlp=False, activation_key="mlp_hidden_act", layer_count=nemotron_layer_count,
+           intermediate_optional=True),
 )}
 SUPPORTED_FAMILIES = tuple(FAMILIES)
 
@@ -285,11 +413,11 @@ def _multimodal(family: Family, config: Mapping[str, Any], prefix: str) -> Archi
 def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architecture:
     r = ConfigReader(config, prefix)
     hidden = r.int("hidden_size")
-    layers = r.int("num_hidden_layers")
+    layers = family.layer_count(r) if family.layer_count is not None else r.int("num_hidden_layers")
     heads = r.int("num_attention_heads")
     vocab = r.int("vocab_size")
     kv_heads = r.int("num_key_value_heads", heads, note=" (the config class default: num_attention_heads)") if heads else 0
-    activation = r.activation()
+    activation = r.activation(family.activation_key)
     intermediate = (r.int(family.intermediate_key, 0, minimum=0) if family.intermediate_optional
                     else r.int(family.intermediate_key))
     r.fail_if_missing()
@@ -307,15 +435,19 @@ def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architec
     moe, moe_layers = family.experts(r, layers, intermediate, config)
     latent = family.latent(r) if family.latent is not None else None
     chunks, ropes = family.positions(r, layers) if family.positions is not None else (None, None)
+    mixers, mlps = family.mixers(r, layers)
+    recurrent = family.recurrent(r) if family.recurrent is not None and "recurrent" in mixers else None
     qk_norm = family.qk_norm or bool(family.qk_norm_flag and r.flag(family.qk_norm_flag, False))
     r.fail_if_missing()
     moe = _check_layers(moe, moe_layers, intermediate, prefix)
     return Architecture(
         family=family.name, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        vocab=vocab, intermediate=intermediate, gated_mlp=True, activation=activation,
+        vocab=vocab, intermediate=intermediate, gated_mlp=family.gated_mlp, activation=activation,
         tied_embeddings=r.flag("tie_word_embeddings", family.tied_by_default),
         qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias, norms_per_layer=family.norms_per_layer,
         qk_norm=qk_norm, qk_norm_weights=family.qk_norm_weights, latent=latent, moe=moe,
-        groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes), attention_sinks=family.attention_sinks,
-        defaults_applied=tuple(r.defaults), max_positions=r.optional_int("max_position_embeddings"),
+        groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes, mixers, mlps),
+        attention_sinks=family.attention_sinks, defaults_applied=tuple(r.defaults),
+        max_positions=r.optional_int("max_position_embeddings"), recurrent=recurrent,
+        attention_output_gate=family.attention_output_gate, rotary_fraction=rotary_fraction(config),
     )

@@ -18,16 +18,19 @@ from service.core.hardware import Unit
 from service.core.memo import by_value
 from service.core.operators import (
     attention_cost,
+    causal_conv1d_cost,
     elementwise_cost,
     embedding_cost,
     layernorm_cost,
     matmul_cost,
+    recurrent_scan_cost,
     rmsnorm_cost,
     rope_cost,
     softmax_cost,
 )
 from service.core.operators.base import OperatorCost, at_most
-from service.core.transformer.architecture import Architecture, LatentAttention, LayerGroup, MoE
+from service.core.operators.recurrent import GATES_PER_HEAD
+from service.core.transformer.architecture import Architecture, LatentAttention, LayerGroup, MoE, RecurrentMixer
 
 
 # Tuples, not frozen dataclasses: every cached cost model is keyed by the dtypes (a tuple hashes in C) and a
@@ -229,7 +232,8 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
         return _latent_attention_rows(arch, arch.latent, step, dtypes, heads)
     kv_heads = _split(arch.kv_heads, tp, "num_key_value_heads")
     d = arch.head_dim
-    qkv = (heads + 2 * kv_heads) * d
+    # With an output gate, q_proj yields each head's gate beside its query.
+    qkv = ((2 if arch.attention_output_gate else 1) * heads + 2 * kv_heads) * d
     rows = [Row("qkv_proj", "matmul", 1, linear_cost(tokens, qkv, h, dtypes, arch.qkv_bias),
                 params=linear_params(qkv, h, arch.qkv_bias))]
     if arch.qk_norm:
@@ -237,7 +241,8 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
         rows += [Row("q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act), params=scale),
                  Row("k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, d], dtype=act), params=scale)]
     if group.rope:
-        rows.append(Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + kv_heads, d, act)))
+        rotated = int(d * arch.rotary_fraction)
+        rows.append(Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + kv_heads, rotated, act)))
     chunked = {"chunk": group.chunk} if group.chunk else {}
     rows += [
         Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, 2 * kv_heads * d, dtypes)),
@@ -245,10 +250,67 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
                        head_dim=d, q_len=step.q_len, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache,
                        causal=True, window=group.sliding_window, implementation=step.attention_implementation,
                        **chunked),
-        Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * d, dtypes, arch.o_bias),
-            params=linear_params(h, heads * d, arch.o_bias)),
     ]
+    if arch.attention_output_gate:  # sigmoid(gate) x output: 4 FLOPs the sigmoid, 1 the product
+        rows.append(Row("attn_output_gate", "elementwise", 1,
+                        _elementwise("sigmoid_mul", (tokens, heads * d), act, 2, 5)))
+    rows.append(Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * d, dtypes, arch.o_bias),
+                    params=linear_params(h, heads * d, arch.o_bias)))
     return rows
+
+
+def recurrent_rows(arch: Architecture, mixer: RecurrentMixer, step: Step, dtypes: ModelDTypes) -> list[Row]:
+    """A recurrent layer's mixer on one device: heads (and key heads) split by tensor parallelism. A prompt with no
+    state before it runs the chunked scan; a step after a state (decode, a verification) the token-by-token one,
+    reading the state and the convolution's last inputs first."""
+    tp, tokens, h, act = step.tensor_parallel, step.tokens, arch.hidden, dtypes.activations
+    heads = _split(mixer.heads, tp, "the recurrent layers' value heads")
+    key_heads = _split(mixer.key_heads, tp, "the recurrent layers' key heads")
+    values = heads * mixer.value_dim
+    channels = 2 * key_heads * mixer.key_dim + values
+    projected = channels + values + GATES_PER_HEAD[mixer.rule] * heads  # q, k, v; the output gate z; the gates
+    continuing = step.q_len < step.kv_len
+    norm_scale = mixer.value_dim if mixer.norm_per_head else values
+    return [
+        Row("in_proj", "matmul", 1, linear_cost(tokens, projected, h, dtypes, mixer.proj_bias),
+            params=linear_params(projected, h, mixer.proj_bias)),
+        Row("conv1d", "causal_conv1d", 1,
+            _conv(step.batch, step.q_len, channels, mixer.conv_kernel, mixer.conv_bias, continuing, act),
+            params=channels * (mixer.conv_kernel + (1 if mixer.conv_bias else 0))),
+        Row("scan", "recurrent_scan", 1, _scan(mixer, step.batch, step.q_len, heads, key_heads, continuing, act),
+            params=mixer.head_params * heads),
+        Row("gated_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, mixer.value_dim], dtype=act),
+            params=norm_scale),
+        Row("norm_gate", "elementwise", 1, _elementwise("silu_mul", (tokens, values), act, 2, 5)),
+        Row("out_proj", "matmul", 1, linear_cost(tokens, h, values, dtypes, mixer.proj_bias),
+            params=linear_params(h, values, mixer.proj_bias)),
+    ]
+
+
+@by_value(maxsize=1024)
+def _conv(batch: int, q_len: int, channels: int, kernel: int, bias: bool, continuing: bool, dtype: str) -> OperatorCost:
+    return causal_conv1d_cost(batch=batch, seq_len=q_len, channels=channels, kernel=kernel, bias=bias,
+                              initial_state=continuing, dtype=dtype)
+
+
+@by_value(maxsize=1024)
+def _scan(mixer: RecurrentMixer, batch: int, q_len: int, heads: int, key_heads: int, continuing: bool,
+          dtype: str) -> OperatorCost:
+    return recurrent_scan_cost(rule=mixer.rule, batch=batch, seq_len=q_len, heads=heads, key_heads=key_heads,
+                               key_dim=mixer.key_dim, value_dim=mixer.value_dim,
+                               mode="recurrent" if continuing else "chunked", chunk=mixer.chunk,
+                               initial_state=continuing, dtype=dtype, state_dtype=mixer.state_dtype or dtype)
+
+
+def mixer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
+    """The layer's token mixer: attention, a recurrent scan, or nothing (an MLP-only block)."""
+    if group.mixer == "none":
+        return []
+    if group.mixer == "recurrent":
+        if arch.recurrent is None:
+            raise CostModelError("model", "a recurrent layer in a model without a recurrent mixer")
+        return recurrent_rows(arch, arch.recurrent, step, dtypes)
+    return attention_rows(arch, group, step, dtypes)
 
 
 def _attention_row(sinks: int = 0, **params) -> Row:
@@ -382,6 +444,9 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, sha
     ]
     if moe.shared_experts:
         rows += _mlp_rows("shared_", arch, tokens, _split(moe.shared_intermediate, tp, "shared expert width"), dtypes)
+    if moe.shared_expert_gate:  # sigmoid(x . w) scales the shared expert's output
+        rows += [Row("shared_expert_gate", "matmul", 1, linear_cost(tokens, 1, h, dtypes), params=h),
+                 Row("shared_expert_scale", "elementwise", 1, _elementwise("sigmoid_mul", (tokens, h), act, 2, 5))]
     return rows
 
 
@@ -389,6 +454,8 @@ def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTy
              shard: ExpertShard | None = None) -> list[Row]:
     """The layer's MLP: routed experts (and shared ones) on a MoE layer, else the dense MLP. `shard`: how the
     routed experts land on this device, when not by tensor parallelism over the step's devices."""
+    if not group.has_mlp:
+        return []
     if group.moe:
         if arch.moe is None:
             raise CostModelError("model", "a MoE layer in a model without experts")
@@ -398,7 +465,8 @@ def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTy
 
 def mlp_block(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
     """The MLP with the collectives of the step's tensor parallelism."""
-    return tensor_parallel_block("mlp", mlp_rows(arch, group, step, dtypes), arch, step, dtypes)
+    rows = mlp_rows(arch, group, step, dtypes)
+    return tensor_parallel_block("mlp", rows, arch, step, dtypes) if rows else []
 
 
 def expert_exchange(rows: list[Row], sent_bytes: float) -> list[Row]:
@@ -416,12 +484,16 @@ def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelD
     stream, act = step.stream_tokens, dtypes.activations
     norms_each = arch.norms_per_layer // 2
     norm = _norm(arch, [stream, arch.hidden], dtypes)
-    rows = [Row("attn_norm", arch.norm, norms_each, norm, params=norm_weights(arch))]
-    rows += tensor_parallel_block("attn", attention_rows(arch, group, step, dtypes), arch, step, dtypes)
-    rows += [Row("attn_residual", "elementwise", 1, _elementwise("add", (stream, arch.hidden), act)),
-             Row("mlp_norm", arch.norm, norms_each, norm, params=norm_weights(arch))]
-    rows += mlp(arch, group, step, dtypes)
-    rows.append(Row("mlp_residual", "elementwise", 1, _elementwise("add", (stream, arch.hidden), act)))
+    residual = _elementwise("add", (stream, arch.hidden), act)
+    rows: list[Row] = []
+    if group.mixer != "none":
+        rows.append(Row("attn_norm", arch.norm, norms_each, norm, params=norm_weights(arch)))
+        rows += tensor_parallel_block("attn", mixer_rows(arch, group, step, dtypes), arch, step, dtypes)
+        rows.append(Row("attn_residual", "elementwise", 1, residual))
+    if group.has_mlp:
+        rows.append(Row("mlp_norm", arch.norm, norms_each, norm, params=norm_weights(arch)))
+        rows += mlp(arch, group, step, dtypes)
+        rows.append(Row("mlp_residual", "elementwise", 1, residual))
     return rows
 
 

@@ -11,8 +11,8 @@ from service.core.transformer.layers import (
     ModelDTypes,
     Row,
     Step,
-    attention_rows,
     layer_rows,
+    mixer_rows,
     mlp_rows,
     model_level_rows,
     norm_weights,
@@ -21,7 +21,7 @@ from service.core.transformer.layers import (
 
 @dataclass(frozen=True)
 class LayerParams:
-    attention: int
+    attention: int  # the token mixer's: attention, or a recurrent layer's
     mlp_total: int  # every expert
     mlp_active: int  # what one token uses: top-k routed plus shared experts
     norms: int
@@ -80,7 +80,7 @@ def _active(rows: list[Row]) -> int:
 def layer_params(arch: Architecture, group: LayerGroup) -> LayerParams:
     """A layer's parameters, summed over the rows that own them: its attention block, its MLP (every expert, and
     the ones a token uses) and its norms (what the layer's rows own beyond the two blocks)."""
-    attention = _owned(attention_rows(arch, group, _ONE_TOKEN, _DTYPES))
+    attention = _owned(mixer_rows(arch, group, _ONE_TOKEN, _DTYPES))
     mlp = mlp_rows(arch, group, _ONE_TOKEN, _DTYPES)
     whole = _owned(layer_rows(arch, group, _ONE_TOKEN, _DTYPES))
     routed = _owned([row for row in mlp if row.kind == "grouped_matmul"])

@@ -1,0 +1,171 @@
+"""The hybrid families with recurrent layers: Qwen3-Next (Gated DeltaNet beside gated attention) and Nemotron-H
+(Mamba-2 beside attention, MLP and MoE blocks). Parameters against transformers' build of the same config, the
+recurrent layers' FLOPs against FlopCounterMode on transformers' own layer (its PyTorch fallback), and the cache
+and state per request by hand."""
+
+import pytest
+
+from service.core.transformer.analysis import Evaluator, analyze_model
+from service.core.transformer.capacity import kv_bytes_per_request, kv_capacity, recurrent_state_bytes
+from service.core.transformer.families import from_hf_config
+from service.core.transformer.layers import ModelDTypes, Step, recurrent_rows
+from service.core.transformer.params import model_params
+from service.persistence.catalog import nominal_device
+from tests.conftest import import_crosscheck
+from tests.core.transformer.test_families import transformers_count
+
+# Qwen3-Next-80B-A3B's dimensions, as transformers' Qwen3NextConfig documents them for that checkpoint.
+QWEN3_NEXT_80B = {
+    "model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 256, "intermediate_size": 5120, "vocab_size": 151936,
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32, "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512, "full_attention_interval": 4, "partial_rotary_factor": 0.25,
+    "hidden_act": "silu", "tie_word_embeddings": False, "max_position_embeddings": 262144,
+}
+TINY_QWEN3_NEXT = {
+    **QWEN3_NEXT_80B, "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "intermediate_size": 96, "vocab_size": 100, "linear_key_head_dim": 16, "linear_value_head_dim": 8,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_experts": 8, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48, "mlp_only_layers": [1],
+}
+TINY_NEMOTRON_H = {
+    "model_type": "nemotron_h", "hidden_size": 64, "hybrid_override_pattern": "M-M*EM", "num_hidden_layers": 6,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96, "vocab_size": 100,
+    "mlp_hidden_act": "relu2", "mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2,
+    "conv_kernel": 4, "chunk_size": 16, "use_conv_bias": True, "use_bias": False, "n_routed_experts": 4,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 48,
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.mark.crosscheck
+@pytest.mark.parametrize("model_class, config_class, config", [
+    ("Qwen3NextForCausalLM", "Qwen3NextConfig", TINY_QWEN3_NEXT),
+    ("Qwen3NextForCausalLM", "Qwen3NextConfig", QWEN3_NEXT_80B),
+    ("NemotronHForCausalLM", "NemotronHConfig", TINY_NEMOTRON_H),
+], ids=["qwen3_next tiny", "qwen3_next 80B", "nemotron_h tiny"])
+def test_parameters_equal_transformers_build(model_class, config_class, config):
+    assert model_params(from_hf_config(config)).total == transformers_count(model_class, config_class, config)
+
+
+def test_qwen3_next_layers_and_counts():
+    arch = from_hf_config(QWEN3_NEXT_80B)
+    # Every fourth layer attends: 36 Gated DeltaNet layers and 12 gated full-attention layers, all MoE.
+    assert arch.layer_kinds() == "36 x recurrent MoE, 12 x MoE"
+    params = model_params(arch)
+    # Qwen's card: 80B total, 3B activated (79.67e9 and 3.9e9 here: the card rounds, and counts without the
+    # embedding and head, which here are 2 x 151,936 x 2,048 = 0.62e9).
+    assert params.total == 79_674_391_296
+    assert 3.0e9 < params.active - params.lm_head < 3.3e9
+
+
+def test_qwen3_next_cache_and_state_per_request_by_hand():
+    arch = from_hf_config(QWEN3_NEXT_80B)
+    bf16 = ModelDTypes()
+    # 12 full-attention layers x 2 (K and V) x 2 KV heads x 256 x 2 bytes = 24,576 bytes a token.
+    # 36 Gated DeltaNet layers, each: 32 heads x 128 x 128 x 2 bytes = 1,048,576 of state, and the convolution's
+    # last 3 inputs of 2 x 16 x 128 + 32 x 128 = 8,192 channels x 2 bytes = 49,152: 36 x 1,097,728 = 39,518,208.
+    assert recurrent_state_bytes(arch, bf16) == 39_518_208
+    assert kv_bytes_per_request(arch, bf16, 32768) == 32768 * 24_576 + 39_518_208
+    capacity = kv_capacity(arch, bf16, context_len=32768, capacity_bytes=141e9, tensor_parallel=2)
+    assert capacity.kv_bytes_per_token == 24_576 / 2
+    assert capacity.state_bytes_per_request == 39_518_208 / 2
+    # Against a model that attended on every layer (48 x 4,096 bytes a token = 196,608): 4x less per token.
+    assert 48 * 2 * 2 * 256 * 2 / 24_576 == 4
+
+
+def test_nemotron_h_blocks_and_state_by_hand():
+    arch = from_hf_config(TINY_NEMOTRON_H)
+    assert arch.layer_kinds() == "3 x recurrent mixer only, 1 x MLP-only dense, 1 x attention, 1 x MLP-only MoE"
+    # 3 Mamba-2 blocks, each: 8 heads x 16 (N) x 16 (P) x 4 bytes (its fp32 state, the config class default)
+    # = 8,192, and the last 3 inputs of 8 x 16 + 2 x 2 x 16 = 192 channels x 2 bytes = 1,152: 3 x 9,344 = 28,032.
+    assert recurrent_state_bytes(arch, ModelDTypes()) == 28_032
+    # One attention block: 2 x 2 x 16 x 2 = 128 bytes a token.
+    assert kv_bytes_per_request(arch, ModelDTypes(), 10) == 10 * 128 + 28_032
+
+
+def test_decode_reads_the_state_and_prefill_writes_it():
+    arch = from_hf_config(QWEN3_NEXT_80B)
+    bf16 = ModelDTypes()
+    assert arch.recurrent is not None
+    state = 32 * 128 * 128 * 2
+    prefill = {r.name: r for r in recurrent_rows(arch, arch.recurrent, Step(1, 100, 100), bf16)}
+    decode = {r.name: r for r in recurrent_rows(arch, arch.recurrent, Step(1, 1, 101), bf16)}
+    assert prefill["scan"].cost.kv_bytes_read == 0 and prefill["scan"].cost.kv_bytes_written == state
+    assert decode["scan"].cost.kv_bytes_read == state == decode["scan"].cost.kv_bytes_written
+    # A decode step is the same whatever the context: the state does not grow.
+    later = {r.name: r for r in recurrent_rows(arch, arch.recurrent, Step(1, 1, 100_001), bf16)}
+    assert later["scan"].cost == decode["scan"].cost
+
+
+def _counted(module, *args, **kwargs) -> dict:
+    torch = import_crosscheck("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        module(*args, **kwargs)
+    return {str(op).split(".")[-1]: flops for op, flops in counter.get_flop_counts()["Global"].items()}
+
+
+@pytest.mark.crosscheck
+def test_gated_deltanet_layer_flops_equal_flop_counter():
+    torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    from transformers.models.qwen3_next import modeling_qwen3_next
+
+    fields = {k: v for k, v in TINY_QWEN3_NEXT.items() if k != "model_type"}
+    layer = modeling_qwen3_next.Qwen3NextGatedDeltaNet(transformers.Qwen3NextConfig(**fields), layer_idx=0)
+    batch, length = 2, 100
+    counted = _counted(layer, torch.randn(batch, length, 64))
+    rows = {r.name: r.cost for r in recurrent_rows(from_hf_config(TINY_QWEN3_NEXT),
+                                                   from_hf_config(TINY_QWEN3_NEXT).recurrent, Step(batch, length, length),
+                                                   ModelDTypes())}
+    # The projections: in_proj (q, k, v, z and the gates, in two linears there) and out_proj.
+    projections = rows["in_proj"].flops + rows["out_proj"].flops
+    # The chunked scan in chunks of 64 (100 tokens: 2 chunks, padded). FlopCounterMode counts its matrix products
+    # (4 c^2 dk + 2 c^2 dv + 6 c dk dv a chunk and head) but not the two triangular solves (c^2 (dk + dv)).
+    c, dk, dv, heads, chunks = 64, 16, 8, 4, 2
+    solves = batch * heads * chunks * c * c * (dk + dv)
+    # The depthwise convolution: 2 x kernel FLOPs an output; torch pads it and convolves length + kernel - 1
+    # positions before cutting the extra ones off.
+    channels, kernel = 2 * 2 * 16 + 4 * 8, 4
+    conv_padding = batch * channels * (kernel - 1) * 2 * kernel
+    assert counted["mm"] + counted["bmm"] == projections + rows["scan"].flops - solves
+    assert counted["convolution"] == rows["conv1d"].flops + conv_padding
+
+
+@pytest.mark.crosscheck
+def test_mamba2_mixer_flops_equal_flop_counter():
+    torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    from transformers.models.nemotron_h import modeling_nemotron_h
+
+    fields = {k: v for k, v in TINY_NEMOTRON_H.items() if k != "model_type"}
+    mixer = modeling_nemotron_h.NemotronHMamba2Mixer(transformers.NemotronHConfig(**fields), layer_idx=0)
+    batch, length = 2, 64  # 4 chunks of 16
+    counted = _counted(mixer, torch.randn(batch, length, 64))
+    arch = from_hf_config(TINY_NEMOTRON_H)
+    rows = {r.name: r.cost for r in recurrent_rows(arch, arch.recurrent, Step(batch, length, length), ModelDTypes())}
+    projections = rows["in_proj"].flops + rows["out_proj"].flops
+    # Mamba-2's chunked scan a head: per chunk 2 Q^2 (N + P) + 4 Q N P, and 2 N P to pass the state on, which
+    # transformers' reference computes as one product over every pair of chunks (2 (c + 1)^2 N P a head).
+    q, n, p, heads, chunks = 16, 16, 16, 8, 4
+    passed_on = batch * heads * chunks * 2 * n * p
+    pairwise = batch * heads * 2 * (chunks + 1) ** 2 * n * p
+    channels, kernel = 8 * 16 + 2 * 2 * 16, 4
+    assert rows["scan"].flops == batch * heads * chunks * (2 * q * q * (n + p) + 4 * q * n * p) + passed_on
+    matmuls = sum(flops for op, flops in counted.items() if op != "convolution")
+    assert matmuls == projections + rows["scan"].flops - passed_on + pairwise
+    assert counted["convolution"] == rows["conv1d"].flops - batch * length * channels + batch * channels * (kernel - 1) * 2 * kernel
+
+
+def test_a_hybrid_model_analyses_in_both_phases():
+    arch = from_hf_config(QWEN3_NEXT_80B)
+    evaluator = Evaluator(nominal_device("nvidia-h100-sxm"))
+    for phase in ("prefill", "decode"):
+        result = analyze_model(arch, evaluator, phase=phase, batch=4, seq_len=4096, dtypes=ModelDTypes(),
+                               tensor_parallel=2)
+        scans = [r for r in result.rows if r.kind == "recurrent_scan"]
+        assert scans and all(r.layers == 36 for r in scans)
+        assert result.totals.time_s > 0
