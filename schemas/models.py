@@ -25,17 +25,21 @@ ModelIdField = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[a-
 
 
 class GenericLayers(StrictModel):
-    """`count` layers alike: their attention and their MLP."""
+    """`count` layers alike: their token mixer and their MLP."""
 
     count: Annotated[int, Field(ge=1, le=65_536)] = Field(1, description="Layers of this kind")
-    attention: Literal["full", "sliding", "chunked"] = Field(
+    attention: Literal["full", "sliding", "chunked", "latent", "recurrent", "none"] = Field(
         "full", description="'full': every earlier key; 'sliding': the last `window` keys (the cache holds `window` "
                             "tokens); 'chunked': the keys of the query's own chunk of `chunk` tokens (Llama 4's local "
-                            "layers)")
+                            "layers); 'latent': multi-head latent attention as the model's `latent` describes it "
+                            "(then every attention layer is latent); 'recurrent': the model's `recurrent` mixer, a "
+                            "scan over a fixed state per request (Gated DeltaNet, Mamba-2); 'none': no mixer (an "
+                            "MLP-only block)")
     window: Count | None = Field(None, description="With 'sliding': the window, tokens")
     chunk: Count | None = Field(None, description="With 'chunked': the chunk, tokens")
-    mlp: Literal["dense", "moe"] = Field("dense", description="'dense': the `intermediate`-wide MLP; 'moe': the "
-                                                               "routed experts (and shared ones)")
+    mlp: Literal["dense", "moe", "none"] = Field(
+        "dense", description="'dense': the `intermediate`-wide MLP; 'moe': the routed experts (and shared ones); "
+                             "'none': no MLP (a block of its mixer alone)")
     rope: bool = Field(True, description="Rotary positions on this layer's queries and keys (false: NoPE)")
 
     @model_validator(mode="after")
@@ -44,6 +48,42 @@ class GenericLayers(StrictModel):
             raise ValueError("window is given with, and only with, attention 'sliding'")
         if (self.attention == "chunked") != (self.chunk is not None):
             raise ValueError("chunk is given with, and only with, attention 'chunked'")
+        if self.attention == "none" and self.mlp == "none":
+            raise ValueError("a layer needs a mixer or an MLP: attention and mlp cannot both be 'none'")
+        return self
+
+
+class GenericLatent(StrictModel):
+    """Multi-head latent attention (DeepSeek-V2/V3's): K and V from a cached compressed latent."""
+
+    q_lora_rank: Count | None = Field(None, description="Rank of the queries' compression; none: a plain q_proj")
+    kv_lora_rank: Count = Field(description="Width of the cached latent")
+    qk_nope_head_dim: Count = Field(description="Per head, the query/key dimensions without positions")
+    qk_rope_head_dim: Count = Field(description="Per head, the rotated query/key dimensions (one shared key head)")
+    v_head_dim: Count = Field(description="Per head, the value dimensions")
+
+
+class GenericRecurrent(StrictModel):
+    """The mixer of the layers of attention 'recurrent': queries and keys (`key_heads` x `key_dim`), values and an
+    output gate (`heads` x `value_dim`) and per-head gates projected from the stream, a short causal convolution, a
+    scan through a key_dim x value_dim state per head, a gated norm and the output projection."""
+
+    rule: Literal["gated_delta", "ssd"] = Field(description="'gated_delta': Gated DeltaNet (Qwen3-Next's linear "
+                                                            "attention); 'ssd': Mamba-2")
+    heads: Count = Field(description="Value heads, each with its own state (Mamba-2: its heads)")
+    key_heads: Count = Field(description="Query/key heads, each shared by heads / key_heads value heads (Mamba-2: "
+                                         "its groups); must divide heads")
+    key_dim: Count = Field(description="Width of a query/key head (Mamba-2: the state size)")
+    value_dim: Count = Field(description="Width of a value head (Mamba-2: the head dimension)")
+    conv_kernel: Annotated[int, Field(ge=1, le=64)] = Field(4, description="Taps of the short convolution")
+    chunk: Annotated[int, Field(ge=1, le=4096)] = Field(64, description="Tokens a chunk of the prompt's scan")
+    conv_bias: bool = Field(False, description="The convolution has a bias per channel")
+    state_dtype: DTypeName | None = Field(None, description="Type of the scan state; default: the activations'")
+
+    @model_validator(mode="after")
+    def _heads(self):
+        if self.heads % self.key_heads:
+            raise ValueError("recurrent.key_heads must divide recurrent.heads")
         return self
 
 
@@ -71,6 +111,8 @@ class GenericArchitecture(StrictModel):
     top_k: Annotated[int, Field(ge=1, le=4096)] = 1
     expert_intermediate: Annotated[int, Field(ge=1, le=2**24)] = 1
     shared_experts: Annotated[int, Field(ge=0, le=64)] = 0
+    latent: GenericLatent | None = Field(None, description="With layers of attention 'latent': their dimensions")
+    recurrent: GenericRecurrent | None = Field(None, description="With layers of attention 'recurrent': their mixer")
     layer_types: list[GenericLayers] | None = Field(
         None, max_length=1024, description="The layers kind by kind, their counts adding up to `layers` (in any "
                                            "order: only how many of each kind is costed); instead of "
@@ -94,10 +136,19 @@ class GenericArchitecture(StrictModel):
             if self.sliding_window is not None:
                 raise ValueError("give sliding_window or layer_types, not both")
             mlps = {kind.mlp for kind in self.layer_types}
+            mixers = {kind.attention for kind in self.layer_types}
+            if ("recurrent" in mixers) != (self.recurrent is not None):
+                raise ValueError("recurrent is given with, and only with, layers of attention 'recurrent'")
+            if ("latent" in mixers) != (self.latent is not None):
+                raise ValueError("latent is given with, and only with, layers of attention 'latent'")
+            if "latent" in mixers and mixers & {"full", "sliding", "chunked"}:
+                raise ValueError("a model's attention layers are all latent or none is")
             if "moe" in mlps and not self.experts:
                 raise ValueError("a layer of mlp 'moe' needs experts")
             if "dense" in mlps and not self.intermediate:
                 raise ValueError("a layer of mlp 'dense' needs intermediate")
+        elif self.latent is not None or self.recurrent is not None:
+            raise ValueError("latent and recurrent describe layers: give layer_types with them")
         return self
 
 

@@ -64,8 +64,10 @@ class RecurrentMixer:
     chunk: int
     head_params: int  # parameters per head beside the projections (dt bias and A; Mamba-2 adds D)
     norm_per_head: bool  # the gated norm's scale is one head's width shared by all (Gated DeltaNet), else all heads'
-    proj_bias: bool = False
+    proj_bias: bool = False  # on the input projection
     conv_bias: bool = False
+    out_bias: bool = False  # on the output projection
+    gated_norm: bool = True  # False: the output only gated, not normalised (Falcon-H1 without mamba_rms_norm)
     state_dtype: str | None = None  # the checkpoint's own type for the state (config mamba_ssm_cache_dtype)
 
     @property
@@ -93,9 +95,18 @@ class LayerGroup:
     moe: bool
     chunk: int | None = None  # chunked attention (Llama 4's local layers): keys of the query's own chunk only
     rope: bool = True  # False: a layer without positional rotation (Llama 4's global NoPE layers)
-    # The token mixer: attention, a recurrent scan (Architecture.recurrent), or none (an MLP-only block).
+    # The token mixer: attention, a recurrent scan (Architecture.recurrent), both side by side on the same input
+    # with their outputs added (parallel: Falcon-H1), or none (an MLP-only block).
     mixer: str = "attention"
     has_mlp: bool = True  # False: a block of its mixer alone (Nemotron-H's mamba and attention blocks)
+
+    @property
+    def attends(self) -> bool:
+        return self.mixer in ("attention", "parallel")
+
+    @property
+    def recurs(self) -> bool:
+        return self.mixer in ("recurrent", "parallel")
 
 
 @dataclass(frozen=True)
@@ -140,7 +151,8 @@ class Architecture:
 
 
 def _mixer_label(group: LayerGroup) -> str:
-    return {"attention": "", "recurrent": "recurrent ", "none": "MLP-only "}[group.mixer]
+    return {"attention": "", "recurrent": "recurrent ", "parallel": "attention + recurrent ",
+            "none": "MLP-only "}[group.mixer]
 
 
 def _mlp_label(group: LayerGroup) -> str:
@@ -167,6 +179,7 @@ def from_generic(spec: Mapping[str, Any]) -> Architecture:
     experts = spec.get("experts") or 0
     moe = MoE(experts, spec["top_k"], spec["expert_intermediate"], spec.get("shared_experts", 0),
               spec.get("shared_experts", 0) * spec["expert_intermediate"]) if experts else None
+    latent = LatentAttention(**spec["latent"]) if spec.get("latent") else None
     return Architecture(
         family="generic", hidden=spec["hidden"], layers=spec["layers"], heads=spec["heads"],
         kv_heads=spec.get("kv_heads") or spec["heads"], head_dim=spec.get("head_dim") or spec["hidden"] // spec["heads"],
@@ -174,7 +187,20 @@ def from_generic(spec: Mapping[str, Any]) -> Architecture:
         activation=spec.get("activation", "silu"), tied_embeddings=spec.get("tied_embeddings", False),
         qkv_bias=spec.get("qkv_bias", False), o_bias=spec.get("qkv_bias", False), norm=spec.get("norm", "rmsnorm"),
         moe=moe, groups=_generic_groups(spec, bool(moe)), max_positions=spec.get("max_position_embeddings"),
+        latent=latent, recurrent=_generic_recurrent(spec.get("recurrent")),
     )
+
+
+def _generic_recurrent(spec: Mapping[str, Any] | None) -> RecurrentMixer | None:
+    """The generic form's recurrent mixer, with what its rule implies: Gated DeltaNet's dt bias and A a head and a
+    norm one head wide; Mamba-2's dt bias, A and D a head and a norm over every head."""
+    if not spec:
+        return None
+    delta = spec["rule"] == "gated_delta"
+    return RecurrentMixer(spec["rule"], spec["heads"], spec["key_heads"], spec["key_dim"], spec["value_dim"],
+                          spec.get("conv_kernel", 4), spec.get("chunk", 64), head_params=2 if delta else 3,
+                          norm_per_head=delta, conv_bias=spec.get("conv_bias", False),
+                          state_dtype=spec.get("state_dtype"))
 
 
 def _generic_groups(spec: Mapping[str, Any], moe: bool) -> tuple[LayerGroup, ...]:
@@ -183,11 +209,12 @@ def _generic_groups(spec: Mapping[str, Any], moe: bool) -> tuple[LayerGroup, ...
     kinds = spec.get("layer_types")
     if not kinds:
         return (LayerGroup(spec["layers"], spec.get("sliding_window"), moe),)
+    mixers = {"recurrent": "recurrent", "none": "none"}
     counts: dict[tuple, int] = {}
     for kind in kinds:
-        key = (kind.get("window") if kind.get("attention") == "sliding" else None,
-               kind.get("mlp", "dense") == "moe", kind.get("chunk") if kind.get("attention") == "chunked" else None,
-               kind.get("rope", True))
+        attention, mlp = kind.get("attention", "full"), kind.get("mlp", "dense")
+        key = (kind.get("window") if attention == "sliding" else None, mlp == "moe",
+               kind.get("chunk") if attention == "chunked" else None, kind.get("rope", True),
+               mixers.get(attention, "attention"), mlp != "none")
         counts[key] = counts.get(key, 0) + kind.get("count", 1)
-    return tuple(LayerGroup(count, window, is_moe, chunk, rope) for (window, is_moe, chunk, rope), count
-                 in counts.items())
+    return tuple(LayerGroup(count, *key) for key, count in counts.items())

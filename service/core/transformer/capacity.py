@@ -40,7 +40,7 @@ def recurrent_state_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parall
     state (in the checkpoint's state type, else the activations') and the convolution's last kernel - 1 inputs
     (in the activations' type). Heads split by tensor parallelism."""
     mixer = arch.recurrent
-    layers = sum(g.count for g in arch.groups if g.mixer == "recurrent")
+    layers = sum(g.count for g in arch.groups if g.recurs)
     if mixer is None or not layers:
         return 0.0
     scan = mixer.heads * mixer.key_dim * mixer.value_dim * bytes_per_element(mixer.state_dtype or dtypes.activations)
@@ -50,7 +50,7 @@ def recurrent_state_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parall
 
 def token_caching_layers(arch: Architecture) -> int:
     """The layers whose cache grows with every token: attention layers without a window or chunk."""
-    return sum(g.count for g in arch.groups if g.mixer == "attention" and not (g.sliding_window or g.chunk))
+    return sum(g.count for g in arch.groups if g.attends and not (g.sliding_window or g.chunk))
 
 
 def cached_tokens(tokens: int, block_size: int) -> int:
@@ -64,7 +64,7 @@ def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, 
     whole blocks of `block_size` tokens (1: a contiguous cache); the recurrent layers their fixed state."""
     per_layer = kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel)
     return (sum(g.count * cached_tokens(min(context, g.sliding_window or g.chunk or context), block_size)
-                for g in arch.groups if g.mixer == "attention") * per_layer
+                for g in arch.groups if g.attends) * per_layer
             + recurrent_state_bytes(arch, dtypes, tensor_parallel))
 
 
@@ -135,7 +135,7 @@ def kv_capacity(arch: Architecture, dtypes: ModelDTypes, *, context_len: int, ca
         kv_bytes_per_token=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * token_caching_layers(arch),
         kv_bytes_capped_per_request=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * sum(
             g.count * cached_tokens(g.sliding_window or g.chunk or 0, block_size) for g in arch.groups
-            if g.mixer == "attention"),
+            if g.attends),
         kv_bytes_per_request=per_request,
         state_bytes_per_request=recurrent_state_bytes(arch, dtypes, tensor_parallel),
         available_kv_bytes=available, max_concurrent_requests=max_requests,

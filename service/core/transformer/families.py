@@ -247,8 +247,36 @@ def nemotron_mamba2(r: ConfigReader) -> RecurrentMixer:
         "ssd", r.int("mamba_num_heads"), r.int("n_groups", 8, note=" (the config class default)"),
         r.int("ssm_state_size"), r.int("mamba_head_dim"), r.int("conv_kernel", 4, note=" (the config class default)"),
         r.int("chunk_size", 128, note=" (the config class default)"), head_params=3, norm_per_head=False,
-        proj_bias=r.flag("use_bias", False), conv_bias=r.flag("use_conv_bias", True),
+        proj_bias=r.flag("use_bias", False), conv_bias=r.flag("use_conv_bias", True), out_bias=r.flag("use_bias", False),
         state_dtype=STATE_DTYPES.get(state_dtype) if isinstance(state_dtype, str) else None)
+
+
+def falcon_mamba2(r: ConfigReader) -> RecurrentMixer:
+    """Falcon-H1's Mamba-2 mixer: mamba_d_ssm channels (the class default 1,024 when absent; mamba_expand x hidden
+    when null) in mamba_n_heads heads of mamba_d_head ("auto": the channels over the heads); the gated norm only with
+    mamba_rms_norm; biases on its input projection (mamba_proj_bias) and its output projection (projectors_bias)."""
+    if "mamba_d_ssm" not in r.config:
+        channels = r.int("mamba_d_ssm", 1024, note=" (the config class default)")
+    elif r.config["mamba_d_ssm"] is None:
+        channels = r.int("mamba_expand", 2, note=" (the config class default)") * r.int("hidden_size")
+    else:
+        channels = r.int("mamba_d_ssm")
+    heads = r.int("mamba_n_heads", 128, note=" (the config class default)")
+    head_dim = (channels // heads if heads and r.config.get("mamba_d_head", "auto") == "auto"
+                else r.int("mamba_d_head"))
+    if heads * head_dim != channels:
+        r.missing.append("mamba_d_head (mamba_n_heads x mamba_d_head must equal the mamba channels)")
+    return RecurrentMixer(
+        "ssd", heads, r.int("mamba_n_groups", 1, note=" (the config class default)"),
+        r.int("mamba_d_state", 256, note=" (the config class default)"), head_dim,
+        r.int("mamba_d_conv", 4, note=" (the config class default)"),
+        r.int("mamba_chunk_size", 256, note=" (the config class default)"), head_params=3, norm_per_head=False,
+        proj_bias=r.flag("mamba_proj_bias", False), conv_bias=r.flag("mamba_conv_bias", True),
+        out_bias=r.flag("projectors_bias", False), gated_norm=r.flag("mamba_rms_norm", False))
+
+
+def parallel_everywhere(r: ConfigReader, layers: int) -> Mixers:
+    return ["parallel"] * layers, [True] * layers
 
 
 def rotary_fraction(config: Mapping[str, Any]) -> float:
@@ -345,6 +373,8 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
         _reader(config, "vision_config", prefix), hidden)),
     Family("qwen3_next", biases=attention_bias, experts=qwen3_next_experts, qk_norm=True, intermediate_optional=True,
            mixers=qwen3_next_mixers, recurrent=gated_deltanet, attention_output_gate=True),
+    # Attention and Mamba-2 side by side on every layer, their outputs added, then a gated MLP.
+    Family("falcon_h1", biases=attention_and_mlp_bias, mixers=parallel_everywhere, recurrent=falcon_mamba2),
     # Attention without biases or positions (the config's attention_bias is not read by its attention).
     Family("nemotron_h", experts=nemotron_experts, positions=no_rope, mixers=nemotron_mixers, recurrent=nemotron_mamba2,
            gated_mlp=False, activation_key="mlp_hidden_act", layer_count=nemotron_layer_count,
@@ -436,7 +466,8 @@ def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architec
     latent = family.latent(r) if family.latent is not None else None
     chunks, ropes = family.positions(r, layers) if family.positions is not None else (None, None)
     mixers, mlps = family.mixers(r, layers)
-    recurrent = family.recurrent(r) if family.recurrent is not None and "recurrent" in mixers else None
+    recurrent = (family.recurrent(r) if family.recurrent is not None and {"recurrent", "parallel"} & set(mixers)
+                 else None)
     qk_norm = family.qk_norm or bool(family.qk_norm_flag and r.flag(family.qk_norm_flag, False))
     r.fail_if_missing()
     moe = _check_layers(moe, moe_layers, intermediate, prefix)

@@ -271,7 +271,7 @@ def recurrent_rows(arch: Architecture, mixer: RecurrentMixer, step: Step, dtypes
     projected = channels + values + GATES_PER_HEAD[mixer.rule] * heads  # q, k, v; the output gate z; the gates
     continuing = step.q_len < step.kv_len
     norm_scale = mixer.value_dim if mixer.norm_per_head else values
-    return [
+    rows = [
         Row("in_proj", "matmul", 1, linear_cost(tokens, projected, h, dtypes, mixer.proj_bias),
             params=linear_params(projected, h, mixer.proj_bias)),
         Row("conv1d", "causal_conv1d", 1,
@@ -279,11 +279,14 @@ def recurrent_rows(arch: Architecture, mixer: RecurrentMixer, step: Step, dtypes
             params=channels * (mixer.conv_kernel + (1 if mixer.conv_bias else 0))),
         Row("scan", "recurrent_scan", 1, _scan(mixer, step.batch, step.q_len, heads, key_heads, continuing, act),
             params=mixer.head_params * heads),
-        Row("gated_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, mixer.value_dim], dtype=act),
-            params=norm_scale),
+    ]
+    if mixer.gated_norm:
+        rows.append(Row("gated_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, mixer.value_dim], dtype=act),
+                        params=norm_scale))
+    return rows + [
         Row("norm_gate", "elementwise", 1, _elementwise("silu_mul", (tokens, values), act, 2, 5)),
-        Row("out_proj", "matmul", 1, linear_cost(tokens, h, values, dtypes, mixer.proj_bias),
-            params=linear_params(h, values, mixer.proj_bias)),
+        Row("out_proj", "matmul", 1, linear_cost(tokens, h, values, dtypes, mixer.out_bias),
+            params=linear_params(h, values, mixer.out_bias)),
     ]
 
 
@@ -303,14 +306,16 @@ def _scan(mixer: RecurrentMixer, batch: int, q_len: int, heads: int, key_heads: 
 
 
 def mixer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
-    """The layer's token mixer: attention, a recurrent scan, or nothing (an MLP-only block)."""
-    if group.mixer == "none":
-        return []
-    if group.mixer == "recurrent":
+    """The layer's token mixer: attention, a recurrent scan, both side by side (their outputs added), or nothing (an
+    MLP-only block)."""
+    rows = attention_rows(arch, group, step, dtypes) if group.attends else []
+    if group.recurs:
         if arch.recurrent is None:
             raise CostModelError("model", "a recurrent layer in a model without a recurrent mixer")
-        return recurrent_rows(arch, arch.recurrent, step, dtypes)
-    return attention_rows(arch, group, step, dtypes)
+        rows += recurrent_rows(arch, arch.recurrent, step, dtypes)
+    if group.attends and group.recurs:
+        rows.append(Row("mixer_sum", "elementwise", 1, _elementwise("add", (step.tokens, arch.hidden), dtypes.activations)))
+    return rows
 
 
 def _attention_row(sinks: int = 0, **params) -> Row:

@@ -70,6 +70,66 @@ def test_the_layer_kinds_over_http(client):
     assert answer.status_code == 200, answer.text
     assert answer.json()["kv_bytes_per_request"] == (12 * 131072 + 12 * 128) * 2048
     refused = client.post("/v1/analyze/kv-capacity", json={**body, "model": {
-        **GPT_OSS_20B, "layer_types": [{"count": 24, "attention": "recurrent", "mlp": "moe"}]}})
+        **GPT_OSS_20B, "layer_types": [{"count": 24, "attention": "diagonal", "mlp": "moe"}]}})
     assert refused.status_code == 422
     assert any("layer_types" in f["loc"] for f in refused.json()["fields"])
+
+
+# Qwen3-Next-80B-A3B in the generic form: 36 Gated DeltaNet layers and 12 full-attention layers, all MoE. The
+# generic form has no output gate on attention, no gated shared expert, no q/k norms and no partial RoPE: its
+# parameters differ from the reader's by exactly those (12 x 16 x 256 x 2,048 output gate weights, 48 x 2,048
+# shared-expert gate weights, 12 x 2 x 256 q/k norm scales).
+QWEN3_NEXT = {"format": "generic", "layers": 48, "hidden": 2048, "heads": 16, "kv_heads": 2, "head_dim": 256,
+              "vocab": 151936, "intermediate": 5120, "experts": 512, "top_k": 10, "expert_intermediate": 512,
+              "shared_experts": 1,
+              "recurrent": {"rule": "gated_delta", "heads": 32, "key_heads": 16, "key_dim": 128, "value_dim": 128},
+              "layer_types": [{"count": 36, "attention": "recurrent", "mlp": "moe"},
+                              {"count": 12, "attention": "full", "mlp": "moe"}]}
+
+
+def test_a_generic_qwen3_next_holds_what_its_reader_holds():
+    from service.core.transformer.params import model_params
+
+    reader = from_hf_config(next(m["config"] for m in model_catalog() if m["id"] == "qwen3-next-80b-a3b"))
+    described = generic(QWEN3_NEXT)
+    dtypes = ModelDTypes()
+    # 12 attention layers x 2 x 2 x 256 x 2 bytes = 24,576 a token; 36 x (32 x 128 x 128 x 2 + 8,192 x 3 x 2)
+    # = 39,518,208 bytes of state.
+    assert kv_bytes_per_request(described, dtypes, 65536) == 65536 * 24_576 + 39_518_208
+    assert kv_bytes_per_request(reader, dtypes, 65536) == kv_bytes_per_request(described, dtypes, 65536)
+    assert model_params(reader).total - model_params(described).total == 12 * 16 * 256 * 2048 + 48 * 2048 + 12 * 2 * 256
+
+
+def test_a_generic_mamba2_hybrid_with_mlp_only_blocks():
+    # Nemotron-H-style blocks: 2 Mamba-2 blocks, 1 attention block, 3 MLP blocks; each block one norm.
+    arch = generic({"format": "generic", "layers": 6, "hidden": 64, "heads": 4, "kv_heads": 2, "head_dim": 16,
+                    "vocab": 100, "intermediate": 96, "gated_mlp": False,
+                    "recurrent": {"rule": "ssd", "heads": 8, "key_heads": 2, "key_dim": 16, "value_dim": 16,
+                                  "conv_bias": True, "state_dtype": "fp32"},
+                    "layer_types": [{"count": 2, "attention": "recurrent", "mlp": "none"},
+                                    {"count": 1, "attention": "full", "mlp": "none", "rope": False},
+                                    {"count": 3, "attention": "none", "mlp": "dense"}]})
+    # State: 2 blocks x (8 x 16 x 16 x 4 bytes + (2 x 2 x 16 + 8 x 16 = 192 channels) x 3 x 2 bytes) = 18,688.
+    # K and V: 1 block x 2 x 2 x 16 x 2 bytes = 128 a token.
+    assert kv_bytes_per_request(arch, ModelDTypes(), 100) == 100 * 128 + 18_688
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"recurrent": None}, "recurrent is given with, and only with"),
+    ({"layer_types": [{"count": 48, "attention": "none", "mlp": "none"}]}, "cannot both be 'none'"),
+    ({"recurrent": {**QWEN3_NEXT["recurrent"], "key_heads": 12}}, "key_heads must divide"),
+    ({"latent": {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}},
+     "latent is given with, and only with"),
+])
+def test_a_recurrent_description_that_does_not_add_up_is_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        GenericArchitecture.model_validate({**QWEN3_NEXT, **change})
+
+
+def test_latent_attention_in_the_generic_form_caches_the_latent():
+    arch = generic({"format": "generic", "layers": 4, "hidden": 1024, "heads": 8, "vocab": 1000, "intermediate": 2048,
+                    "latent": {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                               "v_head_dim": 128},
+                    "layer_types": [{"count": 4, "attention": "latent"}]})
+    # 4 layers x (512 + 64) x 2 bytes = 4,608 bytes a token.
+    assert kv_bytes_per_request(arch, ModelDTypes(), 10) == 10 * 4_608

@@ -1,5 +1,5 @@
-"""The hybrid families with recurrent layers: Qwen3-Next (Gated DeltaNet beside gated attention) and Nemotron-H
-(Mamba-2 beside attention, MLP and MoE blocks). Parameters against transformers' build of the same config, the
+"""The hybrid families with recurrent layers: Qwen3-Next (Gated DeltaNet beside gated attention), Nemotron-H
+(Mamba-2 beside attention, MLP and MoE blocks) and Falcon-H1 (attention and Mamba-2 side by side in every layer). Parameters against transformers' build of the same config, the
 recurrent layers' FLOPs against FlopCounterMode on transformers' own layer (its PyTorch fallback), and the cache
 and state per request by hand."""
 
@@ -38,13 +38,22 @@ TINY_NEMOTRON_H = {
     "tie_word_embeddings": False,
 }
 
+TINY_FALCON_H1 = {
+    "model_type": "falcon_h1", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96, "vocab_size": 100, "hidden_act": "silu",
+    "mamba_d_ssm": 64, "mamba_n_heads": 8, "mamba_d_head": 8, "mamba_n_groups": 2, "mamba_d_state": 16,
+    "mamba_d_conv": 4, "mamba_chunk_size": 16, "mamba_rms_norm": True, "mamba_proj_bias": True,
+    "projectors_bias": True, "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": False,
+}
+
 
 @pytest.mark.crosscheck
 @pytest.mark.parametrize("model_class, config_class, config", [
     ("Qwen3NextForCausalLM", "Qwen3NextConfig", TINY_QWEN3_NEXT),
     ("Qwen3NextForCausalLM", "Qwen3NextConfig", QWEN3_NEXT_80B),
     ("NemotronHForCausalLM", "NemotronHConfig", TINY_NEMOTRON_H),
-], ids=["qwen3_next tiny", "qwen3_next 80B", "nemotron_h tiny"])
+    ("FalconH1ForCausalLM", "FalconH1Config", TINY_FALCON_H1),
+], ids=["qwen3_next tiny", "qwen3_next 80B", "nemotron_h tiny", "falcon_h1 tiny"])
 def test_parameters_equal_transformers_build(model_class, config_class, config):
     assert model_params(from_hf_config(config)).total == transformers_count(model_class, config_class, config)
 
@@ -54,10 +63,11 @@ def test_qwen3_next_layers_and_counts():
     # Every fourth layer attends: 36 Gated DeltaNet layers and 12 gated full-attention layers, all MoE.
     assert arch.layer_kinds() == "36 x recurrent MoE, 12 x MoE"
     params = model_params(arch)
-    # Qwen's card: 80B total, 3B activated (79.67e9 and 3.9e9 here: the card rounds, and counts without the
-    # embedding and head, which here are 2 x 151,936 x 2,048 = 0.62e9).
+    # Qwen's card: 80B total, 3B activated; NVIDIA's card for the same checkpoint: 80B total, 3.9B active, which
+    # counts the input embedding (151,936 x 2,048 = 0.31e9) beside the LM head.
     assert params.total == 79_674_391_296
-    assert 3.0e9 < params.active - params.lm_head < 3.3e9
+    assert round(params.active_with_embedding / 1e8) == 39
+    assert params.active == 3_563_764_480
 
 
 def test_qwen3_next_cache_and_state_per_request_by_hand():
@@ -83,6 +93,17 @@ def test_nemotron_h_blocks_and_state_by_hand():
     assert recurrent_state_bytes(arch, ModelDTypes()) == 28_032
     # One attention block: 2 x 2 x 16 x 2 = 128 bytes a token.
     assert kv_bytes_per_request(arch, ModelDTypes(), 10) == 10 * 128 + 28_032
+
+
+def test_falcon_h1_layers_attend_and_recur_side_by_side():
+    arch = from_hf_config(TINY_FALCON_H1)
+    assert arch.layer_kinds() == "3 x attention + recurrent dense"
+    # Every layer keeps K and V (2 x 2 x 16 x 2 = 128 bytes a token) and a Mamba-2 state: 8 heads x 16 (N) x 8 (P)
+    # x 2 bytes = 2,048, and the last 3 inputs of 64 + 2 x 2 x 16 = 128 channels x 2 bytes = 768: 3 x 2,816 = 8,448.
+    assert kv_bytes_per_request(arch, ModelDTypes(), 10) == 3 * 10 * 128 + 8_448
+    rows = [r.name for r in analyze_model(arch, Evaluator(nominal_device("nvidia-h100-sxm")), phase="prefill", batch=1,
+                                          seq_len=32, dtypes=ModelDTypes()).rows]
+    assert {"attention", "scan", "mixer_sum", "gated_norm"} <= set(rows)
 
 
 def test_decode_reads_the_state_and_prefill_writes_it():
