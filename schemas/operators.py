@@ -161,6 +161,26 @@ class AttentionOp(StrictModel):
     schema_rules = {"if": given("window"), "then": {"required": ["causal"], "properties": {"causal": {"const": True}}}}
 
 
+class SparseIndexOp(StrictModel):
+    """DeepSeek Sparse Attention's indexer: scores every key for each query with a few small heads and keeps the
+    `top_k` best, the keys attention then reads."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"kind": "sparse_index", "batch": 1, "heads": 64, "head_dim": 128, "q_len": 1, "kv_len": 65536,
+         "top_k": 2048, "dtype": "bf16", "causal": True}]})
+    kind: Literal["sparse_index"]
+    batch: Dim = 1
+    heads: Dim = Field(description="The indexer's heads (index_n_heads)")
+    head_dim: Dim = Field(description="Width of an indexer head and of its cached key (index_head_dim)")
+    q_len: Dim
+    kv_len: Dim | None = Field(None, description="Keys scored; default: q_len")
+    top_k: Dim = Field(description="Keys kept per query (index_topk)")
+    dtype: DTypeName = "bf16"
+    kv_dtype: DTypeName | None = Field(None, description="Type of the cached index keys; default: dtype")
+    causal: bool = Field(True, description="Each query scores the keys up to its own position only (the queries are "
+                                           "the last q_len of kv_len positions)")
+
+
 class CausalConv1dOp(StrictModel):
     """A depthwise causal convolution over the sequence of a [batch, seq_len, channels] tensor (the short
     convolution of a Gated DeltaNet or Mamba-2 layer); each sequence keeps its last kernel - 1 inputs as a state."""
@@ -206,7 +226,7 @@ class RecurrentScanOp(StrictModel):
 # without a request model here (or one here the core does not know) fails at import, not at a client.
 _REQUEST_MODELS = {model.model_fields["kind"].annotation.__args__[0]: model for model in (  # type: ignore[union-attr]
     MatmulOp, GroupedMatmulOp, ElementwiseOp, LayerNormOp, RMSNormOp, SoftmaxOp, EmbeddingOp, RopeOp, AttentionOp,
-    CausalConv1dOp, RecurrentScanOp)}
+    SparseIndexOp, CausalConv1dOp, RecurrentScanOp)}
 if set(_REQUEST_MODELS) != set(KINDS):
     raise ImportError(f"operator kinds without a request model or a descriptor: {set(_REQUEST_MODELS) ^ set(KINDS)}")
 OPERATOR_MODELS = tuple(_REQUEST_MODELS[kind] for kind in KINDS)

@@ -134,7 +134,7 @@ def test_openapi_shows_an_example_per_operator_kind(client):
     body = spec["paths"]["/v1/analyze/operator"]["post"]["requestBody"]["content"]["application/json"]
     kinds = {example["value"]["operator"]["kind"] for example in body["examples"].values()}
     assert kinds == {"matmul", "grouped_matmul", "elementwise", "layernorm", "rmsnorm", "softmax", "embedding", "rope",
-                     "attention", "causal_conv1d", "recurrent_scan"}
+                     "attention", "sparse_index", "causal_conv1d", "recurrent_scan"}
 
 
 def test_token_labels_never_expose_the_token():

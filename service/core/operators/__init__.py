@@ -14,6 +14,7 @@ from service.core.operators.pointwise import (
 )
 from service.core.operators.recurrent import causal_conv1d_cost, recurrent_scan_cost
 from service.core.operators.registry import OPERATORS
+from service.core.operators.sparse_index import sparse_index_cost
 
 
 def operator_cost(kind: str, **fields) -> OperatorCost:
@@ -22,4 +23,4 @@ def operator_cost(kind: str, **fields) -> OperatorCost:
 
 __all__ = ["OPERATORS", "OperatorCost", "attention_cost", "elementwise_cost", "embedding_cost", "grouped_matmul_cost",
            "layernorm_cost", "matmul_cost", "operator_cost", "causal_conv1d_cost", "recurrent_scan_cost", "rmsnorm_cost", "rope_cost",
-           "softmax_cost"]
+           "softmax_cost", "sparse_index_cost"]

@@ -8,10 +8,11 @@ from service.core.operators.kind import OperatorKind
 from service.core.operators.matmul import GROUPED_MATMUL, MATMUL
 from service.core.operators.pointwise import ELEMENTWISE, LAYERNORM, RMSNORM, ROPE, SOFTMAX
 from service.core.operators.recurrent import CAUSAL_CONV1D, RECURRENT_SCAN
+from service.core.operators.sparse_index import SPARSE_INDEX
 
 OPERATORS: dict[str, OperatorKind] = {kind.name: kind for kind in (
-    MATMUL, GROUPED_MATMUL, ELEMENTWISE, LAYERNORM, RMSNORM, SOFTMAX, EMBEDDING, ROPE, ATTENTION, CAUSAL_CONV1D,
-    RECURRENT_SCAN)}
+    MATMUL, GROUPED_MATMUL, ELEMENTWISE, LAYERNORM, RMSNORM, SOFTMAX, EMBEDDING, ROPE, ATTENTION, SPARSE_INDEX,
+    CAUSAL_CONV1D, RECURRENT_SCAN)}
 KINDS = tuple(OPERATORS)
 
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec, MemoryLevelName
-from service.core.operators import attention_cost
+from service.core.operators import OPERATORS
 from service.core.operators.base import OperatorCost
 from service.core.roofs import (
     NO_MEASUREMENTS,
@@ -322,8 +322,9 @@ def decode_time_sum(arch: Architecture, evaluator: Evaluator, *, batch: int, fir
                     dtypes: ModelDTypes, tensor_parallel: int, attention_implementation: str) -> float:
     """Total time of `steps` decode steps whose caches hold first_context, first_context + 1, ... tokens.
 
-    Only attention depends on the context, and its FLOPs and bytes are affine in the keys it reads
-    (the context plus the new token, capped by a sliding window); the sum is taken in closed form."""
+    Only attention (and a sparse-attention indexer) depends on the context, and its FLOPs and bytes are affine in
+    the keys it reads (the context plus the new token, capped by a sliding window or the indexer's selection); the
+    sum is taken in closed form."""
     step = Step(batch, 1, first_context + 1, tensor_parallel, attention_implementation)
     fixed = 0.0
     total = 0.0
@@ -332,15 +333,17 @@ def decode_time_sum(arch: Architecture, evaluator: Evaluator, *, batch: int, fir
         fixed += evaluator.evaluate(row, "model", 1).total_time_s
     for group in arch.groups:
         for row in layer_rows(arch, group, step, dtypes):
-            if row.kind != "attention":
+            if row.attention_params is None:
                 fixed += evaluator.evaluate(row, "", group.count).total_time_s
                 continue
-            times = [evaluator.times(attention_cost(**{**attention_params_of(row), "kv_len": keys, "window": None}))
+            params = attention_params_of(row)
+            uncapped = {"window": None} if row.kind == "attention" else {}
+            times = [evaluator.times(OPERATORS[row.kind].cost(**{**params, "kv_len": keys, **uncapped}))
                      for keys in (1, 2)]
             (c1, m1), (c2, m2) = times
             a, b, c, d = c1 - (c2 - c1), c2 - c1, m1 - (m2 - m1), m2 - m1  # lines through keys = 1 and 2
             lo, hi = first_context + 1, first_context + steps  # keys read by the first and last step
-            window = group.sliding_window
+            window = params.get("window")
             if group.chunk:
                 total += group.count * row.count * _chunked_sum(a, b, c, d, first_context, steps, group.chunk)
             elif window and hi > window:
@@ -455,7 +458,8 @@ def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, va
         q_len = seq_len if phase == "prefill" else 1
         if arch.moe is not None or max(values) * q_len >= arch.vocab:
             return None
-    elif parameter != "seq_len" or phase != "decode" or any(g.sliding_window or g.chunk for g in arch.groups):
+    elif (parameter != "seq_len" or phase != "decode" or any(g.sliding_window or g.chunk for g in arch.groups)
+          or arch.sparse_index is not None):
         return None
     lines, peak = _affine_lines(arch, evaluator, parameter=parameter, phase=phase, batch=batch, seq_len=seq_len,
                                 dtypes=dtypes, tensor_parallel=tensor_parallel,

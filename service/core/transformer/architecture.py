@@ -34,6 +34,16 @@ class LatentAttention:
 
 
 @dataclass(frozen=True)
+class SparseIndexer:
+    """DeepSeek Sparse Attention (V3.2): a lightning indexer of `heads` x `head_dim` scores every cached key and
+    each query attends to its best `top_k` only. The indexer caches one head_dim key a token beside the latent."""
+
+    heads: int
+    head_dim: int
+    top_k: int
+
+
+@dataclass(frozen=True)
 class Quantization:
     """How a checkpoint stores its weights: `weights` for every quantised linear layer (or only the routed experts'
     when `experts_only`), with one `scale_bytes` scale per `group_size` elements; `source` says where it was read."""
@@ -142,6 +152,7 @@ class Architecture:
     # The checkpoint's own weight formats (config quantization_config), the default when a request names no dtypes.
     quantization: Quantization | None = None
     recurrent: RecurrentMixer | None = None  # the mixer of the layers whose mixer is "recurrent"
+    sparse_index: SparseIndexer | None = None  # latent attention over the keys an indexer picks (DeepSeek-V3.2)
     attention_output_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate on the attention output
     rotary_fraction: float = 1.0  # the share of each head's dimensions that RoPE rotates (partial_rotary_factor)
 

@@ -30,8 +30,9 @@ def kv_heads_per_device(arch: Architecture, tensor_parallel: int) -> float:
 
 def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
     s = bytes_per_element(dtypes.kv_cache)
-    if arch.latent is not None:  # the compressed latent and the shared rope key, whole on every device
-        return (arch.latent.kv_lora_rank + arch.latent.qk_rope_head_dim) * s
+    if arch.latent is not None:  # the compressed latent and the shared rope key (and an indexer's key), whole on every device
+        index = arch.sparse_index.head_dim if arch.sparse_index is not None else 0
+        return (arch.latent.kv_lora_rank + arch.latent.qk_rope_head_dim + index) * s
     return 2 * kv_heads_per_device(arch, tensor_parallel) * arch.head_dim * s
 
 

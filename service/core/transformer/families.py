@@ -20,6 +20,7 @@ from service.core.transformer.architecture import (
     LatentAttention,
     MoE,
     RecurrentMixer,
+    SparseIndexer,
     group_layers,
 )
 from service.core.transformer.config_reader import ConfigReader
@@ -290,6 +291,12 @@ def rotary_fraction(config: Mapping[str, Any]) -> float:
     return 1.0
 
 
+def deepseek_sparse_index(r: ConfigReader) -> SparseIndexer:
+    return SparseIndexer(r.int("index_n_heads", 64, note=" (the config class default)"),
+                         r.int("index_head_dim", 128, note=" (the config class default)"),
+                         r.int("index_topk", 2048, note=" (the config class default)"))
+
+
 def llama4_positions(r: ConfigReader, layers: int) -> tuple[list[int | None], list[bool]]:
     """Per layer, its attention chunk and whether it rotates positions: Llama 4's RoPE layers attend within chunks
     of attention_chunk_size; every no_rope_layer_interval-th layer (or as no_rope_layers lists, 1 = RoPE) is a
@@ -334,6 +341,7 @@ class Family:
     # and projector's parameters from the whole config (its vision_config) and the decoder's width.
     text: str | None = None
     vision: Callable[[Mapping[str, Any], str, int], int] | None = None
+    sparse_index: Callable[[ConfigReader], SparseIndexer] | None = None  # DeepSeek-V3.2's indexer
     # Per layer, its token mixer and whether it has an MLP; with `recurrent`, the recurrent layers' mixer.
     mixers: Callable[[ConfigReader, int], Mixers] = attention_everywhere
     recurrent: Callable[[ConfigReader], RecurrentMixer] | None = None
@@ -357,6 +365,9 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            tied_by_default=True),
     Family("phi3", windows=window_on_every_layer),
     Family("deepseek_v3", biases=attention_bias, experts=deepseek_experts, latent=deepseek_latent),
+    # DeepSeek-V3's architecture with sparse attention: an indexer picks the keys each query attends to.
+    Family("deepseek_v32", biases=attention_bias, experts=deepseek_experts, latent=deepseek_latent,
+           sparse_index=deepseek_sparse_index),
     # DeepSeek-V3's architecture under Moonshot's name.
     Family("kimi_k2", biases=attention_bias, experts=deepseek_experts, latent=deepseek_latent),
     Family("glm4_moe", biases=qkv_bias_only, experts=deepseek_experts, qk_norm_flag="use_qk_norm"),
@@ -469,6 +480,7 @@ def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architec
     recurrent = (family.recurrent(r) if family.recurrent is not None and {"recurrent", "parallel"} & set(mixers)
                  else None)
     qk_norm = family.qk_norm or bool(family.qk_norm_flag and r.flag(family.qk_norm_flag, False))
+    sparse_index = family.sparse_index(r) if family.sparse_index is not None else None
     r.fail_if_missing()
     moe = _check_layers(moe, moe_layers, intermediate, prefix)
     return Architecture(
@@ -481,4 +493,5 @@ def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architec
         attention_sinks=family.attention_sinks, defaults_applied=tuple(r.defaults),
         max_positions=r.optional_int("max_position_embeddings"), recurrent=recurrent,
         attention_output_gate=family.attention_output_gate, rotary_fraction=rotary_fraction(config),
+        sparse_index=sparse_index,
     )

@@ -27,10 +27,18 @@ from service.core.operators import (
     rmsnorm_cost,
     rope_cost,
     softmax_cost,
+    sparse_index_cost,
 )
 from service.core.operators.base import OperatorCost, at_most
 from service.core.operators.recurrent import GATES_PER_HEAD
-from service.core.transformer.architecture import Architecture, LatentAttention, LayerGroup, MoE, RecurrentMixer
+from service.core.transformer.architecture import (
+    Architecture,
+    LatentAttention,
+    LayerGroup,
+    MoE,
+    RecurrentMixer,
+    SparseIndexer,
+)
 
 
 # Tuples, not frozen dataclasses: every cached cost model is keyed by the dtypes (a tuple hashes in C) and a
@@ -364,6 +372,12 @@ def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step,
         Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + 1, lat.qk_rope_head_dim, act)),
         Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, lat.kv_lora_rank + lat.qk_rope_head_dim, dtypes)),
     ]
+    # With DeepSeek's sparse attention each query attends to the indexer's top_k keys only: the pairs and the keys
+    # read are those of a window of top_k (the cache still keeps every token).
+    selected = {}
+    if arch.sparse_index is not None:
+        rows += _indexer_rows(arch, arch.sparse_index, lat, step, dtypes)
+        selected = {"window": arch.sparse_index.top_k}
     if step.q_len >= step.kv_len:  # a prompt with no cache before it
         kv_b = heads * (lat.qk_nope_head_dim + lat.v_head_dim)
         rows += [
@@ -371,7 +385,7 @@ def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step,
                 params=linear_params(kv_b, lat.kv_lora_rank)),
             _attention_row(batch=step.batch, heads=heads, head_dim=qk_head, v_head_dim=lat.v_head_dim, q_len=step.q_len,
                            kv_len=step.kv_len, dtype=act, kv_dtype=act, causal=True,
-                           implementation=step.attention_implementation),
+                           implementation=step.attention_implementation, **selected),
         ]
     else:
         latent_dim = lat.kv_lora_rank + lat.qk_rope_head_dim
@@ -384,13 +398,35 @@ def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step,
                 params=heads * lat.qk_nope_head_dim * lat.kv_lora_rank),
             _attention_row(batch=step.batch, heads=heads, kv_heads=1, head_dim=latent_dim, v_head_dim=lat.kv_lora_rank,
                            q_len=step.q_len, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache, causal=True,
-                           shared_kv=True, implementation=step.attention_implementation),
+                           shared_kv=True, implementation=step.attention_implementation, **selected),
             Row("out_absorb", "matmul", 1, per_head(m=tokens, n=lat.v_head_dim, k=lat.kv_lora_rank),
                 params=heads * lat.kv_lora_rank * lat.v_head_dim),
         ]
     rows.append(Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * lat.v_head_dim, dtypes),
                     params=linear_params(h, heads * lat.v_head_dim)))
     return rows
+
+
+def _indexer_rows(arch: Architecture, index: SparseIndexer, lat: LatentAttention, step: Step,
+                  dtypes: ModelDTypes) -> list[Row]:
+    """The lightning indexer, whole on every device (it is small, and each device selects for its own heads): its
+    queries from the compressed query, one key a token (layer-normed, part of it rotated, cached), a weight per head,
+    and the scoring of every cached key."""
+    tokens, h, act, d = step.tokens, arch.hidden, dtypes.activations, index.head_dim
+    query_input = lat.q_lora_rank or h
+    params: dict = {"batch": step.batch, "heads": index.heads, "head_dim": d, "q_len": step.q_len, "kv_len": step.kv_len,
+              "top_k": index.top_k, "dtype": act, "kv_dtype": dtypes.kv_cache}
+    return [
+        Row("indexer_q_proj", "matmul", 1, linear_cost(tokens, index.heads * d, query_input, dtypes),
+            params=linear_params(index.heads * d, query_input)),
+        Row("indexer_k_proj", "matmul", 1, linear_cost(tokens, d, h, dtypes), params=linear_params(d, h)),
+        Row("indexer_k_norm", "layernorm", 1, layernorm_cost(shape=[tokens, d], dtype=act), params=2 * d),
+        Row("indexer_rope", "rope", 1, _rope(step.batch, step.q_len, index.heads + 1, lat.qk_rope_head_dim, act)),
+        Row("indexer_weights_proj", "matmul", 1, linear_cost(tokens, index.heads, h, dtypes),
+            params=linear_params(index.heads, h)),
+        Row("indexer_cache_write", "elementwise", 1, _cache_write(tokens, d, dtypes)),
+        Row("indexer", "sparse_index", 1, sparse_index_cost(**params), attention_params=params),
+    ]
 
 
 def _mlp_rows(prefix: str, arch: Architecture, tokens: int, width: int, dtypes: ModelDTypes) -> list[Row]:

@@ -1,7 +1,7 @@
 """The hybrid families with recurrent layers: Qwen3-Next (Gated DeltaNet beside gated attention), Nemotron-H
-(Mamba-2 beside attention, MLP and MoE blocks) and Falcon-H1 (attention and Mamba-2 side by side in every layer). Parameters against transformers' build of the same config, the
-recurrent layers' FLOPs against FlopCounterMode on transformers' own layer (its PyTorch fallback), and the cache
-and state per request by hand."""
+(Mamba-2 beside attention, MLP and MoE blocks) and Falcon-H1 (attention and Mamba-2 side by side in every layer).
+Parameters against transformers' build of the same config, the recurrent layers' FLOPs against FlopCounterMode on
+transformers' own layer (its PyTorch fallback), and the cache and state per request by hand."""
 
 import pytest
 
@@ -190,3 +190,12 @@ def test_a_hybrid_model_analyses_in_both_phases():
         scans = [r for r in result.rows if r.kind == "recurrent_scan"]
         assert scans and all(r.layers == 36 for r in scans)
         assert result.totals.time_s > 0
+
+
+def test_the_catalog_entry_reads_as_the_checkpoint():
+    from service.persistence.catalog import model_catalog
+
+    config = next(entry["config"] for entry in model_catalog() if entry["id"] == "qwen3-next-80b-a3b")
+    arch = from_hf_config(config)
+    assert model_params(arch).total == model_params(from_hf_config(QWEN3_NEXT_80B)).total == 79_674_391_296
+    assert arch.rotary_fraction == 0.25 and arch.attention_output_gate
