@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.analysis import RoofOptions
 from schemas.common import (
@@ -459,7 +460,28 @@ class ModelCreate(StrictModel):
     id: ModelIdField
     name: str | None = Field(None, max_length=200)
     source: str | None = Field(None, max_length=1000)
-    config: dict[str, Any]
+    config: dict[str, Any] = Field(description="The model's Hugging Face config.json or generic description; its "
+                                               "numbers must be finite (it is stored and served back as JSON)")
+
+    @field_validator("config")
+    @classmethod
+    def _finite(cls, config: dict[str, Any]) -> dict[str, Any]:
+        where = non_finite_number(config, "config")
+        if where:
+            raise ValueError(f"{where} is not a finite number (Infinity and NaN are not JSON)")
+        return config
+
+
+def non_finite_number(value: Any, path: str) -> str | None:
+    """Where in a JSON value a number is infinite or NaN, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite_number(item, f"{path}.{key}")
+        if found:
+            return found
+    return None
 
 
 class ModelSummary(BaseModel):

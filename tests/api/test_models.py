@@ -128,3 +128,42 @@ def test_schemes_by_name_and_weight_only_said_so(client):
     assert grouped.status_code == 200
     assert any("weights int4" in a for a in grouped.json()["assumptions"])
     assert client.post("/v1/analyze/model", json={**base, "dtypes": {"scheme": "w3a3"}}).status_code == 422
+
+
+def test_a_hybrid_model_over_http_holds_its_state_apart(client):
+    # Qwen3-Next-80B at TP 4 on an H200, bf16: 12 attention layers x 2 (K and V) x 1 KV head a device (its 2 heads
+    # replicated over 4 devices) x 256 x 2 bytes = 12,288 bytes a token; 36 Gated DeltaNet layers x 1,097,728 bytes
+    # of state, their heads split 4 ways.
+    body = {"device_id": "nvidia-h200-sxm", "model_id": "qwen3-next-80b-a3b", "context_len": 32768,
+            "tensor_parallel": 4}
+    result = client.post("/v1/analyze/kv-capacity", json=body).json()
+    assert result["kv_bytes_per_token"] == 12 * 2 * 1 * 256 * 2
+    assert result["state_bytes_per_request"] == 36 * 1_097_728 / 4
+    assert result["kv_bytes_per_request"] == 32768 * 12_288 + 36 * 1_097_728 / 4
+    assert any("recurrent layers (gated_delta)" in note for note in result["assumptions"])
+    listed = client.get("/v1/models/qwen3-next-80b-a3b").json()
+    assert listed["kv_bytes_per_token_bf16"] == 24_576 and listed["layers"] == "36 x recurrent MoE, 12 x MoE"
+    scan = client.post("/v1/analyze/operator", json={"device_id": "nvidia-h200-sxm", "operator": {
+        "kind": "recurrent_scan", "rule": "gated_delta", "seq_len": 4096, "heads": 32, "key_heads": 16,
+        "key_dim": 128, "value_dim": 128}})
+    assert scan.status_code == 200 and scan.json()["flops"] == 21_474_836_480  # 64 chunks x 32 heads x 10,485,760
+
+
+def test_a_config_with_a_non_finite_number_is_refused(client):
+    # Python's json reads Infinity and NaN, which no JSON column (PostgreSQL's) or strict client takes back.
+    body = '{"id": "inf-model", "config": {"model_type": "llama", "time_step_limit": [0.0, Infinity]}}'
+    response = client.post("/v1/models", content=body, headers={**AUTH, "content-type": "application/json"})
+    assert response.status_code == 422
+    assert "config.time_step_limit.1 is not a finite number" in response.text
+    assert client.get("/v1/models/inf-model").status_code == 404
+
+
+def test_every_catalog_file_is_strict_json():
+    import json
+    from pathlib import Path
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    for path in Path("service/data/models").glob("*.json"):
+        json.loads(path.read_text(), parse_constant=refuse)

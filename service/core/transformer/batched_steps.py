@@ -9,7 +9,7 @@ are the same bits as analyze_model's. A step any of whose counts reaches 2**53, 
 is left out (`exact`), for the caller to run on its own and to meet its own error there.
 
 Architectures whose cost models branch on a step's lengths in ways not written for arrays (mixture-of-experts
-routing, latent attention) are not taken (`vectorisable`).
+routing, latent attention, recurrent layers' chunked scans) are not taken (`vectorisable`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ class NotVectorisable(Exception):
 
 
 def vectorisable(arch: Architecture) -> bool:
-    return arch.moe is None and arch.latent is None and not any(group.chunk for group in arch.groups)
+    return (arch.moe is None and arch.latent is None and arch.recurrent is None
+            and not any(group.chunk for group in arch.groups))
 
 
 class RowShape(NamedTuple):

@@ -120,28 +120,32 @@ def test_decode_reads_the_state_and_prefill_writes_it():
     assert later["scan"].cost == decode["scan"].cost
 
 
-def _counted(module, *args, **kwargs) -> dict:
+def _counted_and_ours(module_name: str, class_name: str, config_class: str, config: dict, batch: int,
+                      length: int) -> tuple[dict, dict]:
+    """FlopCounterMode's counts, by operator, of transformers' own recurrent mixer on a [batch, length] prompt (its
+    PyTorch fallback on the CPU), and the service's rows of the same mixer."""
     torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    import importlib
+
     from torch.utils.flop_counter import FlopCounterMode
 
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    module = getattr(importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}"), class_name)
+    mixer = module(getattr(transformers, config_class)(**fields), layer_idx=0)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        module(*args, **kwargs)
-    return {str(op).split(".")[-1]: flops for op, flops in counter.get_flop_counts()["Global"].items()}
+        mixer(torch.randn(batch, length, config["hidden_size"]))
+    counted = {str(op).split(".")[-1]: flops for op, flops in counter.get_flop_counts()["Global"].items()}
+    arch = from_hf_config(config)
+    rows = {r.name: r.cost for r in recurrent_rows(arch, arch.recurrent, Step(batch, length, length), ModelDTypes())}
+    return counted, rows
 
 
 @pytest.mark.crosscheck
 def test_gated_deltanet_layer_flops_equal_flop_counter():
-    torch = import_crosscheck("torch")
-    transformers = import_crosscheck("transformers")
-    from transformers.models.qwen3_next import modeling_qwen3_next
-
-    fields = {k: v for k, v in TINY_QWEN3_NEXT.items() if k != "model_type"}
-    layer = modeling_qwen3_next.Qwen3NextGatedDeltaNet(transformers.Qwen3NextConfig(**fields), layer_idx=0)
     batch, length = 2, 100
-    counted = _counted(layer, torch.randn(batch, length, 64))
-    rows = {r.name: r.cost for r in recurrent_rows(from_hf_config(TINY_QWEN3_NEXT),
-                                                   from_hf_config(TINY_QWEN3_NEXT).recurrent, Step(batch, length, length),
-                                                   ModelDTypes())}
+    counted, rows = _counted_and_ours("qwen3_next", "Qwen3NextGatedDeltaNet", "Qwen3NextConfig", TINY_QWEN3_NEXT,
+                                      batch, length)
     # The projections: in_proj (q, k, v, z and the gates, in two linears there) and out_proj.
     projections = rows["in_proj"].flops + rows["out_proj"].flops
     # The chunked scan in chunks of 64 (100 tokens: 2 chunks, padded). FlopCounterMode counts its matrix products
@@ -158,16 +162,9 @@ def test_gated_deltanet_layer_flops_equal_flop_counter():
 
 @pytest.mark.crosscheck
 def test_mamba2_mixer_flops_equal_flop_counter():
-    torch = import_crosscheck("torch")
-    transformers = import_crosscheck("transformers")
-    from transformers.models.nemotron_h import modeling_nemotron_h
-
-    fields = {k: v for k, v in TINY_NEMOTRON_H.items() if k != "model_type"}
-    mixer = modeling_nemotron_h.NemotronHMamba2Mixer(transformers.NemotronHConfig(**fields), layer_idx=0)
     batch, length = 2, 64  # 4 chunks of 16
-    counted = _counted(mixer, torch.randn(batch, length, 64))
-    arch = from_hf_config(TINY_NEMOTRON_H)
-    rows = {r.name: r.cost for r in recurrent_rows(arch, arch.recurrent, Step(batch, length, length), ModelDTypes())}
+    counted, rows = _counted_and_ours("nemotron_h", "NemotronHMamba2Mixer", "NemotronHConfig", TINY_NEMOTRON_H,
+                                      batch, length)
     projections = rows["in_proj"].flops + rows["out_proj"].flops
     # Mamba-2's chunked scan a head: per chunk 2 Q^2 (N + P) + 4 Q N P, and 2 N P to pass the state on, which
     # transformers' reference computes as one product over every pair of chunks (2 (c + 1)^2 N P a head).
