@@ -41,7 +41,9 @@ class MatmulOp(StrictModel):
     weight_scale_bytes: Annotated[float, Field(gt=0, le=8)] = Field(2.0, description="Bytes per scale, bytes (fp16: 2)")
     tile: TileShape | None = Field(None, description="Kernel tile for the L2 traffic and shape-efficiency models; "
                                                      "default: the device's")
-    apply_efficiency: bool = Field(False, description="Slow the compute roof by the padding and wave efficiency")
+    apply_efficiency: bool = Field(False, description="Slow the compute roof by the padding efficiency (tiles padded "
+                                                      "to the kernel's); the wave figures are reported, never applied: "
+                                                      "split-K and stream-K kernels fill the SMs")
 
 
 class GroupedMatmulOp(StrictModel):

@@ -128,7 +128,7 @@ def matmul_rooflines(shapes: MatmulShapes, spec: MatmulGroupSpec) -> MatmulRoofl
         wave_efficiency = waves / np.ceil(waves)
     efficiency = np.ones(len(m))
     if spec.apply_efficiency:
-        efficiency = padding * (wave_efficiency if wave_efficiency is not None else 1.0)
+        efficiency = padding  # never the waves: service/core/efficiency.py says why
 
     # roofline.analyze: the compute roof scaled where the efficiency is below 1, every level's ceiling
     compute = spec.compute

@@ -2,7 +2,13 @@
 
 padding efficiency = M*N*K / (ceil(M/m_t) m_t * ceil(N/n_t) n_t * ceil(K/k_t) k_t); executed FLOPs =
 model FLOPs / padding efficiency; tiles = ceil(M/m_t) * ceil(N/n_t) (per batch item); waves = tiles / SMs;
-wave efficiency = waves / ceil(waves) (the last wave leaves SMs idle).
+wave efficiency = waves / ceil(waves) (what the last wave would leave idle if every tile were one block).
+
+Only the padding slows a time (`apply_efficiency`): the executed FLOPs of padded tiles stay a bound. The wave
+figures are reported, never applied: split-K and stream-K kernels fill the SMs that whole tiles would leave idle.
+Against AIConfigurator's measured GEMMs (H100, H200, B200; TensorRT-LLM and vLLM; bf16 and fp8; 35,700 shapes
+each) padding times waves put 24-38 % of the bf16 GEMMs above their measured time, up to 41x; padding alone
+0-0.4 %, no more than 1.43x, as the bare bound's own (operands left in L2).
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ class ShapeEfficiency(NamedTuple):
     wave_efficiency: float | None
 
     @property
-    def combined(self) -> float:
-        return self.padding_efficiency * (self.wave_efficiency or 1.0)
+    def applied(self) -> float:
+        """What apply_efficiency slows the compute roof by: the padding alone (the module's docstring says why)."""
+        return self.padding_efficiency
 
 
 def _padded(size: int, tile: int) -> int:

@@ -150,7 +150,7 @@ def operator_analysis_fields(request: OperatorAnalysisRequest, device: DeviceSpe
     shape = shape_efficiency(request.operator, device, cost)
     efficiency = 1.0
     if shape is not None and shape["applied"]:
-        efficiency = shape["padding_efficiency"] * (shape["wave_efficiency"] or 1.0)
+        efficiency = shape["padding_efficiency"]  # never the waves: service/core/efficiency.py says why
     try:
         result = analyze(cost, device, measured=measured, mode=RoofMode(request.roofs),
                          bytes_by_level=cast(dict[str, float] | None, request.bytes_by_level),

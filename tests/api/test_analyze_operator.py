@@ -124,8 +124,15 @@ def test_matmul_shape_efficiency_reported_and_applied(client):
     assert shape["tiles"] == 1024 and shape["sm_count"] == 132 and not shape["applied"]
     assert shape["wave_efficiency"] == pytest.approx(1024 / 132 / 8)
     applied = analyze(client, {**operator, "apply_efficiency": True}).json()
-    # Compute-bound: the time grows by 1 / wave efficiency (padding is 1 for 4096 on 128x128x64).
-    assert applied["time_s"] == pytest.approx(plain["time_s"] / (1024 / 132 / 8))
+    # Padding is 1 for 4096 on 128x128x64 and the waves are never applied: the same time.
+    assert applied["time_s"] == plain["time_s"]
+    # 4000 on 128x128x64 tiles pads m and n to 32 x 128 = 4096 and k to 63 x 64 = 4032: (4000 / 4096)^2 x
+    # (4000 / 4032) of the executed work is useful, and the compute-bound time grows by its inverse.
+    odd = {"kind": "matmul", "m": 4000, "n": 4000, "k": 4000}
+    useful = (4000 / 4096) ** 2 * (4000 / 4032)
+    padded = analyze(client, {**odd, "apply_efficiency": True}).json()
+    assert padded["shape_efficiency"]["padding_efficiency"] == pytest.approx(useful)
+    assert padded["time_s"] == pytest.approx(analyze(client, odd).json()["time_s"] / useful)
 
 
 def test_grouped_matmul_operator(client):
