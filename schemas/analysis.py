@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from schemas.common import (
     BoundName,
     DeviceId,
+    EngineName,
     MemoryLevelName,
     RoofSourceName,
     StrictModel,
@@ -36,6 +37,12 @@ class OperatorAnalysisRequest(RoofOptions):
         None, description="A measured run time, seconds: the answer then also reports what was achieved")
     bytes_by_level: dict[MemoryLevelName, Annotated[float, Field(ge=1, le=1e30)]] | None = Field(
         None, description="Traffic per memory level, bytes (e.g. from a profiler); replaces the modelled traffic")
+    engine: EngineName | None = Field(
+        None, description="The engine whose kernels you run: `expected` then comes from the calibration fitted to the "
+                          "timings submitted for this device and engine (POST /v1/devices/{id}/kernel-timings) where "
+                          "one exists, else from a shipped one of the same engine")
+    calibration: Literal["auto", "none"] = Field(
+        "auto", description="auto: answer `expected` where a calibration applies; none: the bound alone")
 
 
 class ByteCounts(BaseModel):
@@ -96,6 +103,12 @@ class ShapeEfficiencyOut(BaseModel):
 class ExpectedOut(BaseModel):
     """What the operator is expected to take, from a calibration fitted to measured kernels: beside the bound,
     never in place of it."""
+
+    calibration_id: str = Field(description="GET /v1/calibrations/{id} shows it, its parameters and its errors")
+    origin: Literal["shipped", "measured"] = Field(
+        description="'shipped': fitted to public measurements; 'measured': to the timings submitted for the device")
+    points: int = Field(description="The timings it was fitted to")
+    extrapolated: bool = Field(description="The matmul lies outside the m, n and k the timings covered")
 
     time_s: float = Field(description="Expected time, seconds: t0 + max(FLOPs / (peak x e_c), bytes / (bandwidth x "
                                       "e_m)) at the roofs the calibration was fitted at, or the bound where the "

@@ -27,6 +27,8 @@ MIN_FLOPS_PER_S, MAX_FLOPS_PER_S = 1e6, 1e21
 MIN_BYTES_PER_S, MAX_BYTES_PER_S = 1e3, 1e18
 FlopRate = Annotated[FiniteFloat, Field(ge=MIN_FLOPS_PER_S, le=MAX_FLOPS_PER_S)]
 ByteRate = Annotated[FiniteFloat, Field(ge=MIN_BYTES_PER_S, le=MAX_BYTES_PER_S)]
+EngineName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$",
+                                  description="A free label of the engine or kernel library (vllm, sglang, trtllm, ...)")]
 DeviceId = Annotated[
     str,
     Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$",

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.analysis import RoofOptions
-from schemas.common import DeviceId, NonNegativeFinite, StrictModel, all_rules, given
+from schemas.common import DeviceId, EngineName, NonNegativeFinite, StrictModel, all_rules, given
 from schemas.models import DTYPES_DOC, Length, MemoryOptions, ModelChoice, ModelDTypes, ModelIdField, StepMemoryOut
 
 Parallel = Annotated[int, Field(ge=1, le=1024)]
@@ -96,7 +96,7 @@ class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
         None, description="Separate prefill and decode pools (then workers and the parallel sizes above are not given)")
     speculative: SpeculativeDecoding | None = Field(None, description="Speculative decoding: a draft proposes "
                                                                         "tokens the model verifies in one step")
-    engine: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")] | None = Field(
+    engine: EngineName | None = Field(
         None, description="A free label of the serving engine (sglang, vllm, trt, ...): what a calibration is fitted for")
     calibration: Literal["auto", "none"] = Field(
         "auto", description="auto: answer `expected` where a serving calibration exists for the device and engine")

@@ -14,7 +14,19 @@ from service.api import openapi
 from service.api.hot_path import HotPathMiddleware
 from service.api.idempotency import IdempotencyMiddleware
 from service.api.responses import INVALID, UNAVAILABLE
-from service.api.routes import analyze, benchmarks, devices, docs, explorer, health, models, plans, plots
+from service.api.routes import (
+    analyze,
+    benchmarks,
+    calibrations,
+    devices,
+    docs,
+    explorer,
+    health,
+    kernel_timings,
+    models,
+    plans,
+    plots,
+)
 from service.persistence.catalog import DeviceCatalog
 from service.persistence.db import make_engine
 from service.persistence.migrate import at_head, pending_migration, upgrade
@@ -53,6 +65,7 @@ TAGS = [
     {"name": "analysis", "description": "Roofline analyses: operators, models, KV capacity, fusion, sweeps, comparisons"},
     {"name": "devices", "description": "The device catalog (nominal datasheet specs with citations)"},
     {"name": "measured roofs", "description": "Benchmark submissions that override nominal roofs"},
+    {"name": "calibrations", "description": "Measured kernel timings, and the calibrations behind every `expected`"},
     {"name": "models", "description": "The transformer model catalog"},
     {"name": "plans", "description": "Deployment plans: what serves a model best on a budget, within SLOs"},
     {"name": "plots", "description": "Roofline charts (SVG, PNG)"},
@@ -119,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     openapi.install(app)
     # Routes are matched in order: the hot analysis paths first.
-    for module in (analyze, health, plans, devices, benchmarks, models, plots):
+    for module in (analyze, health, plans, devices, benchmarks, kernel_timings, calibrations, models, plots):
         # Every 422 of the API has the service's one error shape, not FastAPI's default one.
         app.include_router(module.router, responses={**INVALID, **UNAVAILABLE})
     app.include_router(health.conventions_router)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from service.core.calibration import KernelCalibration
 from service.core.dtypes import DType, peak_dtype
 from service.core.errors import CostModelError, NoComputePeakError
 from service.core.hardware import DEFAULT_INTER_NODE_LATENCY_S, DeviceSpec, Unit
@@ -47,10 +48,12 @@ class MeasuredRoofs:
     memory: Mapping[str, MeasuredRoof] = field(default_factory=dict)
     links: Mapping[str, MeasuredRoof] = field(default_factory=dict)  # "intra_node", "inter_node"
     latencies: Mapping[str, MeasuredRoof] = field(default_factory=dict)  # seconds of one collective, per link
+    # Calibrations fitted to the kernel timings submitted for the device, by (engine, compute dtype).
+    kernels: Mapping[tuple[str, str], KernelCalibration] = field(default_factory=dict)
 
     def __post_init__(self):
         # Frozen all the way down: memos key measured roofs by identity (service/core/memo.py).
-        for name in ("compute", "memory", "links", "latencies"):
+        for name in ("compute", "memory", "links", "latencies", "kernels"):
             object.__setattr__(self, name, read_only(getattr(self, name)))
 
 

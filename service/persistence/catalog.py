@@ -11,6 +11,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -38,7 +39,7 @@ from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
 from service.core.serving_calibration import ServingCalibration
 from service.persistence import repository
 from service.persistence.change_probe import SqliteCommitProbe
-from service.persistence.tables import Benchmark, ModelConfig
+from service.persistence.tables import Benchmark, ModelConfig, StoredKernelCalibration
 from service.runtime.errors import DeviceNotFound, ModelNotFound
 
 # After the database failed, analyses are served from the loaded catalog for this long before it is
@@ -198,6 +199,16 @@ def measured_roofs(rows: list[Benchmark]) -> dict[str, MeasuredRoofs]:
     }
 
 
+def with_kernel_calibrations(measured: dict[str, MeasuredRoofs],
+                             rows: list[StoredKernelCalibration]) -> dict[str, MeasuredRoofs]:
+    """Each device's measured roofs with the calibrations fitted to its kernel timings beside them."""
+    kernels: dict[str, dict[tuple[str, str], KernelCalibration]] = defaultdict(dict)
+    for row in rows:
+        kernels[row.device_id][(row.engine, row.dtype)] = KernelCalibration(**row.fit)
+    return {**measured, **{device_id: replace(measured.get(device_id, NO_MEASUREMENTS), kernels=fits)
+                           for device_id, fits in kernels.items()}}
+
+
 class DeviceCatalog:
     """Devices, measured roofs and models, held in memory and reloaded when the catalog's version moves.
 
@@ -257,6 +268,7 @@ class DeviceCatalog:
                     specs = {row.id: device_spec(row.model_dump()) for row in repository.list_devices(session)}
                     measured = measured_roofs(repository.all_benchmarks(session))
                     models = {row.id: row for row in repository.list_models(session)}
+                    measured = with_kernel_calibrations(measured, repository.all_kernel_calibrations(session))
                     self._specs, self._measured, self._models, self._version = specs, measured, models, version
                     self._derived = {}
             self._commits_seen = commits
@@ -291,3 +303,7 @@ class DeviceCatalog:
 
     def measured(self, device_id: str) -> MeasuredRoofs:
         return self._measured.get(device_id, NO_MEASUREMENTS)
+
+    def kernel_calibrations(self) -> list[KernelCalibration]:
+        """Every calibration fitted to submitted timings, of every device."""
+        return [fit for measured in self._measured.values() for fit in measured.kernels.values()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from sqlalchemy import Engine, update
@@ -9,8 +10,24 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from service.persistence.db import database_file_intact
-from service.persistence.tables import Benchmark, CatalogState, Device, IdempotencyKey, ModelConfig, utcnow
-from service.runtime.errors import AlreadyExists, BenchmarkNotFound, DatabaseUnavailable, DeviceNotFound, ModelNotFound
+from service.persistence.tables import (
+    Benchmark,
+    CatalogState,
+    Device,
+    IdempotencyKey,
+    KernelTiming,
+    ModelConfig,
+    StoredKernelCalibration,
+    utcnow,
+)
+from service.runtime.errors import (
+    AlreadyExists,
+    BenchmarkNotFound,
+    DatabaseUnavailable,
+    DeviceNotFound,
+    KernelTimingNotFound,
+    ModelNotFound,
+)
 
 
 def _require_intact_file(session: Session) -> None:
@@ -152,6 +169,71 @@ def delete_benchmark(session: Session, *, device_id: str, benchmark_id: int) -> 
     if row is None or row.device_id != device_id:
         raise BenchmarkNotFound(device_id, benchmark_id)
     _delete(session, row)
+
+
+# The most recent timings of a (device, engine, dtype) a calibration is fitted to: what bounds a refit's work.
+MAX_FITTED_TIMINGS = 10_000
+# Refit: a group's timings to its calibration's fields, or None when they are too few to fit.
+Refit = Callable[[list[KernelTiming]], dict[str, Any] | None]
+
+
+def add_kernel_timings(session: Session, *, device_id: str, records: list[dict[str, Any]], submitted_by: str,
+                       refit: Refit) -> list[KernelTiming]:
+    """Stores every timing and refits the calibrations they touch, in one transaction: all of it or none."""
+    now = utcnow()
+    rows = [KernelTiming(device_id=device_id, submitted_by=submitted_by, created_at=now, **record) for record in records]
+    session.add_all(rows)
+    session.flush()
+    _refit(session, device_id, {(row.engine, row.dtype) for row in rows}, refit)
+    _bump_version(session)
+    session.commit()
+    for row in rows:
+        session.refresh(row)
+    return rows
+
+
+def _refit(session: Session, device_id: str, groups: set[tuple[str, str]], refit: Refit) -> None:
+    for engine, dtype in sorted(groups):
+        timings = list(session.exec(
+            select(KernelTiming).where(KernelTiming.device_id == device_id, KernelTiming.engine == engine,
+                                       KernelTiming.dtype == dtype)
+            .order_by(col(KernelTiming.id).desc()).limit(MAX_FITTED_TIMINGS)))
+        fit = refit(timings)
+        stored = session.get(StoredKernelCalibration, (device_id, engine, dtype))
+        if fit is None:
+            if stored is not None:
+                session.delete(stored)
+        elif stored is None:
+            session.add(StoredKernelCalibration(device_id=device_id, engine=engine, dtype=dtype, fit=fit,
+                                                fitted_at=utcnow()))
+        else:
+            stored.fit, stored.fitted_at = fit, utcnow()
+            session.add(stored)
+
+
+def list_kernel_timings(session: Session, *, device_id: str, engine: str | None = None, kind: str | None = None,
+                        dtype: str | None = None, limit: int = 1000, offset: int = 0) -> list[KernelTiming]:
+    query = select(KernelTiming).where(KernelTiming.device_id == device_id)
+    for column, value in ((KernelTiming.engine, engine), (KernelTiming.kind, kind), (KernelTiming.dtype, dtype)):
+        if value is not None:
+            query = query.where(column == value)
+    return list(session.exec(query.order_by(col(KernelTiming.id)).offset(offset).limit(limit)))
+
+
+def delete_kernel_timing(session: Session, *, device_id: str, timing_id: int, refit: Refit) -> None:
+    """Removes a timing and refits (or drops) the calibration it counted in, in one transaction."""
+    row = session.get(KernelTiming, timing_id)
+    if row is None or row.device_id != device_id:
+        raise KernelTimingNotFound(device_id, timing_id)
+    session.delete(row)
+    session.flush()
+    _refit(session, device_id, {(row.engine, row.dtype)}, refit)
+    _bump_version(session)
+    session.commit()
+
+
+def all_kernel_calibrations(session: Session) -> list[StoredKernelCalibration]:
+    return list(session.exec(select(StoredKernelCalibration)))
 
 
 def list_models(session: Session) -> list[ModelConfig]:

@@ -145,3 +145,38 @@ class IdempotencyKey(SQLModel, table=True):
     status: int | None = None  # None while the write runs (or if it never finished)
     response: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class KernelTiming(SQLModel, table=True):
+    """One submitted measured kernel time: the operator as the operator endpoint takes it, its model FLOPs and HBM
+    bytes when it was stored (what a calibration is fitted against), and the time measured."""
+
+    __tablename__ = "kernel_timings"
+
+    id: int | None = Field(default=None, sa_column=Column(Integer, primary_key=True, autoincrement=True))
+    device_id: str = Field(sa_column=Column(String(64), ForeignKey("devices.id", ondelete="CASCADE"),
+                                            nullable=False, index=True))
+    engine: str = Field(max_length=64)
+    source: str = Field(max_length=1000)
+    kind: str = Field(max_length=32)
+    dtype: str = Field(max_length=16)  # the compute dtype its roof is read for
+    operator: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    flops: float
+    hbm_bytes: float
+    time_s: float
+    submitted_by: str = Field(max_length=100)
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class StoredKernelCalibration(SQLModel, table=True):
+    """The calibration fitted to a device's timings of one engine and compute dtype, refitted in the transaction
+    that changes them."""
+
+    __tablename__ = "kernel_calibrations"
+
+    device_id: str = Field(sa_column=Column(String(64), ForeignKey("devices.id", ondelete="CASCADE"),
+                                            primary_key=True))
+    engine: str = Field(sa_column=Column(String(64), primary_key=True))
+    dtype: str = Field(sa_column=Column(String(16), primary_key=True))
+    fit: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))  # KernelCalibration's fields
+    fitted_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

@@ -82,6 +82,22 @@ class BenchmarkNotFound(ServiceError):
         super().__init__(f"device {device_id!r} has no benchmark {benchmark_id}")
 
 
+class KernelTimingNotFound(ServiceError):
+    status_code = 404
+    code = "kernel_timing_not_found"
+
+    def __init__(self, device_id: str, timing_id: int):
+        super().__init__(f"device {device_id!r} has no kernel timing {timing_id}")
+
+
+class CalibrationNotFound(ServiceError):
+    status_code = 404
+    code = "calibration_not_found"
+
+    def __init__(self, calibration_id: str):
+        super().__init__(f"no calibration {calibration_id!r}: GET /v1/calibrations lists them")
+
+
 class AlreadyExists(ServiceError):
     status_code = 409
     code = "already_exists"

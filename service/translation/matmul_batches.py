@@ -64,7 +64,7 @@ if set(MatmulOp.model_fields) != {"kind", "tile", *SHAPE_FIELDS, *OPTION_FIELDS}
 def is_plain_matmul(request) -> bool:
     return (isinstance(request, OperatorAnalysisRequest) and OPERATORS[request.operator.kind].array_path
             and request.bytes_by_level is None and request.sustained_clock_hz is None
-            and request.measured_time_s is None)
+            and request.measured_time_s is None and request.engine is None and request.calibration == "auto")
 
 
 def _group_key(request: OperatorAnalysisRequest) -> tuple:

@@ -68,25 +68,36 @@ def answer_fields(device_id: str, kind: str, flops, bytes_read, bytes_written, b
     }
 
 
-def expected_fields(calibration: KernelCalibration | None, time_s) -> dict | None:
+def expected_fields(calibration: KernelCalibration | None, time_s, extrapolated=False) -> dict | None:
     """The answer's `expected`, its time given (a value, or a template's marker)."""
     if calibration is None:
         return None
-    return {"time_s": time_s, "basis": calibration.basis, "engine": calibration.engine,
+    return {"calibration_id": calibration.id, "origin": calibration.origin, "points": calibration.fitted_on,
+            "extrapolated": extrapolated, "time_s": time_s, "basis": calibration.basis, "engine": calibration.engine,
             "median_error": calibration.median_error, "p90_error": calibration.p90_error}
 
 
-def calibration_for(device_id: str, kind: str, compute_dtype: str) -> KernelCalibration | None:
-    """The shipped GEMM calibration of a plain matmul's device and compute dtype, if there is one."""
-    return gemm_calibrations().get((device_id, peak_dtype(compute_dtype))) if kind == "matmul" else None
+def calibration_for(device_id: str, kind: str, compute_dtype: str, *, engine: str | None = None,
+                    measured: MeasuredRoofs | None = None) -> KernelCalibration | None:
+    """The calibration of a plain matmul on the device, in its compute dtype: with an engine named, the one fitted to
+    the timings submitted for it, else a shipped one of that engine; with none, the shipped one."""
+    if kind != "matmul":
+        return None
+    dtype = peak_dtype(compute_dtype)
+    shipped = gemm_calibrations().get((device_id, dtype))
+    if engine is None:
+        return shipped
+    fitted = measured.kernels.get((engine, dtype)) if measured is not None else None
+    return fitted or (shipped if shipped is not None and shipped.engine == engine else None)
 
 
-def roofline_fields(device_id: str, result: RooflineResult, shape: dict | None = None) -> dict:
-    """The OperatorAnalysis fields of a roofline result."""
+def roofline_fields(device_id: str, result: RooflineResult, shape: dict | None = None,
+                    calibration: KernelCalibration | None = None, sizes: tuple[int, int, int] | None = None) -> dict:
+    """The OperatorAnalysis fields of a roofline result, with the expectation of `calibration` where one applies."""
     cost = result.cost
-    calibration = calibration_for(device_id, cost.kind, cost.compute_dtype)
     expected = expected_fields(calibration, max(calibration.expected_time_s(cost.flops, cost.bytes_total),
-                                                result.time_s) if calibration else None)
+                                                result.time_s),
+                               bool(sizes and calibration.extrapolated(*sizes))) if calibration else None
     return answer_fields(
         device_id, cost.kind, cost.flops, cost.bytes_read, cost.bytes_written, cost.bytes_total,
         result.arithmetic_intensity, result.ridge_point, str(result.bound), result.attainable_flops_per_s,
@@ -159,7 +170,11 @@ def operator_analysis_fields(request: OperatorAnalysisRequest, device: DeviceSpe
     except CostModelError as exc:
         prefix = "body" if exc.field in {"roofs", "sustained_clock_hz", "measured_time_s"} else "body.operator"
         raise cost_model_error(exc, prefix) from None
-    return roofline_fields(device.id, result, shape)
+    operator = request.operator
+    calibration = None if request.calibration == "none" else calibration_for(
+        device.id, cost.kind, cost.compute_dtype, engine=request.engine, measured=measured)
+    sizes = (operator.m, operator.n, operator.k) if operator.kind == "matmul" else None
+    return roofline_fields(device.id, result, shape, calibration, sizes)
 
 
 def analyze_operator(request: OperatorAnalysisRequest, device: DeviceSpec, measured: MeasuredRoofs) -> OperatorAnalysis:

@@ -1,0 +1,65 @@
+"""Measured kernel timings: submissions (authenticated, all or none), listing and deletion; each write refits the
+calibrations it touches in the same transaction."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response, status
+
+from schemas.calibrations import KernelTimingPublic, KernelTimingsCreate, KernelTimingsCreated
+from schemas.common import DTypeName, EngineName
+from service.api.deps import CatalogDep, DevicePath, SessionDep, WriterDep
+from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
+from service.core.operators.registry import KINDS
+from service.persistence import repository
+from service.translation.calibrations import kernel_public, refit_for, timing_records
+
+router = APIRouter(prefix="/v1/devices/{device_id}", tags=["calibrations"])
+TimingPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A kernel timing's id, as its submission answered")]
+
+
+@router.post("/kernel-timings", status_code=status.HTTP_201_CREATED, summary="Submit measured kernel timings",
+             operation_id="create_kernel_timings", responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID},
+             description="Stores up to 10,000 measured kernel times, all or none, each with the operator as POST "
+                         "/v1/analyze/operator takes it, and refits the device's calibration of every engine and "
+                         "compute dtype they touch (plain matmuls: t = t0 + max(T_compute / e_c, T_memory / e_m) at "
+                         "the nominal roofs, from 6 timings on). Operator analyses naming the engine then answer "
+                         "`expected` from it.")
+def create_kernel_timings(device_id: DevicePath, body: KernelTimingsCreate, session: SessionDep, catalog: CatalogDep,
+                          writer: WriterDep) -> KernelTimingsCreated:
+    device = catalog.get(device_id)
+    records = timing_records(body, device)
+    rows = repository.add_kernel_timings(session, device_id=device_id, records=records, submitted_by=writer,
+                                         refit=refit_for(device))
+    touched = {(row.engine, row.dtype) for row in rows}
+    catalog.refresh()
+    fitted = [kernel_public(c) for c in catalog.kernel_calibrations()
+              if c.device_id == device_id and (c.engine, c.dtype) in touched]
+    return KernelTimingsCreated(created=[row.id for row in rows if row.id is not None], calibrations=fitted)
+
+
+@router.get("/kernel-timings", summary="List measured kernel timings", operation_id="list_kernel_timings",
+            responses=NOT_FOUND, description="The device's kernel timings, oldest first, filtered by any of the "
+                                             "query parameters.")
+def list_kernel_timings(
+    device_id: DevicePath, session: SessionDep, catalog: CatalogDep, engine: EngineName | None = None,
+    kind: Annotated[str | None, Query(pattern="^(" + "|".join(KINDS) + ")$")] = None, dtype: DTypeName | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000, offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+) -> list[KernelTimingPublic]:
+    catalog.get(device_id)
+    rows = repository.list_kernel_timings(session, device_id=device_id, engine=engine, kind=kind, dtype=dtype,
+                                          limit=limit, offset=offset)
+    return [KernelTimingPublic.model_validate(row) for row in rows]
+
+
+@router.delete("/kernel-timings/{timing_id}", status_code=status.HTTP_204_NO_CONTENT,
+               summary="Remove a kernel timing", operation_id="delete_kernel_timing",
+               responses={**UNAUTHORIZED, **NOT_FOUND},
+               description="Removes a bad timing and refits the calibration it counted in (or drops it below 6 "
+                           "matmul timings).")
+def delete_kernel_timing(device_id: DevicePath, timing_id: TimingPath, session: SessionDep, catalog: CatalogDep,
+                         _writer: WriterDep) -> Response:
+    repository.delete_kernel_timing(session, device_id=device_id, timing_id=timing_id,
+                                    refit=refit_for(catalog.get(device_id)))
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

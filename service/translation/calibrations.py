@@ -1,0 +1,141 @@
+"""Kernel timings in, calibrations out: each submitted timing costed on its device, the matmul timings of one
+engine and compute dtype fitted (service/core/calibration.py), and every calibration, shipped or fitted, described
+with its parameters, what it was fitted on and how wrong it was."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from schemas.calibrations import KernelTimingsCreate
+from service.core.calibration import MIN_POINTS, KernelCalibration, fit_kernel_terms
+from service.core.dtypes import peak_dtype
+from service.core.errors import CostModelError
+from service.core.hardware import DeviceSpec
+from service.core.operators import operator_cost
+from service.core.serving_calibration import ServingCalibration
+from service.persistence.catalog import DeviceCatalog, gemm_calibrations, serving_calibrations
+from service.persistence.repository import Refit
+from service.persistence.tables import KernelTiming
+from service.runtime.errors import CalibrationNotFound, cost_model_error
+from service.translation.operator_analyses import operator_fields
+
+KERNEL_MODEL = "t = t0 + max(T_compute / compute_efficiency, T_memory / memory_efficiency), T at the nominal roofs"
+SERVING_MODEL = "TPOT = tpot_scale x bound + tpot_overhead; TTFT = ttft_scale x bound + ttft_overhead (never below)"
+
+
+def timing_records(body: KernelTimingsCreate, device: DeviceSpec) -> list[dict]:
+    """Each timing as stored: its operator's model FLOPs and HBM bytes on the device (a timing the cost models
+    refuse is a 422 naming it, and nothing is stored)."""
+    records = []
+    for index, timing in enumerate(body.timings):
+        operator = timing.operator
+        try:
+            cost = operator_cost(operator.kind, **operator_fields(operator, device))
+        except CostModelError as exc:
+            raise cost_model_error(exc, f"body.timings.{index}.operator") from None
+        records.append({"engine": timing.engine or body.engine, "source": timing.source or body.source,
+                        "kind": operator.kind, "dtype": peak_dtype(cost.compute_dtype),
+                        "operator": operator.model_dump(exclude_defaults=True), "flops": cost.flops,
+                        "hbm_bytes": cost.bytes_total, "time_s": timing.time_s})
+    return records
+
+
+def _matmul_terms(device: DeviceSpec, dtype: str, timings: Iterable[KernelTiming]):
+    """The matmul timings' (rows, compute terms, memory terms, measured times) at the device's nominal roofs."""
+    rows = [t for t in timings if t.kind == "matmul"]
+    peak = device.peak(dtype, "tensor")
+    hbm = device.memory_level("hbm")
+    if peak is None or hbm is None:
+        return rows, None, None, None
+    flops, moved = np.array([t.flops for t in rows]), np.array([t.hbm_bytes for t in rows])
+    return rows, flops / peak.flops_per_s, moved / hbm.bandwidth_bytes_per_s, np.array([t.time_s for t in rows])
+
+
+def refit_for(device: DeviceSpec) -> Refit:
+    """The fit of a (device, engine, dtype)'s timings, as the calibrations table keeps it; None under MIN_POINTS
+    matmul timings, or where the device has no nominal roof for the dtype."""
+    def refit(timings: list[KernelTiming]) -> dict | None:
+        rows, compute, memory, measured = _matmul_terms(device, timings[0].dtype, timings) if timings else ([], None,
+                                                                                                             None, None)
+        if compute is None or memory is None or measured is None or len(rows) < MIN_POINTS:
+            return None
+        fit = fit_kernel_terms(compute, memory, measured)
+        sizes = np.array([[t.operator["m"], t.operator["n"], t.operator["k"]] for t in rows])
+        first = rows[0]
+        return {"device_id": device.id, "dtype": first.dtype, "engine": first.engine,
+                "source": f"{len(rows)} timings submitted for the device ({', '.join(sorted({t.source for t in rows}))[:300]})",
+                "peak_flops_per_s": float(device.peak(first.dtype, "tensor").flops_per_s),  # type: ignore[union-attr]
+                "hbm_bytes_per_s": float(device.memory_level("hbm").bandwidth_bytes_per_s),  # type: ignore[union-attr]
+                "t0_s": fit.t0_s, "compute_efficiency": fit.compute_efficiency,
+                "memory_efficiency": fit.memory_efficiency, "fitted_on": len(rows), "checked_on": len(rows),
+                "median_error": fit.median_error, "p90_error": fit.p90_error,
+                "bound_median_error": fit.bound_median_error, "origin": "measured", "checked_by": fit.checked_by,
+                "shapes": [[int(sizes[:, axis].min()), int(sizes[:, axis].max())] for axis in range(3)]}
+    return refit
+
+
+def kernel_public(calibration: KernelCalibration) -> dict:
+    return {
+        "id": calibration.id, "kind": "kernel", "origin": calibration.origin, "device_id": calibration.device_id,
+        "engine": calibration.engine, "scope": f"plain matmuls computing in {calibration.dtype}",
+        "model": KERNEL_MODEL,
+        "parameters": [
+            {"name": "t0", "value": calibration.t0_s, "unit": "s", "meaning": "a kernel's fixed cost (launch, tail)"},
+            {"name": "compute_efficiency", "value": calibration.compute_efficiency, "unit": "1",
+             "meaning": f"the share of the nominal {calibration.dtype} tensor peak a compute-bound matmul reaches"},
+            {"name": "memory_efficiency", "value": calibration.memory_efficiency, "unit": "1",
+             "meaning": "the share of the nominal HBM bandwidth a memory-bound matmul reaches"}],
+        "fitted_on": calibration.fitted_on, "checked_on": calibration.checked_on, "checked_by": calibration.checked_by,
+        "median_error": calibration.median_error, "p90_error": calibration.p90_error,
+        "bound_median_error": calibration.bound_median_error, "source": calibration.source,
+        "shapes": [list(span) for span in calibration.shapes] if calibration.shapes else None}
+
+
+def serving_public(calibration: ServingCalibration) -> dict:
+    return {
+        "id": f"serving:{calibration.id}", "kind": "serving", "origin": "shipped", "device_id": calibration.device_id,
+        "engine": calibration.engine,
+        "scope": f"deployments of weights in {calibration.precision}, speculative decoding {calibration.speculative}",
+        "model": SERVING_MODEL,
+        "parameters": [
+            {"name": "tpot_scale", "value": calibration.tpot_scale, "unit": "1", "meaning": "measured TPOT per bound TPOT"},
+            {"name": "tpot_overhead", "value": calibration.tpot_overhead_s, "unit": "s",
+             "meaning": "the scheduler's cost per decode step beside the bound"},
+            {"name": "ttft_scale", "value": calibration.ttft_scale, "unit": "1", "meaning": "measured TTFT per bound TTFT"},
+            {"name": "ttft_overhead", "value": calibration.ttft_overhead_s, "unit": "s",
+             "meaning": "queueing and scheduling before the first token beside the bound"}],
+        "fitted_on": calibration.fitted_on, "checked_on": calibration.checked_on, "checked_by": calibration.checked_by,
+        "median_error": calibration.tpot_median_error, "p90_error": calibration.tpot_p90_error,
+        "bound_median_error": calibration.bound_tpot_median_error, "source": calibration.source, "shapes": None}
+
+
+def all_calibrations(catalog: DeviceCatalog) -> list[dict]:
+    """Shipped kernel, measured kernel and shipped serving calibrations, in that order."""
+    return ([kernel_public(c) for c in gemm_calibrations().values()]
+            + [kernel_public(c) for c in sorted(catalog.kernel_calibrations(), key=lambda c: c.id)]
+            + [serving_public(c) for c in serving_calibrations().values()])
+
+
+def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of) -> dict:
+    """One calibration; a measured kernel one with each of its timings against the fit. `timings_of(device_id,
+    engine, dtype)` reads them."""
+    found = next((entry for entry in all_calibrations(catalog) if entry["id"] == calibration_id), None)
+    if found is None:
+        raise CalibrationNotFound(calibration_id)
+    if found["kind"] != "kernel" or found["origin"] != "measured":
+        return {**found, "residuals": None}
+    calibration = next(c for c in catalog.kernel_calibrations() if c.id == calibration_id)
+    rows, compute, memory, measured = _matmul_terms(catalog.get(calibration.device_id), calibration.dtype,
+                                                    timings_of(calibration.device_id, calibration.engine,
+                                                               calibration.dtype))
+    residuals = []
+    for index, row in enumerate(rows):
+        bound = max(compute[index], memory[index])
+        expected = max(bound, calibration.t0_s + max(compute[index] / calibration.compute_efficiency,
+                                                     memory[index] / calibration.memory_efficiency))
+        residuals.append({"timing_id": row.id, "m": row.operator.get("m"), "n": row.operator.get("n"),
+                          "k": row.operator.get("k"), "measured_time_s": row.time_s, "expected_time_s": float(expected),
+                          "bound_time_s": float(bound), "error": float(expected / row.time_s - 1)})
+    return {**found, "residuals": residuals}

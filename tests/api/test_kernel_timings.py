@@ -1,0 +1,89 @@
+"""Measured kernel timings over HTTP: stored all or none, a calibration fitted to them and refitted when they change,
+and operator analyses naming the engine answering `expected` from it."""
+
+import pytest
+
+from tests.conftest import AUTH
+
+DEVICE = "nvidia-h100-sxm"
+PEAK, HBM = 989.4e12, 3.35e12  # the catalog's nominal H100 SXM bf16 tensor peak and HBM bandwidth
+T0, E_C, E_M = 5e-6, 0.8, 0.5
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 2048), (1, 8192, 8192), (16, 4096, 14336), (2048, 2048, 512),
+          (64, 28672, 4096), (512, 1024, 1024)]
+
+
+def by_hand(m, n, k):
+    """The bound's terms of a bf16 matmul: 2mnk FLOPs at the peak; A (m x k), B (k x n) read and C (m x n) written,
+    2 bytes each, at the bandwidth. The timings are made by the formula the fit assumes, so it must find T0, E_C and
+    E_M again."""
+    compute, memory = 2 * m * n * k / PEAK, (m * k + k * n + m * n) * 2 / HBM
+    return compute, memory, T0 + max(compute / E_C, memory / E_M)
+
+
+def submit(client, shapes, engine="ourlib", **extra):
+    timings = [{"operator": {"kind": "matmul", "m": m, "n": n, "k": k, "dtype": "bf16"}, "time_s": by_hand(m, n, k)[2]}
+               for m, n, k in shapes]
+    return client.post(f"/v1/devices/{DEVICE}/kernel-timings", headers=AUTH,
+                       json={"engine": engine, "source": "test sweep", "timings": timings, **extra})
+
+
+def analyze(client, m, n, k, **options):
+    return client.post("/v1/analyze/operator", json={"device_id": DEVICE, **options, "operator": {
+        "kind": "matmul", "m": m, "n": n, "k": k, "dtype": "bf16"}}).json()
+
+
+def test_a_calibration_fitted_to_timings_by_hand(client):
+    created = submit(client, SHAPES)
+    assert created.status_code == 201, created.text
+    [fitted] = created.json()["calibrations"]
+    values = {p["name"]: p["value"] for p in fitted["parameters"]}
+    assert values["t0"] == pytest.approx(T0, rel=1e-6)
+    assert values["compute_efficiency"] == pytest.approx(E_C, rel=1e-6)
+    assert values["memory_efficiency"] == pytest.approx(E_M, rel=1e-6)
+    assert fitted["fitted_on"] == 7 and fitted["checked_by"] == "leave-one-out" and fitted["median_error"] < 1e-6
+    assert fitted["id"] == f"kernel:measured:{DEVICE}:ourlib:bf16"
+    assert fitted["shapes"] == [[1, 8192], [1024, 28672], [512, 14336]]
+    stored = client.get(f"/v1/devices/{DEVICE}/kernel-timings", params={"engine": "ourlib"}).json()
+    assert [row["hbm_bytes"] for row in stored[:1]] == [(4096 * 4096 * 3) * 2]
+
+    # A matmul the timings did not include: the expectation is the formula's, the bound unchanged beside it.
+    answer = analyze(client, 1024, 8192, 8192, engine="ourlib")
+    compute, memory, expected = by_hand(1024, 8192, 8192)
+    assert answer["time_s"] == pytest.approx(max(compute, memory))
+    assert answer["expected"]["time_s"] == pytest.approx(expected)
+    assert answer["expected"]["origin"] == "measured" and answer["expected"]["points"] == 7
+    assert not answer["expected"]["extrapolated"]
+    assert analyze(client, 1024, 65536, 8192, engine="ourlib")["expected"]["extrapolated"]  # n beyond 28,672
+    assert analyze(client, 1024, 8192, 8192, engine="ourlib", calibration="none")["expected"] is None
+    assert analyze(client, 1024, 8192, 8192)["expected"]["origin"] == "shipped"  # no engine: the shipped fit
+    assert analyze(client, 1024, 8192, 8192, engine="otherlib")["expected"] is None
+
+    detail = client.get(f"/v1/calibrations/{fitted['id']}").json()
+    assert len(detail["residuals"]) == 7 and all(abs(r["error"]) < 1e-6 for r in detail["residuals"])
+    assert fitted["id"] in {c["id"] for c in client.get("/v1/calibrations").json()}
+
+    # Six timings still fit; five do not: the calibration is dropped, and analyses say nothing expected.
+    ids = [row["id"] for row in stored]
+    assert client.delete(f"/v1/devices/{DEVICE}/kernel-timings/{ids[0]}", headers=AUTH).status_code == 204
+    assert analyze(client, 1024, 8192, 8192, engine="ourlib")["expected"]["points"] == 6
+    assert client.delete(f"/v1/devices/{DEVICE}/kernel-timings/{ids[1]}", headers=AUTH).status_code == 204
+    assert analyze(client, 1024, 8192, 8192, engine="ourlib")["expected"] is None
+    assert client.get(f"/v1/calibrations/{fitted['id']}").status_code == 404
+
+
+def test_timings_are_stored_all_or_none(client):
+    body = submit(client, SHAPES[:3], engine="alllib").json()
+    assert body["calibrations"] == []  # three timings: too few to fit
+    refused = client.post(f"/v1/devices/{DEVICE}/kernel-timings", headers=AUTH, json={
+        "engine": "alllib", "source": "bad", "timings": [
+            {"operator": {"kind": "matmul", "m": 8, "n": 8, "k": 8}, "time_s": 1e-5},
+            {"operator": {"kind": "attention", "heads": 6, "kv_heads": 4, "head_dim": 64, "q_len": 8}, "time_s": 1e-5}]})
+    assert refused.status_code == 422
+    assert refused.json()["fields"][0]["loc"].startswith("body.timings.1.operator")
+    too_many = client.post(f"/v1/devices/{DEVICE}/kernel-timings", headers=AUTH, json={
+        "engine": "alllib", "source": "bad", "timings": [
+            {"operator": {"kind": "matmul", "m": 8, "n": 8, "k": 8}, "time_s": 1e-5}] * 10_001})
+    assert too_many.status_code == 422
+    assert len(client.get(f"/v1/devices/{DEVICE}/kernel-timings", params={"engine": "alllib"}).json()) == 3
+    assert client.post(f"/v1/devices/{DEVICE}/kernel-timings", json={"engine": "x", "source": "y", "timings": []}
+                       ).status_code == 401
