@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-charts bench-explorer bench-access-log
+.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-calibration bench-charts bench-explorer bench-access-log
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,10 @@ bench-plan: install
 # The serving analysis against InferenceX's measured runs (measured / bound), and its cost beside a model analysis.
 bench-inferencex: install
 	$(BIN)/python bench/inferencex.py
+
+# A calibrated operator answer's cost beside an uncalibrated one, and a 10,000-timing fit's and write's.
+bench-calibration: install
+	$(BIN)/python bench/kernel_calibration.py
 
 bench-charts: install
 	$(BIN)/python bench/charts.py

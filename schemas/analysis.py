@@ -145,8 +145,9 @@ class OperatorAnalysis(BaseModel):
                                                       "HBM first: each level's own bytes, intensity, ridge and time")
     achieved: AchievedOut | None = Field(None, description="Present when measured_time_s was given")
     expected: ExpectedOut | None = Field(
-        None, description="A calibrated expectation where the service ships one for the device and dtype (GEMMs on "
-                          "H100, H200 and B200 in bf16 and fp8, fitted to NVIDIA AIConfigurator's public "
-                          "measurements); null elsewhere")
+        None, description="A calibrated expectation of a plain matmul: from the calibration fitted to the timings "
+                          "submitted for the device and the request's `engine`, or, with no engine (or trtllm), the "
+                          "one shipped for H100, H200 and B200 in bf16 and fp8 (fitted to NVIDIA AIConfigurator's "
+                          "public TensorRT-LLM measurements); null elsewhere and with calibration 'none'")
     shape_efficiency: ShapeEfficiencyOut | None = Field(None, description="Matmul and grouped matmul only")
     assumptions: list[str] = Field(description="The counting conventions and roof choices behind these numbers")

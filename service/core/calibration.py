@@ -3,12 +3,15 @@
 A bound ranks hardware by its datasheet; measured GEMMs sit a device- and dtype-dependent factor above it (a fixed
 launch-and-tail cost, large GEMMs at a fraction of the peak, small ones at a fraction of the bandwidth). A
 calibration is that fit, t = t0 + max(T_compute / e_c, T_memory / e_m), with T_compute and T_memory the roofline's
-own terms at the device's nominal roofs; it carries what it was fitted on and how wrong it was on the measurements
-held out of the fit. An expectation is never below the bound (t0 >= 0, efficiencies <= 1).
+own terms at the device's nominal roofs, times what the formula missed on the nearest shapes it was fitted to (the
+shape effects a formula cannot say: tile quantisation, kernel choice): the weighted mean of log(measured / formula)
+over the 8 fitted shapes nearest in (log2 m, log2 n, log2 k), each weighing 1 / (distance + 0.25). It carries what
+it was fitted on and how wrong it was on measurements held out of the fit. An expectation is never below the bound.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -36,16 +39,19 @@ class KernelCalibration:
     # the device, POST /v1/devices/{id}/kernel-timings); how its error was checked.
     origin: str = "shipped"
     checked_by: str = "the other half of the measurements"
-    # (least, most) of m, n and k over the timings fitted; None where they were not kept (the shipped fits).
+    # (least, most) of m, n and k over the timings fitted; None where they were not kept.
     shapes: tuple[tuple[int, int], ...] | None = None
+    # The fitted shapes (log2 m, log2 n, log2 k) and log(measured / formula) of each: the nearest correct the formula.
+    anchors: tuple[tuple[float, float, float, float], ...] | None = None
 
     @property
     def id(self) -> str:
         return f"kernel:{self.origin}:{self.device_id}:{self.engine}:{self.dtype}"
 
     def __post_init__(self):
-        if self.shapes is not None:  # read back from JSON as lists
-            object.__setattr__(self, "shapes", tuple(tuple(span) for span in self.shapes))
+        for name in ("shapes", "anchors"):  # read back from JSON as lists
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(tuple(item) for item in getattr(self, name)))
         if not (self.t0_s >= 0 and 0 < self.compute_efficiency <= 1 and 0 < self.memory_efficiency <= 1):
             raise ValueError(f"calibration of {self.device_id} {self.dtype} would expect less than the bound")
 
@@ -54,21 +60,40 @@ class KernelCalibration:
         return self.shapes is not None and any(
             not low <= size <= high for size, (low, high) in zip((m, n, k), self.shapes, strict=True))
 
-    def expected_time_s(self, flops: float, hbm_bytes: float) -> float:
-        return self.t0_s + max(flops / (self.peak_flops_per_s * self.compute_efficiency),
-                               hbm_bytes / (self.hbm_bytes_per_s * self.memory_efficiency))
+    def expected_time_s(self, flops: float, hbm_bytes: float, sizes: tuple[int, int, int] | None = None) -> float:
+        """The formula, corrected by the nearest fitted shapes where the matmul's (m, n, k) is given."""
+        formula = self.t0_s + max(flops / (self.peak_flops_per_s * self.compute_efficiency),
+                                  hbm_bytes / (self.hbm_bytes_per_s * self.memory_efficiency))
+        if sizes is None or not self.anchors:
+            return formula
+        return formula * math.exp(self._correction.at_one(*(math.log2(size) for size in sizes)))
 
-    def expected_times_s(self, flops: np.ndarray, hbm_bytes: np.ndarray) -> np.ndarray:
+    def expected_times_s(self, flops: np.ndarray, hbm_bytes: np.ndarray, m: np.ndarray | None = None,
+                         n: np.ndarray | None = None, k: np.ndarray | None = None) -> np.ndarray:
         """The same, element by element."""
-        return self.t0_s + np.maximum(flops / (self.peak_flops_per_s * self.compute_efficiency),
-                                      hbm_bytes / (self.hbm_bytes_per_s * self.memory_efficiency))
+        formula = self.t0_s + np.maximum(flops / (self.peak_flops_per_s * self.compute_efficiency),
+                                         hbm_bytes / (self.hbm_bytes_per_s * self.memory_efficiency))
+        if m is None or n is None or k is None or not self.anchors:
+            return formula
+        return formula * self.corrections(m, n, k)
+
+    @cached_property
+    def _correction(self) -> ShapeCorrection:
+        points = np.array(self.anchors, dtype=float)
+        return ShapeCorrection(points[:, :3], points[:, 3])
+
+    def corrections(self, m, n, k) -> np.ndarray:
+        """measured / formula on the nearest fitted shapes, for each (m, n, k)."""
+        return np.exp(self._correction.at(np.log2(np.column_stack([m, n, k]).astype(float))))
 
     @cached_property
     def basis(self) -> str:
         """Written once: every matmul answer on the device and dtype carries it."""
         return (f"fitted to {self.fitted_on:,} {self.engine} GEMM timings on {self.device_id} in {self.dtype} "
                 f"({self.source}): t = {self.t0_s * 1e6:.3g} us + max(T_compute / {self.compute_efficiency:.3g}, "
-                f"T_memory / {self.memory_efficiency:.3g}) at the nominal roofs; on {self.checked_on:,} timings held "
+                f"T_memory / {self.memory_efficiency:.3g}) at the nominal roofs"
+                + (f", times what it missed on the {NEIGHBOURS} nearest of {len(self.anchors):,} fitted shapes"
+                   if self.anchors else "") + f"; on {self.checked_on:,} timings held "
                 f"out ({self.checked_by}) it was off by {self.median_error:.1%} in the median ({self.p90_error:.1%} at the 90th "
                 f"percentile), the bound by {self.bound_median_error:.1%}")
 
@@ -77,12 +102,76 @@ class KernelCalibration:
 # The fewest timings a calibration is fitted to: three parameters, and a held-out error to report.
 MIN_POINTS = 6
 FOLDS = 5
+NEIGHBOURS = 8
+DISTANCE_FLOOR = 0.25  # octaves: the nearest shapes' weights, 1 / (distance + this), stay finite on an exact match
+
+
+GRID_STEP = 0.5  # octaves between the lattice points the nearest shapes' mean is tabulated at
+
+
+def nearest_mean(tree, residuals: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """The weighted mean of the residuals of each point's nearest fitted shapes."""
+    count = min(NEIGHBOURS, len(residuals))
+    distance, index = tree.query(points, k=count)
+    distance, index = distance.reshape(len(points), count), index.reshape(len(points), count)
+    weight = 1 / (distance + DISTANCE_FLOOR)
+    return (weight * residuals[index]).sum(axis=1) / weight.sum(axis=1)
+
+
+class ShapeCorrection:
+    """The nearest fitted shapes' mean residual, tabulated once on a lattice of GRID_STEP octaves over the fitted
+    shapes' span and read by trilinear interpolation (a shape outside the span reads its edge): an answer then costs a
+    few microseconds, not a neighbour search."""
+
+    def __init__(self, shapes: np.ndarray, residuals: np.ndarray):
+        from scipy.spatial import cKDTree
+
+        self.low = np.floor(shapes.min(axis=0) / GRID_STEP) * GRID_STEP
+        high = np.ceil(shapes.max(axis=0) / GRID_STEP) * GRID_STEP
+        self.size = np.round((high - self.low) / GRID_STEP).astype(int) + 1
+        axes = [self.low[i] + GRID_STEP * np.arange(self.size[i]) for i in range(3)]
+        lattice = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
+        self.values = nearest_mean(cKDTree(shapes), residuals, lattice).reshape(tuple(self.size))
+        self._low, self._size, self._table = self.low.tolist(), self.size.tolist(), self.values.tolist()
+
+    def at(self, points: np.ndarray) -> np.ndarray:
+        """Each point's (log2 m, log2 n, log2 k) value."""
+        position = np.clip((points - self.low) / GRID_STEP, 0, self.size - 1)
+        base = np.minimum(np.floor(position).astype(int), np.maximum(self.size - 2, 0))
+        fraction = position - base
+        total = np.zeros(len(points))
+        for corner in range(8):
+            offsets = [(corner >> axis) & 1 for axis in range(3)]
+            index = tuple(np.minimum(base[:, axis] + offsets[axis], self.size[axis] - 1) for axis in range(3))
+            weight = np.prod([fraction[:, axis] if offsets[axis] else 1 - fraction[:, axis] for axis in range(3)],
+                             axis=0)
+            total += weight * self.values[index]
+        return total
+
+    def at_one(self, x: float, y: float, z: float) -> float:
+        """The same for one point, in plain Python, the same operations in the same order: bit for bit `at`'s."""
+        bases, fractions = [], []
+        for value, low, size in zip((x, y, z), self._low, self._size, strict=True):
+            position = min(max((value - low) / GRID_STEP, 0.0), size - 1.0)
+            base = min(math.floor(position), max(size - 2, 0))
+            bases.append(base)
+            fractions.append(position - base)
+        total = 0.0
+        for corner in range(8):
+            offsets = [(corner >> axis) & 1 for axis in range(3)]
+            i, j, k = (min(bases[axis] + offsets[axis], self._size[axis] - 1) for axis in range(3))
+            weight = 1.0
+            for axis in range(3):
+                weight = weight * (fractions[axis] if offsets[axis] else 1 - fractions[axis])
+            total += weight * self._table[i][j][k]
+        return total
 
 
 class KernelFit(NamedTuple):
     t0_s: float
     compute_efficiency: float
     memory_efficiency: float
+    anchors: list[list[float]]  # (log2 m, log2 n, log2 k, log(measured / formula)) of every timing
     median_error: float  # |expected / measured - 1| of each timing predicted by a fit that did not see it
     p90_error: float
     bound_median_error: float
@@ -104,24 +193,38 @@ def _least_squares(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.n
     return float(t0), float(1 / inverse_c), float(1 / inverse_m)
 
 
-def fit_kernel_terms(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray, *,
+def _predict(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray, shapes: np.ndarray,
+             fitted: np.ndarray, predicted: np.ndarray) -> tuple[tuple[float, float, float], np.ndarray]:
+    """The formula fitted to the `fitted` timings, and the residual of each of them; the `predicted` ones' times
+    from both (never below their bound)."""
+    t0, e_c, e_m = _least_squares(compute_s[fitted], memory_s[fitted], measured_s[fitted])
+    formula = t0 + np.maximum(compute_s / e_c, memory_s / e_m)
+    residuals = np.log(measured_s[fitted] / formula[fitted])
+    correction = np.exp(ShapeCorrection(shapes[fitted], residuals).at(shapes[predicted]))
+    bound = np.maximum(compute_s[predicted], memory_s[predicted])
+    return (t0, e_c, e_m), np.maximum(bound, formula[predicted] * correction)
+
+
+def fit_kernel_terms(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray, sizes: np.ndarray, *,
                      seed: int = 2026) -> KernelFit:
-    """The calibration of a set of timings, each with its bound's compute and memory terms: fitted to all of them,
-    its error reported on timings held out of the fit: each of 5 folds predicted by a fit to the other four (or
-    each timing by a fit to the others, under 25 timings)."""
+    """The calibration of matmul timings, each with its bound's compute and memory terms and its (m, n, k): fitted
+    to all of them, its error reported on timings held out of the fit: each of 5 folds predicted by a fit to the
+    other four (or each timing by a fit to the others, under 25 timings)."""
     n = len(measured_s)
     if n < MIN_POINTS:
         raise ValueError(f"a calibration needs at least {MIN_POINTS} timings, not {n}")
-    t0, e_c, e_m = _least_squares(compute_s, memory_s, measured_s)
+    shapes = np.log2(np.asarray(sizes, dtype=float))
+    everything = np.arange(n)
+    (t0, e_c, e_m), _ = _predict(compute_s, memory_s, measured_s, shapes, everything, everything[:1])
     order = np.random.default_rng(seed).permutation(n)
     folds = [order[i::FOLDS] for i in range(FOLDS)] if n >= 25 else [np.array([i]) for i in range(n)]
     predicted = np.empty(n)
     for held in folds:
-        kept = np.setdiff1d(order, held)
-        h0, hc, hm = _least_squares(compute_s[kept], memory_s[kept], measured_s[kept])
-        predicted[held] = h0 + np.maximum(compute_s[held] / hc, memory_s[held] / hm)
+        _, predicted[held] = _predict(compute_s, memory_s, measured_s, shapes, np.setdiff1d(order, held), held)
     error = np.abs(predicted / measured_s - 1)
     bound_error = np.abs(np.maximum(compute_s, memory_s) / measured_s - 1)
-    return KernelFit(t0, e_c, e_m, float(np.median(error)), float(np.quantile(error, 0.9)),
+    residuals = np.log(measured_s / (t0 + np.maximum(compute_s / e_c, memory_s / e_m)))
+    anchors = np.column_stack([shapes, residuals]).round(5).tolist()
+    return KernelFit(t0, e_c, e_m, anchors, float(np.median(error)), float(np.quantile(error, 0.9)),
                      float(np.median(bound_error)),
                      f"{FOLDS}-fold cross-validation" if n >= 25 else "leave-one-out")

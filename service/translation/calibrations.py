@@ -37,8 +37,8 @@ def timing_records(body: KernelTimingsCreate, device: DeviceSpec) -> list[dict]:
             raise cost_model_error(exc, f"body.timings.{index}.operator") from None
         records.append({"engine": timing.engine or body.engine, "source": timing.source or body.source,
                         "kind": operator.kind, "dtype": peak_dtype(cost.compute_dtype),
-                        "operator": operator.model_dump(exclude_defaults=True), "flops": cost.flops,
-                        "hbm_bytes": cost.bytes_total, "time_s": timing.time_s})
+                        "operator": operator.model_dump(exclude_defaults=True), "flops": float(cost.flops),
+                        "hbm_bytes": float(cost.bytes_total), "time_s": timing.time_s})
     return records
 
 
@@ -49,8 +49,10 @@ def _matmul_terms(device: DeviceSpec, dtype: str, timings: Iterable[KernelTiming
     hbm = device.memory_level("hbm")
     if peak is None or hbm is None:
         return rows, None, None, None
-    flops, moved = np.array([t.flops for t in rows]), np.array([t.hbm_bytes for t in rows])
-    return rows, flops / peak.flops_per_s, moved / hbm.bandwidth_bytes_per_s, np.array([t.time_s for t in rows])
+    flops = np.array([t.flops for t in rows], dtype=float)
+    moved = np.array([t.hbm_bytes for t in rows], dtype=float)
+    return (rows, flops / peak.flops_per_s, moved / hbm.bandwidth_bytes_per_s,
+            np.array([t.time_s for t in rows], dtype=float))
 
 
 def refit_for(device: DeviceSpec) -> Refit:
@@ -61,8 +63,8 @@ def refit_for(device: DeviceSpec) -> Refit:
                                                                                                              None, None)
         if compute is None or memory is None or measured is None or len(rows) < MIN_POINTS:
             return None
-        fit = fit_kernel_terms(compute, memory, measured)
         sizes = np.array([[t.operator["m"], t.operator["n"], t.operator["k"]] for t in rows])
+        fit = fit_kernel_terms(compute, memory, measured, sizes)
         first = rows[0]
         return {"device_id": device.id, "dtype": first.dtype, "engine": first.engine,
                 "source": f"{len(rows)} timings submitted for the device ({', '.join(sorted({t.source for t in rows}))[:300]})",
@@ -72,7 +74,8 @@ def refit_for(device: DeviceSpec) -> Refit:
                 "memory_efficiency": fit.memory_efficiency, "fitted_on": len(rows), "checked_on": len(rows),
                 "median_error": fit.median_error, "p90_error": fit.p90_error,
                 "bound_median_error": fit.bound_median_error, "origin": "measured", "checked_by": fit.checked_by,
-                "shapes": [[int(sizes[:, axis].min()), int(sizes[:, axis].max())] for axis in range(3)]}
+                "shapes": [[int(sizes[:, axis].min()), int(sizes[:, axis].max())] for axis in range(3)],
+                "anchors": fit.anchors}
     return refit
 
 
@@ -133,8 +136,8 @@ def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of) 
     residuals = []
     for index, row in enumerate(rows):
         bound = max(compute[index], memory[index])
-        expected = max(bound, calibration.t0_s + max(compute[index] / calibration.compute_efficiency,
-                                                     memory[index] / calibration.memory_efficiency))
+        sizes = (row.operator["m"], row.operator["n"], row.operator["k"])
+        expected = max(bound, calibration.expected_time_s(row.flops, row.hbm_bytes, sizes))
         residuals.append({"timing_id": row.id, "m": row.operator.get("m"), "n": row.operator.get("n"),
                           "k": row.operator.get("k"), "measured_time_s": row.time_s, "expected_time_s": float(expected),
                           "bound_time_s": float(bound), "error": float(expected / row.time_s - 1)})

@@ -171,8 +171,8 @@ class _Group:
         # numpy's floats are written as Python's are (tests/translation/test_json_bytes.py).
         columns = {name: getattr(numbers, name) for name in plan.numeric if name != "expected_time_s"}
         if plan.calibration is not None:  # as roofline_fields puts it: the fit, or the bound where that is higher
-            columns["expected_time_s"] = np.maximum(plan.calibration.expected_times_s(numbers.flops, numbers.bytes_total),
-                                                    numbers.time_s)
+            columns["expected_time_s"] = np.maximum(plan.calibration.expected_times_s(
+                numbers.flops, numbers.bytes_total, shapes.m, shapes.n, shapes.k), numbers.time_s)
         matrix = np.stack([columns[name] for name in plan.numeric], axis=1).astype(np.float64)
         self.number_texts = json_bytes(matrix, numpy=True)[2:-2].split(b"],[")
         self.tiles_texts = json_bytes(numbers.tiles, numpy=True)[1:-1].split(b",")

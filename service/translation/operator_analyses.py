@@ -95,7 +95,7 @@ def roofline_fields(device_id: str, result: RooflineResult, shape: dict | None =
                     calibration: KernelCalibration | None = None, sizes: tuple[int, int, int] | None = None) -> dict:
     """The OperatorAnalysis fields of a roofline result, with the expectation of `calibration` where one applies."""
     cost = result.cost
-    expected = expected_fields(calibration, max(calibration.expected_time_s(cost.flops, cost.bytes_total),
+    expected = expected_fields(calibration, max(calibration.expected_time_s(cost.flops, cost.bytes_total, sizes),
                                                 result.time_s),
                                bool(sizes and calibration.extrapolated(*sizes))) if calibration else None
     return answer_fields(

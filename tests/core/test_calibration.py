@@ -34,8 +34,7 @@ def test_the_expectation_is_closer_to_the_measurements_than_the_bound(key):
     for row in rows:
         flops, hbm = terms(row)
         bound = max(flops / calibration.peak_flops_per_s, hbm / calibration.hbm_bytes_per_s)
-        expected = calibration.expected_time_s(flops, hbm)
-        assert expected >= bound
+        expected = max(bound, calibration.expected_time_s(flops, hbm, (row["m"], row["n"], row["k"])))
         errors.append(abs(expected / row["latency_s"] - 1))
         bound_errors.append(abs(bound / row["latency_s"] - 1))
     errors.sort(), bound_errors.sort()
@@ -64,14 +63,17 @@ def test_the_bound_stays_below_every_measurement_bar_l2_resident_operands():
 
 def test_an_expectation_by_hand_over_http(client):
     # H100 bf16, m = 1, n = k = 8192: FLOPs 2 x 8192^2 = 134,217,728; bytes (8192 + 8192^2) x 2 + 8192 x 2 =
-    # 134,250,496; the bound is memory's, 134,250,496 / 3.35e12 = 40.07 us; the fit adds 3 us to it over 0.8.
+    # 134,250,496; the bound is memory's, 134,250,496 / 3.35e12 = 40.07 us; the fit adds t0 to it over e_m, and
+    # multiplies by what it missed on the nearest fitted shapes.
     answer = client.post("/v1/analyze/operator", json={"device_id": "nvidia-h100-sxm",
                                                        "operator": {"kind": "matmul", "m": 1, "n": 8192, "k": 8192}})
     body = answer.json()
     assert body["time_s"] == pytest.approx(134_250_496 / 3.35e12)
     calibration = gemm_calibrations()[("nvidia-h100-sxm", "bf16")]
-    assert (calibration.t0_s, calibration.memory_efficiency) == (3e-6, 0.8)
-    assert body["expected"]["time_s"] == pytest.approx(3e-6 + 134_250_496 / 3.35e12 / 0.8)
+    formula = calibration.t0_s + 134_250_496 / 3.35e12 / calibration.memory_efficiency
+    correction = float(calibration.corrections([1], [8192], [8192])[0])
+    assert body["expected"]["time_s"] == pytest.approx(formula * correction)
+    assert 0.5 < correction < 2
     assert "held out" in body["expected"]["basis"] and body["expected"]["engine"] == "trtllm"
     # A device without a calibration says so with null, and the bound stands alone.
     other = client.post("/v1/analyze/operator", json={"device_id": "amd-mi300x",
@@ -90,7 +92,7 @@ def test_a_calibration_that_would_expect_less_than_the_bound_is_refused():
 def test_apply_efficiency_stays_a_bound_on_the_measurements():
     """The padding slows the bound by the work padded tiles execute; the waves would not (stream-K and split-K fill
     the SMs): over the 900 measured GEMMs the padded bound exceeds no more measurements than the bare one, while
-    padding times waves would exceed 152 of them (up to 41x on the whole tables: service/core/efficiency.py)."""
+    padding times waves would exceed 142 of them (up to 41x on the whole tables: service/core/efficiency.py)."""
     from service.core.efficiency import matmul_efficiency
     from service.persistence.catalog import nominal_device
 
@@ -105,4 +107,41 @@ def test_apply_efficiency_stays_a_bound_on_the_measurements():
         padded_above += max(compute / shape.applied, memory) > row["latency_s"]
         waves_above += max(compute / (shape.applied * shape.wave_efficiency), memory) > row["latency_s"]
     assert padded_above == bare_above <= 1
-    assert waves_above == 152
+    assert waves_above == 142
+
+
+def test_the_nearest_shapes_correct_the_formula_by_hand():
+    """Two fitted shapes: (m, n, k) = (2^10, 2^10, 2^10), measured 2x the formula (log residual ln 2), and
+    (2^12, 2^10, 2^10), measured as the formula (0). At (2^11, 2^10, 2^10) both are 1 octave away: weights
+    1 / (1 + 0.25) each, the mean residual ln 2 / 2, the correction sqrt(2). At (2^10, 2^10, 2^10) the first is at
+    distance 0 (weight 4) and the second 2 octaves away (weight 1 / 2.25): ln 2 x 4 / (4 + 0.444) = 0.9 ln 2."""
+    import math
+
+    calibration = KernelCalibration(
+        device_id="d", dtype="bf16", engine="e", source="s", peak_flops_per_s=1e15, hbm_bytes_per_s=1e12, t0_s=1e-6,
+        compute_efficiency=0.5, memory_efficiency=0.5, fitted_on=2, checked_on=2, median_error=0, p90_error=0,
+        bound_median_error=0, anchors=((10, 10, 10, math.log(2)), (12, 10, 10, 0.0)))
+    assert calibration.corrections([2048], [1024], [1024])[0] == pytest.approx(math.sqrt(2))
+    assert calibration.corrections([1024], [1024], [1024])[0] == pytest.approx(2 ** (4 / (4 + 1 / 2.25)))
+    # 2 x 2048 x 1024^2 FLOPs = 4.29e9 over 0.5 x 1e15, 8.59 us; plus 1 us; times sqrt(2).
+    flops = 2 * 2048 * 1024 * 1024
+    assert calibration.expected_time_s(flops, 1.0, (2048, 1024, 1024)) == pytest.approx(
+        (1e-6 + flops / 0.5e15) * math.sqrt(2))
+
+
+def test_a_fit_recovers_its_formula_and_its_error_is_measured_on_timings_it_did_not_see():
+    import numpy as np
+
+    from service.core.calibration import fit_kernel_terms
+
+    rng = np.random.default_rng(7)
+    sizes = 2 ** rng.integers(4, 14, size=(400, 3))
+    compute = 2 * sizes.prod(axis=1) / 1e15
+    memory = (sizes[:, 0] * sizes[:, 2] + sizes[:, 2] * sizes[:, 1] + sizes[:, 0] * sizes[:, 1]) * 2 / 3e12
+    measured = 4e-6 + np.maximum(compute / 0.7, memory / 0.6)
+    fit = fit_kernel_terms(compute, memory, measured, sizes)
+    assert (fit.t0_s, fit.compute_efficiency, fit.memory_efficiency) == pytest.approx((4e-6, 0.7, 0.6), rel=1e-6)
+    assert fit.median_error < 1e-6 and fit.checked_by == "5-fold cross-validation"
+    # With 10 % noise the error on held-out timings reports it.
+    noisy = measured * np.exp(rng.normal(0, 0.1, size=400))
+    assert 0.05 < fit_kernel_terms(compute, memory, noisy, sizes).median_error < 0.2

@@ -14,7 +14,7 @@ from service.persistence.repository import MAX_FITTED_TIMINGS
 from service.translation.calibrations import all_calibrations, calibration_detail
 
 router = APIRouter(prefix="/v1/calibrations", tags=["calibrations"])
-CalibrationPath = Annotated[str, Path(min_length=1, max_length=300, description="A calibration's id",
+CalibrationPath = Annotated[str, Path(description="A calibration's id (GET /v1/calibrations lists them)",
                                       openapi_examples={"h100": {"summary": "H100 bf16 GEMMs (TensorRT-LLM)",
                                                                  "value": "kernel:shipped:nvidia-h100-sxm:trtllm:bf16"}})]
 

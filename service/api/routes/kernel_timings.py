@@ -16,7 +16,8 @@ from service.persistence import repository
 from service.translation.calibrations import kernel_public, refit_for, timing_records
 
 router = APIRouter(prefix="/v1/devices/{device_id}", tags=["calibrations"])
-TimingPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A kernel timing's id, as its submission answered")]
+TimingPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A kernel timing's id, as its submission answered",
+                                 openapi_examples={"first": {"summary": "The first timing", "value": 1}})]
 
 
 @router.post("/kernel-timings", status_code=status.HTTP_201_CREATED, summary="Submit measured kernel timings",
