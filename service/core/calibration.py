@@ -66,7 +66,7 @@ class KernelCalibration:
                                   hbm_bytes / (self.hbm_bytes_per_s * self.memory_efficiency))
         if sizes is None or not self.anchors:
             return formula
-        return formula * math.exp(self._correction.at_one(*(math.log2(size) for size in sizes)))
+        return formula * self._correction.at_one(*(math.log2(size) for size in sizes))
 
     def expected_times_s(self, flops: np.ndarray, hbm_bytes: np.ndarray, m: np.ndarray | None = None,
                          n: np.ndarray | None = None, k: np.ndarray | None = None) -> np.ndarray:
@@ -84,7 +84,7 @@ class KernelCalibration:
 
     def corrections(self, m, n, k) -> np.ndarray:
         """measured / formula on the nearest fitted shapes, for each (m, n, k)."""
-        return np.exp(self._correction.at(np.log2(np.column_stack([m, n, k]).astype(float))))
+        return self._correction.at(np.log2(np.column_stack([m, n, k]).astype(float)))
 
     @cached_property
     def basis(self) -> str:
@@ -119,9 +119,10 @@ def nearest_mean(tree, residuals: np.ndarray, points: np.ndarray) -> np.ndarray:
 
 
 class ShapeCorrection:
-    """The nearest fitted shapes' mean residual, tabulated once on a lattice of GRID_STEP octaves over the fitted
-    shapes' span and read by trilinear interpolation (a shape outside the span reads its edge): an answer then costs a
-    few microseconds, not a neighbour search."""
+    """The factor the nearest fitted shapes' mean residual stands for, exp(mean), tabulated once on a lattice of
+    GRID_STEP octaves over the fitted shapes' span and read by trilinear interpolation (a shape outside the span reads
+    its edge): an answer then costs a few microseconds, not a neighbour search, and reads the same bits whether it is
+    computed alone or in an array (no exp at the query, whose scalar and vector forms may round apart)."""
 
     def __init__(self, shapes: np.ndarray, residuals: np.ndarray):
         from scipy.spatial import cKDTree
@@ -131,11 +132,11 @@ class ShapeCorrection:
         self.size = np.round((high - self.low) / GRID_STEP).astype(int) + 1
         axes = [self.low[i] + GRID_STEP * np.arange(self.size[i]) for i in range(3)]
         lattice = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
-        self.values = nearest_mean(cKDTree(shapes), residuals, lattice).reshape(tuple(self.size))
+        self.values = np.exp(nearest_mean(cKDTree(shapes), residuals, lattice)).reshape(tuple(self.size))
         self._low, self._size, self._table = self.low.tolist(), self.size.tolist(), self.values.tolist()
 
     def at(self, points: np.ndarray) -> np.ndarray:
-        """Each point's (log2 m, log2 n, log2 k) value."""
+        """Each point's (log2 m, log2 n, log2 k) factor."""
         position = np.clip((points - self.low) / GRID_STEP, 0, self.size - 1)
         base = np.minimum(np.floor(position).astype(int), np.maximum(self.size - 2, 0))
         fraction = position - base
@@ -200,7 +201,7 @@ def _predict(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray
     t0, e_c, e_m = _least_squares(compute_s[fitted], memory_s[fitted], measured_s[fitted])
     formula = t0 + np.maximum(compute_s / e_c, memory_s / e_m)
     residuals = np.log(measured_s[fitted] / formula[fitted])
-    correction = np.exp(ShapeCorrection(shapes[fitted], residuals).at(shapes[predicted]))
+    correction = ShapeCorrection(shapes[fitted], residuals).at(shapes[predicted])
     bound = np.maximum(compute_s[predicted], memory_s[predicted])
     return (t0, e_c, e_m), np.maximum(bound, formula[predicted] * correction)
 

@@ -193,7 +193,7 @@ def _scaled_compute_roof(compute: ComputeRoof, device: DeviceSpec, sustained_clo
     if compute_efficiency < 1.0:
         compute = ComputeRoof(compute.flops_per_s * compute_efficiency, compute.dtype, compute.unit, compute.source,
                               compute.citation, compute.nominal_flops_per_s)
-        notes.append(f"shape: compute roof scaled by the padding and wave efficiency {compute_efficiency:.4f}")
+        notes.append(f"shape: compute roof scaled by the padding efficiency {compute_efficiency:.4f}")
     return compute
 
 

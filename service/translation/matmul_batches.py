@@ -50,7 +50,7 @@ L2 = "l2"
 MEMORY_TEXT, COMPUTE_TEXT, L2_TEXT, HBM_TEXT, NULL_TEXT = (json_bytes(value) for value in (
     str(Bound.memory), str(Bound.compute), L2, HBM, None))
 # The values of an answer that are written per matmul as JSON text, not taken from a column of numbers.
-PER_MATMUL_TEXT = frozenset({"bound", "binding_level", "assumptions", "tiles"})
+PER_MATMUL_TEXT = frozenset({"bound", "binding_level", "assumptions", "tiles", "extrapolated"})
 SHAPE_FIELDS = ("m", "n", "k", "batch")
 # Matmuls that agree on these (and on the device, the roof mode and the tile) form one group.
 OPTION_FIELDS = ("bias", "dtype", "a_dtype", "b_dtype", "c_dtype", "compute_dtype", "weight_shared", "weight_group_size",
@@ -134,7 +134,8 @@ class _Plan:
             marker("attainable_flops_per_s"), marker("compute_time_s"), marker("hbm_time_s"), marker("time_s"),
             marker("mfu") if self.compute.nominal_flops_per_s else None, compute, memory_roof_fields(self.hbm),
             marker("binding_level", True), levels, None, shape, marker("assumptions", True),
-            expected_fields(self.calibration, marker("expected_time_s")) if self.calibration else None))
+            expected_fields(self.calibration, marker("expected_time_s"), marker("extrapolated", True))
+            if self.calibration else None))
         # A marker is a whole JSON value (a device id such as "9.001e-300" is text inside quotes, not a value).
         pieces = re.split(b"(?<=[:,\\[])(" + b"|".join(map(re.escape, markers)) + b")(?=[,\\]}])", probe)
         names = [markers[piece] for piece in pieces[1::2]]
@@ -171,11 +172,20 @@ class _Group:
         # numpy's floats are written as Python's are (tests/translation/test_json_bytes.py).
         columns = {name: getattr(numbers, name) for name in plan.numeric if name != "expected_time_s"}
         if plan.calibration is not None:  # as roofline_fields puts it: the fit, or the bound where that is higher
-            columns["expected_time_s"] = np.maximum(plan.calibration.expected_times_s(
-                numbers.flops, numbers.bytes_total, shapes.m, shapes.n, shapes.k), numbers.time_s)
+            # One by one, as roofline_fields computes it: the correction's logarithms would round apart in arrays.
+            expected = plan.calibration.expected_time_s
+            columns["expected_time_s"] = np.array([
+                max(expected(flops, moved, (m, n, k)), bound) for flops, moved, m, n, k, bound in zip(
+                    numbers.flops.tolist(), numbers.bytes_total.tolist(), shapes.m.tolist(), shapes.n.tolist(),
+                    shapes.k.tolist(), numbers.time_s.tolist(), strict=True)])
         matrix = np.stack([columns[name] for name in plan.numeric], axis=1).astype(np.float64)
         self.number_texts = json_bytes(matrix, numpy=True)[2:-2].split(b"],[")
         self.tiles_texts = json_bytes(numbers.tiles, numpy=True)[1:-1].split(b",")
+        spans = plan.calibration.shapes if plan.calibration is not None else None
+        outside = (np.zeros(len(requests), dtype=bool) if not spans else np.any(
+            [(size < low) | (size > high) for size, (low, high) in zip((shapes.m, shapes.n, shapes.k), spans,
+                                                                      strict=True)], axis=0))
+        self.extrapolated_texts = [b"true" if flag else b"false" for flag in outside.tolist()]
 
     def answer(self, at: int) -> bytes:
         """The matmul's answer, as analyze() and operator_analysis_fields() put it together."""
@@ -190,7 +200,7 @@ class _Group:
                                  compute.nominal_flops_per_s)
             assumptions = json_bytes([
                 *plan.cost_notes, *plan.select_notes,
-                f"shape: compute roof scaled by the padding and wave efficiency {efficiency:.4f}",
+                f"shape: compute roof scaled by the padding efficiency {efficiency:.4f}",
                 *plan.mfu_notes, *level_notes, *roof_notes(scaled, plan.ceilings)])
         else:
             assumptions = b"[%s]" % b",".join([plan.assumptions_head, *map(json_bytes, level_notes), plan.assumptions_tail])
@@ -200,6 +210,7 @@ class _Group:
             "binding_level": (L2_TEXT if self.l2_binds[at] else HBM_TEXT) if memory_bound else NULL_TEXT,
             "assumptions": assumptions,
             "tiles": self.tiles_texts[at],
+            "extrapolated": self.extrapolated_texts[at],
         }
         numbers = self.number_texts[at].split(b",")
         values = []

@@ -196,3 +196,33 @@ def test_the_catalog_entry_reads_as_the_checkpoint():
     arch = from_hf_config(config)
     assert model_params(arch).total == model_params(from_hf_config(QWEN3_NEXT_80B)).total == 79_674_391_296
     assert arch.rotary_fraction == 0.25 and arch.attention_output_gate
+
+
+@pytest.mark.crosscheck
+def test_gated_attention_layer_flops_equal_flop_counter():
+    # Qwen3-Next's full-attention layer: q_proj yields the query and its gate, k and v, o_proj; FlopCounterMode counts
+    # those and the whole (masked) score matrix (QK^T and PV); the service's matmul rows and the attention's unmasked
+    # products, softmax aside, must be the same number.
+    torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers.models.qwen3_next import modeling_qwen3_next
+
+    from service.core.operators import attention_cost
+    from service.core.transformer.layers import attention_rows
+
+    fields = {k: v for k, v in TINY_QWEN3_NEXT.items() if k != "model_type"}
+    config = transformers.Qwen3NextConfig(**fields, _attn_implementation="eager")
+    layer = modeling_qwen3_next.Qwen3NextAttention(config, layer_idx=3)
+    batch, length, rotated = 2, 24, 4  # partial_rotary_factor 0.25 of head_dim 16
+    positions = (torch.randn(1, length, rotated), torch.randn(1, length, rotated))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        layer(torch.randn(batch, length, 64), position_embeddings=positions, attention_mask=None)
+    arch = from_hf_config(TINY_QWEN3_NEXT)
+    group = next(g for g in arch.groups if g.mixer == "attention")
+    rows = attention_rows(arch, group, Step(batch, length, length), ModelDTypes())
+    matmuls = sum(r.cost.flops for r in rows if r.kind == "matmul")
+    # qkv_proj holds q_proj's gate half too (2 x tokens x hidden x heads x head_dim more FLOPs than a plain one).
+    assert [r.name for r in rows if r.kind == "matmul"] == ["qkv_proj", "o_proj"]
+    scores = attention_cost(batch=batch, heads=4, kv_heads=2, head_dim=16, q_len=length, kv_len=length)
+    assert matmuls + scores.flops - batch * 4 * length * length * 5 == counter.get_total_flops()
