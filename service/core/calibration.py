@@ -106,7 +106,8 @@ NEIGHBOURS = 8
 DISTANCE_FLOOR = 0.25  # octaves: the nearest shapes' weights, 1 / (distance + this), stay finite on an exact match
 
 
-GRID_STEP = 0.5  # octaves between the lattice points the nearest shapes' mean is tabulated at
+GRID_STEP = 0.5  # octaves between the lattice points the nearest shapes' mean is tabulated at, at the finest
+GRID_POINTS = 33  # per axis at most: a lattice over a wider span steps wider, so tabulating it stays bounded
 
 
 def nearest_mean(tree, residuals: np.ndarray, points: np.ndarray) -> np.ndarray:
@@ -119,25 +120,28 @@ def nearest_mean(tree, residuals: np.ndarray, points: np.ndarray) -> np.ndarray:
 
 
 class ShapeCorrection:
-    """The factor the nearest fitted shapes' mean residual stands for, exp(mean), tabulated once on a lattice of
-    GRID_STEP octaves over the fitted shapes' span and read by trilinear interpolation (a shape outside the span reads
-    its edge): an answer then costs a few microseconds, not a neighbour search, and reads the same bits whether it is
-    computed alone or in an array (no exp at the query, whose scalar and vector forms may round apart)."""
+    """The factor the nearest fitted shapes' mean residual stands for, exp(mean), tabulated once on a lattice over
+    the fitted shapes' span (GRID_STEP octaves apart, wider over spans of more than 16 octaves: at most GRID_POINTS a
+    side) and read by trilinear interpolation (a shape outside the span reads its edge): an answer then costs a few
+    microseconds, not a neighbour search, and reads the same bits whether it is computed alone or in an array (no
+    exp at the query, whose scalar and vector forms may round apart)."""
 
     def __init__(self, shapes: np.ndarray, residuals: np.ndarray):
         from scipy.spatial import cKDTree
 
-        self.low = np.floor(shapes.min(axis=0) / GRID_STEP) * GRID_STEP
-        high = np.ceil(shapes.max(axis=0) / GRID_STEP) * GRID_STEP
-        self.size = np.round((high - self.low) / GRID_STEP).astype(int) + 1
-        axes = [self.low[i] + GRID_STEP * np.arange(self.size[i]) for i in range(3)]
+        span = float((shapes.max(axis=0) - shapes.min(axis=0)).max())
+        self.step = max(GRID_STEP, GRID_STEP * math.ceil(span / GRID_STEP / (GRID_POINTS - 1)))
+        self.low = np.floor(shapes.min(axis=0) / self.step) * self.step
+        high = np.ceil(shapes.max(axis=0) / self.step) * self.step
+        self.size = np.round((high - self.low) / self.step).astype(int) + 1
+        axes = [self.low[i] + self.step * np.arange(self.size[i]) for i in range(3)]
         lattice = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
         self.values = np.exp(nearest_mean(cKDTree(shapes), residuals, lattice)).reshape(tuple(self.size))
         self._low, self._size, self._table = self.low.tolist(), self.size.tolist(), self.values.tolist()
 
     def at(self, points: np.ndarray) -> np.ndarray:
         """Each point's (log2 m, log2 n, log2 k) factor."""
-        position = np.clip((points - self.low) / GRID_STEP, 0, self.size - 1)
+        position = np.clip((points - self.low) / self.step, 0, self.size - 1)
         base = np.minimum(np.floor(position).astype(int), np.maximum(self.size - 2, 0))
         fraction = position - base
         total = np.zeros(len(points))
@@ -153,7 +157,7 @@ class ShapeCorrection:
         """The same for one point, in plain Python, the same operations in the same order: bit for bit `at`'s."""
         bases, fractions = [], []
         for value, low, size in zip((x, y, z), self._low, self._size, strict=True):
-            position = min(max((value - low) / GRID_STEP, 0.0), size - 1.0)
+            position = min(max((value - low) / self.step, 0.0), size - 1.0)
             base = min(math.floor(position), max(size - 2, 0))
             bases.append(base)
             fractions.append(position - base)

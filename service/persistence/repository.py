@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -178,18 +178,19 @@ Refit = Callable[[list[KernelTiming]], dict[str, Any] | None]
 
 
 def add_kernel_timings(session: Session, *, device_id: str, records: list[dict[str, Any]], submitted_by: str,
-                       refit: Refit) -> list[KernelTiming]:
-    """Stores every timing and refits the calibrations they touch, in one transaction: all of it or none."""
+                       refit: Refit) -> tuple[list[int], list[StoredKernelCalibration]]:
+    """Stores every timing (one multi-row insert) and refits the calibrations they touch, in one transaction: all of
+    it or none. Answers the new ids and the refitted calibrations' rows."""
     now = utcnow()
-    rows = [KernelTiming(device_id=device_id, submitted_by=submitted_by, created_at=now, **record) for record in records]
-    session.add_all(rows)
-    session.flush()
-    _refit(session, device_id, {(row.engine, row.dtype) for row in rows}, refit)
+    rows = [{"device_id": device_id, "submitted_by": submitted_by, "created_at": now, **record} for record in records]
+    ids = [int(cast(int, new_id)) for new_id in session.scalars(
+        insert(KernelTiming).returning(col(KernelTiming.id), sort_by_parameter_order=True), rows)]
+    groups = {(record["engine"], record["dtype"]) for record in records}
+    _refit(session, device_id, groups, refit)
     _bump_version(session)
     session.commit()
-    for row in rows:
-        session.refresh(row)
-    return rows
+    fitted = [session.get(StoredKernelCalibration, (device_id, engine, dtype)) for engine, dtype in sorted(groups)]
+    return ids, [row for row in fitted if row is not None]
 
 
 def _refit(session: Session, device_id: str, groups: set[tuple[str, str]], refit: Refit) -> None:

@@ -11,6 +11,7 @@ from schemas.calibrations import KernelTimingPublic, KernelTimingsCreate, Kernel
 from schemas.common import DTypeName, EngineName
 from service.api.deps import CatalogDep, DevicePath, SessionDep, WriterDep
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
+from service.core.calibration import KernelCalibration
 from service.core.operators.registry import KINDS
 from service.persistence import repository
 from service.translation.calibrations import kernel_public, refit_for, timing_records
@@ -31,13 +32,10 @@ def create_kernel_timings(device_id: DevicePath, body: KernelTimingsCreate, sess
                           writer: WriterDep) -> KernelTimingsCreated:
     device = catalog.get(device_id)
     records = timing_records(body, device)
-    rows = repository.add_kernel_timings(session, device_id=device_id, records=records, submitted_by=writer,
-                                         refit=refit_for(device))
-    touched = {(row.engine, row.dtype) for row in rows}
-    catalog.refresh()
-    fitted = [kernel_public(c) for c in catalog.kernel_calibrations()
-              if c.device_id == device_id and (c.engine, c.dtype) in touched]
-    return KernelTimingsCreated(created=[row.id for row in rows if row.id is not None], calibrations=fitted)
+    ids, fitted = repository.add_kernel_timings(session, device_id=device_id, records=records, submitted_by=writer,
+                                                refit=refit_for(device))
+    return KernelTimingsCreated(created=ids, calibrations=[kernel_public(KernelCalibration(**row.fit))
+                                                           for row in fitted])
 
 
 @router.get("/kernel-timings", summary="List measured kernel timings", operation_id="list_kernel_timings",
