@@ -199,15 +199,15 @@ def _least_squares(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.n
 
 
 def _predict(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray, shapes: np.ndarray,
-             fitted: np.ndarray, predicted: np.ndarray) -> tuple[tuple[float, float, float], np.ndarray]:
-    """The formula fitted to the `fitted` timings, and the residual of each of them; the `predicted` ones' times
-    from both (never below their bound)."""
+             fitted: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """The `predicted` timings' times (never below their bound) from a calibration fitted to the `fitted` ones: the
+    formula, and its residual on each fitted shape."""
     t0, e_c, e_m = _least_squares(compute_s[fitted], memory_s[fitted], measured_s[fitted])
     formula = t0 + np.maximum(compute_s / e_c, memory_s / e_m)
     residuals = np.log(measured_s[fitted] / formula[fitted])
     correction = ShapeCorrection(shapes[fitted], residuals).at(shapes[predicted])
     bound = np.maximum(compute_s[predicted], memory_s[predicted])
-    return (t0, e_c, e_m), np.maximum(bound, formula[predicted] * correction)
+    return np.maximum(bound, formula[predicted] * correction)
 
 
 def fit_kernel_terms(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray, sizes: np.ndarray, *,
@@ -219,13 +219,12 @@ def fit_kernel_terms(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np
     if n < MIN_POINTS:
         raise ValueError(f"a calibration needs at least {MIN_POINTS} timings, not {n}")
     shapes = np.log2(np.asarray(sizes, dtype=float))
-    everything = np.arange(n)
-    (t0, e_c, e_m), _ = _predict(compute_s, memory_s, measured_s, shapes, everything, everything[:1])
+    t0, e_c, e_m = _least_squares(compute_s, memory_s, measured_s)
     order = np.random.default_rng(seed).permutation(n)
     folds = [order[i::FOLDS] for i in range(FOLDS)] if n >= 25 else [np.array([i]) for i in range(n)]
     predicted = np.empty(n)
     for held in folds:
-        _, predicted[held] = _predict(compute_s, memory_s, measured_s, shapes, np.setdiff1d(order, held), held)
+        predicted[held] = _predict(compute_s, memory_s, measured_s, shapes, np.setdiff1d(order, held), held)
     error = np.abs(predicted / measured_s - 1)
     bound_error = np.abs(np.maximum(compute_s, memory_s) / measured_s - 1)
     residuals = np.log(measured_s / (t0 + np.maximum(compute_s / e_c, memory_s / e_m)))
