@@ -58,13 +58,14 @@ class CalibrationParameter(BaseModel):
 
 
 class CalibrationPublic(BaseModel):
-    id: str = Field(description="kernel:<origin>:<device>:<engine>:<dtype>, or serving:<device>:<engine>:<precision>:"
+    id: str = Field(description="kernel:<origin>:<device>:<engine>:<dtype>, serving:<device>:<engine>:<precision>:"
+                                "<speculative> (shipped) or serving:measured:<device>:<engine>:<model>:<precision>:"
                                 "<speculative>")
     kind: Literal["kernel", "serving"] = Field(description="What it expects: one matmul's time, or a deployment's "
                                                            "TPOT and TTFT")
     origin: Literal["shipped", "measured"] = Field(
         description="'shipped': fitted to public measurements and shipped with the service; 'measured': fitted to the "
-                    "timings submitted for the device, refitted whenever they change")
+                    "timings or runs submitted for the device, refitted whenever they change")
     device_id: str
     engine: str = Field(description="The engine whose measurements it was fitted to")
     scope: str = Field(description="What requests it applies to")
@@ -93,10 +94,28 @@ class CalibrationResidual(BaseModel):
     error: float = Field(description="expected / measured - 1")
 
 
+class ServingResidual(BaseModel):
+    run_id: int = Field(description="The serving run (GET /v1/serving-runs)")
+    input_len: int = Field(description="Prompt tokens per request")
+    output_len: int = Field(description="Generated tokens per request")
+    concurrency: int = Field(description="Requests in flight")
+    measured_tpot_s: float = Field(description="The run's median TPOT, seconds")
+    expected_tpot_s: float = Field(description="The calibration's, fitted to all the runs (this one included), seconds")
+    bound_tpot_s: float = Field(description="The service's bound at the run's deployment, seconds")
+    tpot_error: float = Field(description="expected / measured - 1")
+    measured_ttft_s: float = Field(description="The run's median TTFT, seconds")
+    expected_ttft_s: float = Field(description="The calibration's, seconds")
+    bound_ttft_s: float = Field(description="The service's bound, seconds")
+    ttft_error: float = Field(description="expected / measured - 1")
+
+
 class CalibrationDetail(CalibrationPublic):
     residuals: list[CalibrationResidual] | None = Field(
         None, description="A measured kernel calibration's timings, each against the fit (at most 10,000, newest "
-                          "first); null for a shipped one (its measurements are not stored)")
+                          "first); null for a shipped one (its measurements are not stored) and a serving one")
+    run_residuals: list[ServingResidual] | None = Field(
+        None, description="A measured serving calibration's runs, each against the fit (at most 1,000, newest first); "
+                          "null otherwise")
 
 
 class KernelTimingsCreated(BaseModel):

@@ -83,7 +83,7 @@ class FieldError(BaseModel):
 ErrorCode = Literal[
     "validation_error", "unprocessable", "malformed_json", "unsupported_media_type", "payload_too_large",
     "unauthorized", "not_found", "device_not_found", "model_not_found", "benchmark_not_found", "kernel_timing_not_found",
-    "calibration_not_found", "already_exists",
+    "serving_run_not_found", "calibration_not_found", "already_exists",
     "method_not_allowed", "database_unavailable", "overloaded", "deadline_exceeded", "request_timeout",
     "idempotency_conflict", "http_error", "internal_error",
 ]

@@ -75,16 +75,13 @@ class SpeculativeDecoding(StrictModel):
         return self
 
 
-class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
-    model_config = ConfigDict(json_schema_extra={"examples": [SERVING_EXAMPLE]})
+class ServingLayout(StrictModel):
+    """How a deployment is laid out and what it runs in: its pools, their parallelism, the dtypes and speculative
+    decoding (what a measured serving run's file does not record and its submission gives)."""
+
     schema_rules = all_rules(*(
         {"if": given("disaggregated"), "then": {"not": {"required": [name]}}} for name in POOL_FIELDS))
 
-    device_id: DeviceId
-    input_len: Length = Field(description="Prompt tokens per request")
-    output_len: Length = Field(description="Generated tokens per request")
-    concurrency: Annotated[int, Field(ge=1, le=MAX_SERVING_CONCURRENCY)] = Field(
-        description="Requests the client keeps in flight over the whole deployment")
     dtypes: ModelDTypes = Field(default_factory=ModelDTypes, description=DTYPES_DOC)
     workers: Parallel = Field(1, description="Aggregated: copies of the worker, each prefilling and decoding")
     tensor_parallel: Parallel = Field(1, description="Aggregated: devices of one worker")
@@ -96,12 +93,6 @@ class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
         None, description="Separate prefill and decode pools (then workers and the parallel sizes above are not given)")
     speculative: SpeculativeDecoding | None = Field(None, description="Speculative decoding: a draft proposes "
                                                                         "tokens the model verifies in one step")
-    engine: EngineName | None = Field(
-        None, description="A free label of the serving engine (sglang, vllm, trt, ...): what a calibration is fitted for")
-    calibration: Literal["auto", "none"] = Field(
-        "auto", description="auto: answer `expected` where a serving calibration exists for the device and engine")
-    collective_latency_s: NonNegativeFinite | None = Field(
-        None, description="What-if: the fixed cost of one collective inside a node, seconds (default: measured or the device's)")
 
     @model_validator(mode="after")
     def _one_layout(self):
@@ -115,6 +106,22 @@ class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
         if self.disaggregated is not None:
             return self.disaggregated.decode, self.disaggregated.prefill
         return ServingPool(**{name: getattr(self, name) for name in POOL_FIELDS}), None
+
+
+class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions, ServingLayout):
+    model_config = ConfigDict(json_schema_extra={"examples": [SERVING_EXAMPLE]})
+
+    device_id: DeviceId
+    input_len: Length = Field(description="Prompt tokens per request")
+    output_len: Length = Field(description="Generated tokens per request")
+    concurrency: Annotated[int, Field(ge=1, le=MAX_SERVING_CONCURRENCY)] = Field(
+        description="Requests the client keeps in flight over the whole deployment")
+    engine: EngineName | None = Field(
+        None, description="A free label of the serving engine (sglang, vllm, trt, ...): what a calibration is fitted for")
+    calibration: Literal["auto", "none"] = Field(
+        "auto", description="auto: answer `expected` where a serving calibration exists for the device and engine")
+    collective_latency_s: NonNegativeFinite | None = Field(
+        None, description="What-if: the fixed cost of one collective inside a node, seconds (default: measured or the device's)")
 
 
 class ServingFigures(BaseModel):
@@ -167,7 +174,8 @@ class ServingBound(ServingFigures):
 
 
 class ServingCalibrationOut(BaseModel):
-    id: str = Field(description="device:engine:precision:speculative")
+    id: str = Field(description="device:engine:precision:speculative (shipped), or "
+                                "measured:device:engine:model:precision:speculative (fitted to runs submitted)")
     engine: str = Field(description="The engine whose runs it was fitted to")
     fitted_on: int = Field(description="Measured runs fitted")
     checked_by: str = Field(description="'other workload shapes' (fitted on one, checked on the rest) or 'leave-one-out'")

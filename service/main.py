@@ -26,6 +26,7 @@ from service.api.routes import (
     models,
     plans,
     plots,
+    serving_runs,
 )
 from service.persistence.catalog import DeviceCatalog
 from service.persistence.db import make_engine
@@ -132,7 +133,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     openapi.install(app)
     # Routes are matched in order: the hot analysis paths first.
-    for module in (analyze, health, plans, devices, benchmarks, kernel_timings, calibrations, models, plots):
+    for module in (analyze, health, plans, devices, benchmarks, kernel_timings, serving_runs, calibrations, models,
+                   plots):
         # Every 422 of the API has the service's one error shape, not FastAPI's default one.
         app.include_router(module.router, responses={**INVALID, **UNAVAILABLE})
     app.include_router(health.conventions_router)

@@ -9,6 +9,7 @@ and how wrong it was on runs held out of the fit; an expectation is never below 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -54,6 +55,8 @@ class ServingCalibration:
     bound_tpot_median_error: float  # the bare bound's, on the same runs
     shapes: tuple[tuple[int, int], ...]  # (input, output) lengths of the runs fitted on
     concurrency: tuple[int, int]  # the smallest and largest
+    model: str | None = None  # the model its runs served, where the calibration is kept per model
+    origin: str = "shipped"  # or "measured": fitted to runs submitted to the service
 
     def __post_init__(self):
         if not (self.tpot_scale > 0 and self.ttft_scale > 0 and self.tpot_overhead_s >= 0 and self.ttft_overhead_s >= 0):
@@ -71,7 +74,8 @@ class ServingCalibration:
 
     @cached_property
     def basis(self) -> str:
-        return (f"fitted to {self.fitted_on} {self.engine} runs on {self.device_id} ({self.precision}, speculative "
+        served = f" of {self.model}" if self.model else ""
+        return (f"fitted to {self.fitted_on} {self.engine} runs{served} on {self.device_id} ({self.precision}, speculative "
                 f"{self.speculative}; {self.source}): TPOT = {self.tpot_scale:.3g} x bound + "
                 f"{self.tpot_overhead_s * 1e3:.3g} ms, TTFT = {self.ttft_scale:.3g} x bound + "
                 f"{self.ttft_overhead_s * 1e3:.3g} ms; checked by {self.checked_by} on {self.checked_on} runs: TPOT off "
@@ -111,8 +115,15 @@ def _checked(points: Sequence[ServingPoint], fit_shape: tuple[int, int]):
     return ("leave-one-out", list(points), np.concatenate([e[0] for e in pairs]), np.concatenate([e[1] for e in pairs]))
 
 
+def most_common_shape(points: Sequence[ServingPoint]) -> tuple[int, int]:
+    """The (input, output) lengths most runs share (the shortest of those tied): what a fit is checked from."""
+    counts = Counter((p.input_len, p.output_len) for p in points)
+    return min(counts, key=lambda shape: (-counts[shape], shape))
+
+
 def fit_serving_calibration(points: Sequence[ServingPoint], *, id: str, device_id: str, engine: str, precision: str,
-                            speculative: str, source: str, fit_shape: tuple[int, int] = (1024, 1024)) -> ServingCalibration:
+                            speculative: str, source: str, fit_shape: tuple[int, int] = (1024, 1024),
+                            model: str | None = None, origin: str = "shipped") -> ServingCalibration:
     """Fitted on every point; checked on the other workload shapes by a fit to `fit_shape`'s runs alone where there
     are at least three of those and others to check, else leave-one-out (at least three points)."""
     if len(points) < 3:
@@ -129,7 +140,8 @@ def fit_serving_calibration(points: Sequence[ServingPoint], *, id: str, device_i
         bound_tpot_median_error=float(np.median(relative_errors([p.bound_tpot_s for p in checked],
                                                                 [p.tpot_s for p in checked]))),
         shapes=tuple(sorted({(p.input_len, p.output_len) for p in points})),
-        concurrency=(min(p.concurrency for p in points), max(p.concurrency for p in points)))
+        concurrency=(min(p.concurrency for p in points), max(p.concurrency for p in points)), model=model,
+        origin=origin)
 
 
 @dataclass(frozen=True)

@@ -74,10 +74,15 @@ def serving_calibrations() -> dict[tuple[str, str, str, str], ServingCalibration
     entries = json.loads(SERVING_CALIBRATIONS_PATH.read_text())["calibrations"]
     found = {}
     for entry in entries:
-        calibration = ServingCalibration(**{**entry, "shapes": tuple(map(tuple, entry["shapes"])),
-                                            "concurrency": tuple(entry["concurrency"])})
+        calibration = serving_calibration_of(entry)
         found[(calibration.device_id, calibration.engine, calibration.precision, calibration.speculative)] = calibration
     return found
+
+
+def serving_calibration_of(fields: dict[str, Any]) -> ServingCalibration:
+    """A serving calibration from its fields as JSON keeps them (pairs as lists)."""
+    return ServingCalibration(**{**fields, "shapes": tuple(map(tuple, fields["shapes"])),
+                                 "concurrency": tuple(fields["concurrency"])})
 
 
 @lru_cache
@@ -229,6 +234,7 @@ class DeviceCatalog:
         self._specs: dict[str, DeviceSpec] = {}
         self._measured: dict[str, MeasuredRoofs] = {}
         self._models: dict[str, ModelConfig] = {}
+        self._serving: dict[tuple[str, ...], ServingCalibration] = {}
         self._derived: dict[Any, Any] = {}
 
     def refresh_or_go_stale(self) -> bool:
@@ -269,7 +275,10 @@ class DeviceCatalog:
                     measured = measured_roofs(repository.all_benchmarks(session))
                     models = {row.id: row for row in repository.list_models(session)}
                     measured = with_kernel_calibrations(measured, repository.all_kernel_calibrations(session))
+                    serving = {tuple(getattr(row, name) for name in repository.SERVING_KEY): serving_calibration_of(row.fit)
+                               for row in repository.all_serving_calibrations(session)}
                     self._specs, self._measured, self._models, self._version = specs, measured, models, version
+                    self._serving = serving
                     self._derived = {}
             self._commits_seen = commits
 
@@ -303,6 +312,16 @@ class DeviceCatalog:
 
     def measured(self, device_id: str) -> MeasuredRoofs:
         return self._measured.get(device_id, NO_MEASUREMENTS)
+
+    def serving_calibration(self, device_id: str, engine: str, model: str, precision: str,
+                            speculative: str) -> ServingCalibration | None:
+        """The calibration fitted to the runs submitted for exactly this device, engine, model, weights' type and
+        speculative method, else the one shipped for the device, engine, weights' type and method, else None."""
+        return (self._serving.get((device_id, engine, model, precision, speculative))
+                or serving_calibrations().get((device_id, engine, precision, speculative)))
+
+    def measured_serving_calibrations(self) -> list[ServingCalibration]:
+        return [self._serving[key] for key in sorted(self._serving)]
 
     def kernel_calibrations(self) -> list[KernelCalibration]:
         """Every calibration fitted to submitted timings, of every device."""

@@ -17,7 +17,9 @@ from service.persistence.tables import (
     IdempotencyKey,
     KernelTiming,
     ModelConfig,
+    ServingRun,
     StoredKernelCalibration,
+    StoredServingCalibration,
     utcnow,
 )
 from service.runtime.errors import (
@@ -27,6 +29,7 @@ from service.runtime.errors import (
     DeviceNotFound,
     KernelTimingNotFound,
     ModelNotFound,
+    ServingRunNotFound,
 )
 
 
@@ -173,8 +176,8 @@ def delete_benchmark(session: Session, *, device_id: str, benchmark_id: int) -> 
 
 # The most recent timings of a (device, engine, dtype) a calibration is fitted to: what bounds a refit's work.
 MAX_FITTED_TIMINGS = 10_000
-# Refit: a group's timings to its calibration's fields, or None when they are too few to fit.
-Refit = Callable[[list[KernelTiming]], dict[str, Any] | None]
+# Refit: a group's measurements (kernel timings or serving runs) to its calibration's fields, or None when they are too few to fit.
+Refit = Callable[[list[Any]], dict[str, Any] | None]
 
 
 def add_kernel_timings(session: Session, *, device_id: str, records: list[dict[str, Any]], submitted_by: str,
@@ -195,21 +198,28 @@ def add_kernel_timings(session: Session, *, device_id: str, records: list[dict[s
 
 def _refit(session: Session, device_id: str, groups: set[tuple[str, str]], refit: Refit) -> None:
     for engine, dtype in sorted(groups):
-        timings = list(session.exec(
-            select(KernelTiming).where(KernelTiming.device_id == device_id, KernelTiming.engine == engine,
-                                       KernelTiming.dtype == dtype)
-            .order_by(col(KernelTiming.id).desc()).limit(MAX_FITTED_TIMINGS)))
-        fit = refit(timings)
-        stored = session.get(StoredKernelCalibration, (device_id, engine, dtype))
-        if fit is None:
-            if stored is not None:
-                session.delete(stored)
-        elif stored is None:
-            session.add(StoredKernelCalibration(device_id=device_id, engine=engine, dtype=dtype, fit=fit,
-                                                fitted_at=utcnow()))
-        else:
-            stored.fit, stored.fitted_at = fit, utcnow()
-            session.add(stored)
+        _refit_one(session, KernelTiming, StoredKernelCalibration,
+                   {"device_id": device_id, "engine": engine, "dtype": dtype}, refit, MAX_FITTED_TIMINGS)
+
+
+def _refit_one(session: Session, measurements: type[KernelTiming] | type[ServingRun],
+               calibrations: type[StoredKernelCalibration] | type[StoredServingCalibration], key: dict[str, str],
+               refit: Refit, most: int) -> None:
+    """Refits (or drops, when refit answers None) the calibration of `key` (its primary key's columns, in their
+    order) from its newest `most` measurements."""
+    query: Any = select(measurements)
+    for name, value in key.items():
+        query = query.where(getattr(measurements, name) == value)
+    fit = refit(list(session.exec(query.order_by(col(measurements.id).desc()).limit(most))))
+    stored = session.get(calibrations, tuple(key.values()))
+    if fit is None:
+        if stored is not None:
+            session.delete(stored)
+    elif stored is None:
+        session.add(calibrations(**key, fit=fit, fitted_at=utcnow()))
+    else:
+        stored.fit, stored.fitted_at = fit, utcnow()
+        session.add(stored)
 
 
 def list_kernel_timings(session: Session, *, device_id: str, engine: str | None = None, kind: str | None = None,
@@ -235,6 +245,63 @@ def delete_kernel_timing(session: Session, *, device_id: str, timing_id: int, re
 
 def all_kernel_calibrations(session: Session) -> list[StoredKernelCalibration]:
     return list(session.exec(select(StoredKernelCalibration)))
+
+
+# The most recent runs of a calibration's scope it is fitted to: what bounds a refit's work.
+MAX_FITTED_RUNS = 1000
+SERVING_KEY = ("device_id", "engine", "model", "precision", "speculative")
+
+
+def add_serving_runs(session: Session, *, records: list[dict[str, Any]], submitted_by: str,
+                     refit: Refit) -> tuple[list[int], list[StoredServingCalibration]]:
+    """Stores every run (one multi-row insert) and refits the serving calibrations they touch, in one transaction.
+    Answers the new ids and the refitted calibrations' rows."""
+    now = utcnow()
+    rows = [{"submitted_by": submitted_by, "created_at": now, **record} for record in records]
+    ids = [int(cast(int, new_id)) for new_id in session.scalars(
+        insert(ServingRun).returning(col(ServingRun.id), sort_by_parameter_order=True), rows)]
+    keys = sorted({tuple(record[name] for name in SERVING_KEY) for record in records})
+    for key in keys:
+        _refit_one(session, ServingRun, StoredServingCalibration, dict(zip(SERVING_KEY, key, strict=True)), refit,
+                   MAX_FITTED_RUNS)
+    _bump_version(session)
+    session.commit()
+    fitted = [session.get(StoredServingCalibration, key) for key in keys]
+    return ids, [row for row in fitted if row is not None]
+
+
+def list_serving_runs(session: Session, *, device_id: str | None = None, engine: str | None = None,
+                      model: str | None = None, limit: int = 1000, offset: int = 0) -> list[ServingRun]:
+    query = select(ServingRun)
+    for column, value in ((ServingRun.device_id, device_id), (ServingRun.engine, engine), (ServingRun.model, model)):
+        if value is not None:
+            query = query.where(column == value)
+    return list(session.exec(query.order_by(col(ServingRun.id)).offset(offset).limit(limit)))
+
+
+def serving_runs_of(session: Session, *, key: tuple[str, ...]) -> list[ServingRun]:
+    """The runs a serving calibration of `key` (SERVING_KEY's values) is fitted to, newest first."""
+    query = select(ServingRun)
+    for name, value in zip(SERVING_KEY, key, strict=True):
+        query = query.where(getattr(ServingRun, name) == value)
+    return list(session.exec(query.order_by(col(ServingRun.id).desc()).limit(MAX_FITTED_RUNS)))
+
+
+def delete_serving_run(session: Session, *, run_id: int, refit: Refit) -> None:
+    """Removes a run and refits (or drops) the calibration it counted in, in one transaction."""
+    row = session.get(ServingRun, run_id)
+    if row is None:
+        raise ServingRunNotFound(run_id)
+    session.delete(row)
+    session.flush()
+    _refit_one(session, ServingRun, StoredServingCalibration, {name: getattr(row, name) for name in SERVING_KEY},
+               refit, MAX_FITTED_RUNS)
+    _bump_version(session)
+    session.commit()
+
+
+def all_serving_calibrations(session: Session) -> list[StoredServingCalibration]:
+    return list(session.exec(select(StoredServingCalibration)))
 
 
 def list_models(session: Session) -> list[ModelConfig]:

@@ -180,3 +180,46 @@ class StoredKernelCalibration(SQLModel, table=True):
     dtype: str = Field(sa_column=Column(String(16), primary_key=True))
     fit: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))  # KernelCalibration's fields
     fitted_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class ServingRun(SQLModel, table=True):
+    """One submitted measured serving run: its deployment as the serving analysis takes it, the service's bounds
+    there when it was stored (what a calibration is fitted against), and the medians measured."""
+
+    __tablename__ = "serving_runs"
+
+    id: int | None = Field(default=None, sa_column=Column(Integer, primary_key=True, autoincrement=True))
+    device_id: str = Field(sa_column=Column(String(64), ForeignKey("devices.id", ondelete="CASCADE"),
+                                            nullable=False, index=True))
+    engine: str = Field(max_length=64)
+    model: str = Field(max_length=200)  # a catalog model id or "inline <family>"
+    precision: str = Field(max_length=16)  # the weights' type
+    speculative: str = Field(max_length=16)  # the speculative method or "none"
+    input_len: int
+    output_len: int
+    concurrency: int
+    request: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    tpot_s: float
+    ttft_s: float
+    bound_tpot_s: float
+    bound_ttft_s: float
+    source: str = Field(max_length=1000)
+    exceeds_bound_reason: str | None = Field(default=None, max_length=1000)
+    submitted_by: str = Field(max_length=100)
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class StoredServingCalibration(SQLModel, table=True):
+    """The calibration fitted to the runs of one device, engine, model, weights' type and speculative method,
+    refitted in the transaction that changes them."""
+
+    __tablename__ = "serving_calibrations"
+
+    device_id: str = Field(sa_column=Column(String(64), ForeignKey("devices.id", ondelete="CASCADE"),
+                                            primary_key=True))
+    engine: str = Field(sa_column=Column(String(64), primary_key=True))
+    model: str = Field(sa_column=Column(String(200), primary_key=True))
+    precision: str = Field(sa_column=Column(String(16), primary_key=True))
+    speculative: str = Field(sa_column=Column(String(16), primary_key=True))
+    fit: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))  # ServingCalibration's fields
+    fitted_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

@@ -19,13 +19,14 @@ from starlette.routing import Match
 
 from schemas.benchmarks import BENCHMARK_KINDS
 from schemas.operators import OPERATOR_KINDS
+from schemas.serving_runs import SERVING_RUN_FORMATS
 from service.core.budget import BudgetSpent
 from service.core.errors import CostModelError
 
 log = logging.getLogger("roofline.errors")
 
 # Tags of the discriminated unions, and the fields (or the body itself) that hold such unions.
-UNION_TAGS = frozenset(OPERATOR_KINDS) | frozenset(BENCHMARK_KINDS)
+UNION_TAGS = frozenset(OPERATOR_KINDS) | frozenset(BENCHMARK_KINDS) | frozenset(SERVING_RUN_FORMATS)
 UNION_FIELDS = frozenset({"operator", "body", "request"})
 
 
@@ -88,6 +89,14 @@ class KernelTimingNotFound(ServiceError):
 
     def __init__(self, device_id: str, timing_id: int):
         super().__init__(f"device {device_id!r} has no kernel timing {timing_id}")
+
+
+class ServingRunNotFound(ServiceError):
+    status_code = 404
+    code = "serving_run_not_found"
+
+    def __init__(self, run_id: int):
+        super().__init__(f"no serving run {run_id}: GET /v1/serving-runs lists them")
 
 
 class CalibrationNotFound(ServiceError):
@@ -160,15 +169,23 @@ def client_path(loc: tuple) -> list:
     return path
 
 
+def _error_loc(error) -> tuple:
+    """Where an error is: a discriminated union's missing or unknown tag at the tag's field, not at its object."""
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") in {"union_tag_invalid", "union_tag_not_found"}:
+        return (*loc, str(error.get("ctx", {}).get("discriminator", "")).strip("'"))
+    return loc
+
+
 def _validation_fields(exc: RequestValidationError) -> list[dict[str, str]]:
-    return [{"loc": _loc(client_path(tuple(error.get("loc", ())))), "msg": error.get("msg", "invalid value")}
+    return [{"loc": _loc(client_path(_error_loc(error))), "msg": error.get("msg", "invalid value")}
             for error in exc.errors()]
 
 
 def invalid_nested(exc: ValidationError, prefix: list[str], skip: int = 0) -> Unprocessable:
     """A 422 for a body validated inside the service (a sweep point, a plot point, a graph operator):
     locations prefixed with where that body sits in the request, union tags removed."""
-    fields = [{"loc": _loc(prefix + client_path(tuple(e["loc"][skip:]))), "msg": e["msg"]} for e in exc.errors()]
+    fields = [{"loc": _loc(prefix + client_path(_error_loc(e)[skip:])), "msg": e["msg"]} for e in exc.errors()]
     return Unprocessable(f"{fields[0]['loc']}: {fields[0]['msg']}", fields)
 
 

@@ -97,10 +97,12 @@ def kernel_public(calibration: KernelCalibration) -> dict:
 
 
 def serving_public(calibration: ServingCalibration) -> dict:
+    served = f"{calibration.model} " if calibration.model else ""
     return {
-        "id": f"serving:{calibration.id}", "kind": "serving", "origin": "shipped", "device_id": calibration.device_id,
-        "engine": calibration.engine,
-        "scope": f"deployments of weights in {calibration.precision}, speculative decoding {calibration.speculative}",
+        "id": f"serving:{calibration.id}", "kind": "serving", "origin": calibration.origin,
+        "device_id": calibration.device_id, "engine": calibration.engine,
+        "scope": f"deployments of {served}weights in {calibration.precision}, speculative decoding "
+                 f"{calibration.speculative}",
         "model": SERVING_MODEL,
         "parameters": [
             {"name": "tpot_scale", "value": calibration.tpot_scale, "unit": "1", "meaning": "measured TPOT per bound TPOT"},
@@ -115,20 +117,25 @@ def serving_public(calibration: ServingCalibration) -> dict:
 
 
 def all_calibrations(catalog: DeviceCatalog) -> list[dict]:
-    """Shipped kernel, measured kernel and shipped serving calibrations, in that order."""
+    """Shipped kernel, measured kernel, shipped serving and measured serving calibrations, in that order."""
     return ([kernel_public(c) for c in gemm_calibrations().values()]
             + [kernel_public(c) for c in sorted(catalog.kernel_calibrations(), key=lambda c: c.id)]
-            + [serving_public(c) for c in serving_calibrations().values()])
+            + [serving_public(c) for c in serving_calibrations().values()]
+            + [serving_public(c) for c in catalog.measured_serving_calibrations()])
 
 
-def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of) -> dict:
-    """One calibration; a measured kernel one with each of its timings against the fit. `timings_of(device_id,
-    engine, dtype)` reads them."""
+def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_of) -> dict:
+    """One calibration; a measured one with each of its measurements against the fit. `timings_of(device_id,
+    engine, dtype)` reads a kernel one's timings, `runs_of(key)` a serving one's runs."""
     found = next((entry for entry in all_calibrations(catalog) if entry["id"] == calibration_id), None)
     if found is None:
         raise CalibrationNotFound(calibration_id)
-    if found["kind"] != "kernel" or found["origin"] != "measured":
-        return {**found, "residuals": None}
+    if found["origin"] != "measured":
+        return {**found, "residuals": None, "run_residuals": None}
+    if found["kind"] == "serving":
+        serving = next(c for c in catalog.measured_serving_calibrations() if f"serving:{c.id}" == calibration_id)
+        key = (serving.device_id, serving.engine, serving.model, serving.precision, serving.speculative)
+        return {**found, "residuals": None, "run_residuals": [_run_residual(serving, run) for run in runs_of(key)]}
     calibration = next(c for c in catalog.kernel_calibrations() if c.id == calibration_id)
     rows, compute, memory, measured = _matmul_terms(catalog.get(calibration.device_id), calibration.dtype,
                                                     timings_of(calibration.device_id, calibration.engine,
@@ -141,4 +148,13 @@ def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of) 
         residuals.append({"timing_id": row.id, "m": row.operator.get("m"), "n": row.operator.get("n"),
                           "k": row.operator.get("k"), "measured_time_s": row.time_s, "expected_time_s": float(expected),
                           "bound_time_s": float(bound), "error": float(expected / row.time_s - 1)})
-    return {**found, "residuals": residuals}
+    return {**found, "residuals": residuals, "run_residuals": None}
+
+
+def _run_residual(calibration: ServingCalibration, run) -> dict:
+    expected_tpot, expected_ttft = calibration.tpot_s(run.bound_tpot_s), calibration.ttft_s(run.bound_ttft_s)
+    return {"run_id": run.id, "input_len": run.input_len, "output_len": run.output_len,
+            "concurrency": run.concurrency, "measured_tpot_s": run.tpot_s, "expected_tpot_s": expected_tpot,
+            "bound_tpot_s": run.bound_tpot_s, "tpot_error": expected_tpot / run.tpot_s - 1,
+            "measured_ttft_s": run.ttft_s, "expected_ttft_s": expected_ttft, "bound_ttft_s": run.bound_ttft_s,
+            "ttft_error": expected_ttft / run.ttft_s - 1}

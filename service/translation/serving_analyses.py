@@ -14,7 +14,7 @@ from service.core.training.collectives import Link, Topology
 from service.core.transformer.analysis import first_matmul, step_rows
 from service.core.transformer.capacity import check_positions
 from service.core.transformer.layers import Step
-from service.persistence.catalog import DeviceCatalog, serving_calibrations
+from service.persistence.catalog import DeviceCatalog
 from service.translation.model_analyses import (
     SERVING_UTILIZATION,
     catalog_model,
@@ -114,7 +114,7 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
     if not fits:
         notes.insert(0, "DOES NOT FIT: a pool's devices cannot hold their weights, caches and activations "
                         "(see bound.pools[].memory); the figures are a what-if")
-    calibration = _calibration(request, device.id, dtypes.weights)
+    calibration = _calibration(request, catalog, name, dtypes.weights)
     expected = None
     if calibration is not None:
         expectation = serving_calibration.expect(calibration, bound, input_len=request.input_len,
@@ -165,12 +165,17 @@ CALIBRATION_FIELDS = ("id", "engine", "fitted_on", "checked_by", "checked_on", "
                       "ttft_median_error", "basis")
 
 
-def _calibration(request: ServingAnalysisRequest, device_id: str, precision: str) -> ServingCalibration | None:
-    """The shipped calibration of the device, engine, weights' type and speculative method, if any (and asked for)."""
+def _calibration(request: ServingAnalysisRequest, catalog: DeviceCatalog, model: str,
+                 precision: str) -> ServingCalibration | None:
+    """The calibration of the device, engine, model, weights' type and speculative method (fitted to runs submitted,
+    else shipped), if any and asked for."""
     if request.calibration == "none" or request.engine is None:
         return None
-    method = request.speculative.method if request.speculative else "none"
-    return serving_calibrations().get((device_id, request.engine, precision, method))
+    return catalog.serving_calibration(request.device_id, request.engine, model, precision, speculative_method(request))
+
+
+def speculative_method(request: ServingAnalysisRequest) -> str:
+    return request.speculative.method if request.speculative else "none"
 
 
 def _expected_note(request: ServingAnalysisRequest, calibration: ServingCalibration | None) -> str:
@@ -181,7 +186,7 @@ def _expected_note(request: ServingAnalysisRequest, calibration: ServingCalibrat
     if request.engine is None:
         return "expected: null, the request names no engine (calibrations are fitted per engine)"
     return (f"expected: null, no serving calibration exists for {request.device_id} with engine {request.engine} in "
-            "these weights and speculative method (measured runs calibrate it)")
+            "these weights and speculative method (POST /v1/serving-runs calibrates it)")
 
 
 def plain_fields_of_pool(state: deployment.PoolState) -> dict:

@@ -1,4 +1,5 @@
-"""Calibrations: the shipped fits and those fitted to submitted kernel timings, with their parameters and errors."""
+"""Calibrations: the shipped fits and those fitted to submitted kernel timings and serving runs, with their
+parameters and errors."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ CalibrationPath = Annotated[str, Path(description="A calibration's id (GET /v1/c
 
 
 @router.get("", summary="List calibrations", operation_id="list_calibrations",
-            description="Every calibration: the kernel and serving fits shipped with the service and the kernel fits "
-                        "to the timings submitted for each device, each with its parameters (names, values, units), "
+            description="Every calibration: the kernel and serving fits shipped with the service, the kernel fits "
+                        "to the timings submitted for each device and the serving fits to the runs submitted, each "
+                        "with its parameters (names, values, units), "
                         "what it was fitted on and its error on measurements it did not see.")
 def list_calibrations(catalog: CatalogDep) -> list[CalibrationPublic]:
     return [CalibrationPublic.model_validate(entry) for entry in all_calibrations(catalog)]
@@ -29,11 +31,14 @@ def list_calibrations(catalog: CatalogDep) -> list[CalibrationPublic]:
 
 @router.get("/{calibration_id}", summary="One calibration, with its residuals", operation_id="get_calibration",
             responses=NOT_FOUND,
-            description="A calibration; a measured kernel one with each timing it was fitted to against the fit and "
-                        "the bound.")
+            description="A calibration; a measured one with each kernel timing or serving run it was fitted to "
+                        "against the fit and the bound.")
 def get_calibration(calibration_id: CalibrationPath, catalog: CatalogDep, session: SessionDep) -> CalibrationDetail:
     def timings_of(device_id: str, engine: str, dtype: str):
         return repository.list_kernel_timings(session, device_id=device_id, engine=engine, dtype=dtype,
                                               limit=MAX_FITTED_TIMINGS)
 
-    return CalibrationDetail.model_validate(calibration_detail(calibration_id, catalog, timings_of))
+    def runs_of(key: tuple[str, ...]):
+        return repository.serving_runs_of(session, key=key)
+
+    return CalibrationDetail.model_validate(calibration_detail(calibration_id, catalog, timings_of, runs_of))

@@ -1,0 +1,139 @@
+"""Measured serving runs in, serving calibrations out: each run of whatever form mapped to the deployment the serving
+analysis takes, held against the service's bound there (a run faster than its bound is refused unless the submission
+says why), stored beside that bound; the runs of one scope fitted (service/core/serving_calibration.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from schemas.serving import ServingAnalysisRequest
+from schemas.serving_runs import InferenceXServingRuns, NativeServingRuns, VllmBenchServingRuns
+from service.core.serving_calibration import ServingPoint, fit_serving_calibration, most_common_shape
+from service.persistence.catalog import DeviceCatalog
+from service.persistence.repository import SERVING_KEY
+from service.persistence.tables import ServingRun
+from service.runtime.errors import Unprocessable, invalid_nested
+from service.translation import inferencex
+from service.translation.model_analyses import core_dtypes, resolve_model
+from service.translation.serving_analyses import analyze_serving_request, speculative_method
+
+# Where each form keeps the measured medians: what a refusal names.
+MEASURED_FIELDS = {"native": ("tpot_s", "ttft_s"), "vllm-bench": ("median_tpot_ms", "median_ttft_ms"),
+                   "inferencex": ("metrics.median_tpot", "metrics.median_ttft")}
+
+
+class MeasuredRun(NamedTuple):
+    request: dict[str, Any]  # the POST /v1/analyze/serving body of its deployment
+    tpot_s: float
+    ttft_s: float
+
+
+def _model_choice(body) -> dict[str, Any]:
+    return {"model_id": body.model_id} if body.model_id is not None else {"model": body.model}
+
+
+def _native(body: NativeServingRuns) -> list[MeasuredRun]:
+    base = {"device_id": body.device_id, "engine": body.engine, **_model_choice(body)}
+    return [MeasuredRun({**base, **(run.deployment or body.deployment).model_dump(exclude_unset=True),
+                         "input_len": run.input_len, "output_len": run.output_len, "concurrency": run.concurrency},
+                        run.tpot_s, run.ttft_s)
+            for run in body.runs]
+
+
+def _vllm_bench(body: VllmBenchServingRuns) -> list[MeasuredRun]:
+    base = {"device_id": body.device_id, "engine": body.engine, **_model_choice(body),
+            **body.deployment.model_dump(exclude_unset=True)}
+    runs = []
+    for index, run in enumerate(body.runs):
+        concurrency = run.max_concurrency or body.concurrency
+        if concurrency is None:
+            raise Unprocessable("a run without max_concurrency needs the body's concurrency", [
+                {"loc": f"body.runs.{index}.max_concurrency", "msg": "null, and the body gives no concurrency"}])
+        runs.append(MeasuredRun({**base, "input_len": max(1, round(run.total_input_tokens / run.completed)),
+                                 "output_len": max(1, round(run.total_output_tokens / run.completed)),
+                                 "concurrency": concurrency},
+                                run.median_tpot_ms / 1e3, run.median_ttft_ms / 1e3))
+    return runs
+
+
+def _inferencex(body: InferenceXServingRuns) -> list[MeasuredRun]:
+    overrides: dict[str, Any] = {name: value for name, value in
+                                 (("device_id", body.device_id), ("engine", body.engine)) if value is not None}
+    if body.model_id is not None or body.model is not None:
+        overrides |= {"model_id": None, "model": None} | _model_choice(body)
+    runs = []
+    for index, row in enumerate(body.runs):
+        try:
+            request = inferencex.serving_request(row.model_dump())
+        except inferencex.UnmappedRun as exc:
+            raise Unprocessable(f"body.runs.{index}: cannot map {exc}", [
+                {"loc": f"body.runs.{index}", "msg": f"cannot map {exc} to a deployment (docs/serving.md)"}]) from None
+        request = {name: value for name, value in (request | overrides).items() if value is not None}
+        runs.append(MeasuredRun(request, row.metrics.median_tpot, row.metrics.median_ttft))
+    return runs
+
+
+MAPPINGS: dict[str, Callable[[Any], list[MeasuredRun]]] = {"native": _native, "vllm-bench": _vllm_bench, "inferencex": _inferencex}
+
+
+def _relocated(exc: Unprocessable, index: int) -> Unprocessable:
+    """An analysis's 422 (locations under `body`) as the run's (under `body.runs.<index>`)."""
+    fields = [{**field, "loc": f"body.runs.{index}" + field["loc"].removeprefix("body")} for field in exc.fields]
+    return Unprocessable(f"body.runs.{index}: {exc.detail}", fields)
+
+
+def run_records(body, catalog: DeviceCatalog) -> list[dict[str, Any]]:
+    """Each run as stored, with the bound at its deployment; a run the analysis refuses, or one faster than its bound
+    without the body's exceeds_bound_reason, is a 422 naming it, and nothing is stored."""
+    records = []
+    for index, run in enumerate(MAPPINGS[body.format](body)):
+        try:
+            request = ServingAnalysisRequest.model_validate({**run.request, "calibration": "none"})
+        except ValidationError as exc:
+            raise invalid_nested(exc, ["body", "runs", str(index)]) from None
+        try:
+            bound = analyze_serving_request(request, catalog).bound
+            name, arch = resolve_model(request, catalog)
+        except Unprocessable as exc:
+            raise _relocated(exc, index) from None
+        beaten = [(field, measured, limit) for field, measured, limit in
+                  zip(MEASURED_FIELDS[body.format], (run.tpot_s, run.ttft_s), (bound.tpot_s, bound.ttft_s), strict=True)
+                  if measured < limit]
+        if beaten and body.exceeds_bound_reason is None:
+            raise Unprocessable(f"body.runs.{index}: faster than its lower bound", [
+                {"loc": f"body.runs.{index}.{field}",
+                 "msg": f"measured {measured:.4g} s is below the bound {limit:.4g} s at this deployment: a wrong "
+                        "deployment or unit, or something the bound does not model (then say so in "
+                        "exceeds_bound_reason)"} for field, measured, limit in beaten])
+        records.append({
+            "device_id": request.device_id, "engine": request.engine, "model": name,
+            "precision": core_dtypes(request, arch).weights, "speculative": speculative_method(request),
+            "input_len": request.input_len, "output_len": request.output_len, "concurrency": request.concurrency,
+            "request": request.model_dump(mode="json", exclude_defaults=True, exclude={"calibration"}),
+            "tpot_s": run.tpot_s, "ttft_s": run.ttft_s, "bound_tpot_s": bound.tpot_s, "bound_ttft_s": bound.ttft_s,
+            "source": body.source, "exceeds_bound_reason": body.exceeds_bound_reason if beaten else None})
+    return records
+
+
+def points_of(runs: list[ServingRun]) -> list[ServingPoint]:
+    return [ServingPoint(run.input_len, run.output_len, run.concurrency, run.bound_tpot_s, run.bound_ttft_s,
+                         run.tpot_s, run.ttft_s) for run in runs]
+
+
+def refit_serving(runs: list[ServingRun]) -> dict[str, Any] | None:
+    """The calibration of one scope's runs, as the calibrations table keeps it; None under three runs."""
+    if len(runs) < 3:
+        return None
+    first, points = runs[0], points_of(runs)
+    key = tuple(getattr(first, name) for name in SERVING_KEY)
+    sources = ", ".join(sorted({run.source for run in runs}))[:300]
+    fitted = fit_serving_calibration(
+        points, id="measured:" + ":".join(key), device_id=first.device_id, engine=first.engine,
+        precision=first.precision, speculative=first.speculative, source=f"{len(runs)} runs submitted ({sources})",
+        fit_shape=most_common_shape(points), model=first.model, origin="measured")
+    return asdict(fitted)
+

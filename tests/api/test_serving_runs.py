@@ -1,0 +1,169 @@
+"""Measured serving runs over HTTP: each form mapped to its deployment, runs faster than their bound refused unless
+explained, a calibration fitted to the runs and refitted when they change, and serving analyses of its scope
+answering `expected` from it with the bound unchanged."""
+
+import json
+
+import pytest
+
+from service.persistence.catalog import DATA_DIR, serving_calibrations
+from tests.conftest import AUTH
+
+DEVICE, MODEL, ENGINE = "nvidia-h100-sxm", "llama-3.1-8b", "ourengine"
+LAYOUT = {"tensor_parallel": 2, "dtypes": {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"}}
+# Runs at the most common shape (1,024 in, 1,024 out) and two at another, which the fit is checked on.
+WORKLOADS = [(1024, 1024, 1), (1024, 1024, 8), (1024, 1024, 64), (4096, 256, 4), (4096, 256, 32)]
+# The measured medians the runs report, made by hand from the service's own bounds: TPOT = 2 x bound + 1 ms and
+# TTFT = 1.5 x bound + 20 ms, so the fit must find those four numbers again, with no error on the held-out shape.
+TPOT_SCALE, TPOT_OVERHEAD, TTFT_SCALE, TTFT_OVERHEAD = 2.0, 1e-3, 1.5, 20e-3
+
+
+def analysis(client, input_len, output_len, concurrency, **options):
+    body = {"model_id": MODEL, "device_id": DEVICE, "input_len": input_len, "output_len": output_len,
+            "concurrency": concurrency, **LAYOUT, **options}
+    answer = client.post("/v1/analyze/serving", json=body)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def native_runs(client, workloads=WORKLOADS):
+    runs = []
+    for input_len, output_len, concurrency in workloads:
+        bound = analysis(client, input_len, output_len, concurrency, calibration="none")["bound"]
+        runs.append({"input_len": input_len, "output_len": output_len, "concurrency": concurrency,
+                     "tpot_s": TPOT_SCALE * bound["tpot_s"] + TPOT_OVERHEAD,
+                     "ttft_s": TTFT_SCALE * bound["ttft_s"] + TTFT_OVERHEAD})
+    return runs
+
+
+def submit(client, runs, **extra):
+    return client.post("/v1/serving-runs", headers=AUTH, json={
+        "format": "native", "device_id": DEVICE, "model_id": MODEL, "engine": ENGINE, "source": "test load",
+        "deployment": LAYOUT, "runs": runs, **extra})
+
+
+def test_a_calibration_fitted_to_runs_made_by_hand(client):
+    created = submit(client, native_runs(client))
+    assert created.status_code == 201, created.text
+    [fitted] = created.json()["calibrations"]
+    values = {p["name"]: p["value"] for p in fitted["parameters"]}
+    assert values["tpot_scale"] == pytest.approx(TPOT_SCALE) and values["tpot_overhead"] == pytest.approx(TPOT_OVERHEAD)
+    assert values["ttft_scale"] == pytest.approx(TTFT_SCALE) and values["ttft_overhead"] == pytest.approx(TTFT_OVERHEAD)
+    assert fitted["id"] == f"serving:measured:{DEVICE}:{ENGINE}:{MODEL}:bf16:none"
+    assert fitted["origin"] == "measured" and fitted["fitted_on"] == 5
+    # Fitted on the three runs at 1,024 / 1,024 and checked on the two at 4,096 / 256: exact, as they lie on the line.
+    assert fitted["checked_by"] == "other workload shapes" and fitted["checked_on"] == 2
+    assert fitted["median_error"] == pytest.approx(0, abs=1e-9) and fitted["bound_median_error"] > 0.4
+
+    # A workload no run measured: TPOT expected at 2 x bound + 1 ms, the bound itself unchanged by the calibration.
+    calibrated, bare = analysis(client, 2048, 512, 16, engine=ENGINE), analysis(client, 2048, 512, 16, engine=ENGINE,
+                                                                                calibration="none")
+    assert calibrated["bound"] == bare["bound"] and bare["expected"] is None
+    expected = calibrated["expected"]
+    assert expected["tpot_s"] == pytest.approx(TPOT_SCALE * bare["bound"]["tpot_s"] + TPOT_OVERHEAD)
+    assert expected["ttft_s"] == pytest.approx(TTFT_SCALE * bare["bound"]["ttft_s"] + TTFT_OVERHEAD)
+    assert expected["calibration"]["id"] == f"measured:{DEVICE}:{ENGINE}:{MODEL}:bf16:none"
+    assert expected["calibration"]["extrapolated"]  # 2,048 / 512 is not a shape it was fitted on
+
+    detail = client.get(f"/v1/calibrations/{fitted['id']}").json()
+    assert len(detail["run_residuals"]) == 5 and detail["residuals"] is None
+    assert max(abs(r["tpot_error"]) for r in detail["run_residuals"]) < 1e-9
+    assert fitted["id"] in {c["id"] for c in client.get("/v1/calibrations").json()}
+
+
+def test_a_deleted_run_refits_and_too_few_drop_the_calibration(client):
+    ids = submit(client, native_runs(client)).json()["created"]
+    stored = client.get("/v1/serving-runs", params={"device_id": DEVICE, "engine": ENGINE}).json()
+    assert [run["id"] for run in stored] == ids and stored[0]["model"] == MODEL and stored[0]["precision"] == "bf16"
+    assert stored[0]["request"]["tensor_parallel"] == 2 and stored[0]["exceeds_bound_reason"] is None
+    assert client.delete(f"/v1/serving-runs/{ids[0]}").status_code == 401  # writes are authenticated
+    for run_id in ids[:2]:
+        assert client.delete(f"/v1/serving-runs/{run_id}", headers=AUTH).status_code == 204
+    detail = client.get(f"/v1/calibrations/serving:measured:{DEVICE}:{ENGINE}:{MODEL}:bf16:none").json()
+    assert detail["fitted_on"] == 3 and detail["checked_by"] == "leave-one-out"
+    assert client.delete(f"/v1/serving-runs/{ids[2]}", headers=AUTH).status_code == 204
+    assert analysis(client, 1024, 1024, 8, engine=ENGINE)["expected"] is None  # two runs calibrate nothing
+    missing = client.delete(f"/v1/serving-runs/{ids[0]}", headers=AUTH)
+    assert missing.status_code == 404 and missing.json()["error"] == "serving_run_not_found"
+
+
+def test_a_run_faster_than_its_bound_is_refused_unless_explained(client):
+    runs = native_runs(client, WORKLOADS[:3])
+    runs[1]["tpot_s"] = analysis(client, 1024, 1024, 8, calibration="none")["bound"]["tpot_s"] * 0.9
+    refused = submit(client, runs)
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.runs.1.tpot_s"
+    assert "below the bound" in refused.json()["fields"][0]["msg"]
+    assert client.get("/v1/serving-runs").json() == []  # all or none
+    reason = "prefix caching: every prompt shares a 900-token system prompt"
+    stored = submit(client, runs, exceeds_bound_reason=reason)
+    assert stored.status_code == 201
+    reasons = [run["exceeds_bound_reason"] for run in client.get("/v1/serving-runs").json()]
+    assert reasons == [None, reason, None]  # kept on the run that beats its bound only
+
+
+def test_a_run_the_analysis_refuses_names_the_run(client):
+    runs = native_runs(client, WORKLOADS[:1])
+    runs.append({**runs[0], "input_len": 200_000})  # beyond Llama 3.1's 131,072 positions
+    refused = submit(client, runs)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["fields"][0]["loc"].startswith("body.runs.1")
+
+
+def vllm_result(input_len, output_len, concurrency, tpot_s, ttft_s, completed=100):
+    """The fields `vllm bench serve --save-result` writes that the service reads, and some it ignores."""
+    return {"date": "20261130-101500", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+            "num_prompts": completed, "request_rate": "inf", "max_concurrency": concurrency, "duration": 60.0,
+            "completed": completed, "total_input_tokens": input_len * completed - 30,
+            "total_output_tokens": output_len * completed + 20, "median_tpot_ms": tpot_s * 1e3,
+            "median_ttft_ms": ttft_s * 1e3, "p99_tpot_ms": tpot_s * 2e3, "ttfts": [ttft_s] * 3}
+
+
+def test_vllm_bench_results_map_their_mean_lengths_and_concurrency(client):
+    results = [vllm_result(run["input_len"], run["output_len"], run["concurrency"], run["tpot_s"], run["ttft_s"])
+               for run in native_runs(client, WORKLOADS[:3])]
+    results[0]["max_concurrency"] = None
+    body = {"format": "vllm-bench", "device_id": DEVICE, "model_id": MODEL, "engine": "vllm", "source": "bench",
+            "deployment": LAYOUT, "runs": results}
+    refused = client.post("/v1/serving-runs", headers=AUTH, json=body)
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.runs.0.max_concurrency"
+    created = client.post("/v1/serving-runs", headers=AUTH, json=body | {"concurrency": 1})
+    assert created.status_code == 201, created.text
+    stored = client.get("/v1/serving-runs", params={"engine": "vllm"}).json()
+    # 1,024 x 100 - 30 prompt tokens over 100 requests round to 1,024; 1,024 x 100 + 20 output tokens to 1,024.
+    assert [(r["input_len"], r["output_len"], r["concurrency"]) for r in stored] == WORKLOADS[:3]
+    assert created.json()["calibrations"][0]["fitted_on"] == 3
+
+
+def test_inferencex_rows_fit_what_the_shipped_calibration_was_fitted_to(client):
+    """The shipped calibrations were fitted by scripts/fit_serving_calibration.py to the same rows against the same
+    bounds: submitted, the rows of one device, engine, precision and method give the same parameters."""
+    rows = [row for row in json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
+            if (row["hardware"], row["framework"], row["precision"], row["spec_method"]) == ("b300", "dynamo-trt", "fp8",
+                                                                                            "mtp")]
+    created = client.post("/v1/serving-runs", headers=AUTH, json={"format": "inferencex", "source": "InferenceX",
+                                                                  "runs": rows})
+    assert created.status_code == 201, created.text
+    [fitted] = created.json()["calibrations"]
+    shipped = serving_calibrations()[("nvidia-b300", "dynamo-trt", "fp8", "mtp")]
+    values = {p["name"]: p["value"] for p in fitted["parameters"]}
+    assert values["tpot_scale"] == pytest.approx(shipped.tpot_scale)
+    assert values["tpot_overhead"] == pytest.approx(shipped.tpot_overhead_s, abs=1e-12)
+    assert fitted["id"] == "serving:measured:nvidia-b300:dynamo-trt:deepseek-v3:fp8:mtp"
+
+
+def test_an_unknown_hardware_row_is_refused_by_name(client):
+    row = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"][0]
+    refused = client.post("/v1/serving-runs", headers=AUTH, json={
+        "format": "inferencex", "source": "x", "runs": [row, {**row, "hardware": "tpu-v9"}]})
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.runs.1"
+    assert "tpu-v9" in refused.json()["fields"][0]["msg"]
+
+
+def test_submissions_are_authenticated_and_name_their_device(client):
+    runs = native_runs(client, WORKLOADS[:1])
+    assert client.post("/v1/serving-runs", json={"format": "native", "device_id": DEVICE, "model_id": MODEL,
+                                                 "engine": ENGINE, "source": "x", "runs": runs}).status_code == 401
+    missing = submit(client, runs, device_id="no-such-device")
+    assert missing.status_code == 404 and missing.json()["error"] == "device_not_found"
+    wrong_format = client.post("/v1/serving-runs", headers=AUTH, json={"format": "csv", "source": "x", "runs": runs})
+    assert wrong_format.status_code == 422 and wrong_format.json()["fields"][0]["loc"] == "body.format"
