@@ -72,7 +72,7 @@ def test_unknown_device_is_404(client):
     ({"kind": "matmul", "n": 1, "k": 1}, "body.operator.m"),
     ({"kind": "matmul", "m": 1, "n": 1, "k": 1, "dtype": "fp7"}, "body.operator.dtype"),
     ({"kind": "matmul", "m": 1, "n": 1, "k": 1, "mm": 3}, "body.operator.mm"),
-    ({"kind": "convolution"}, "body.operator"),
+    ({"kind": "convolution"}, "body.operator.kind"),
     ({"kind": "elementwise", "op": "tanh", "shape": [4]}, "body.operator.op"),
     ({"kind": "attention", "heads": 6, "kv_heads": 4, "head_dim": 64, "q_len": 8}, "body.operator.kv_heads"),
     # C [batch, m, n] would hold 2**80 elements; the error is reported on n, with the tensor named.
