@@ -104,7 +104,8 @@ class CompareRequest(StrictModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
         "endpoint": "model", "device_ids": ["nvidia-h100-sxm", "nvidia-a100-80gb-sxm", "amd-mi300x", "nvidia-l40s"],
         "request": {"model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 32, "seq_len": 4096}}]})
-    endpoint: Literal["operator", "model"]
+    endpoint: Literal["operator", "model", "serving"] = Field(
+        description="Which analysis each device gets: POST /v1/analyze/operator, /model or /serving")
     request: dict[str, Any] = Field(description="A body of that endpoint; device_id is set per device")
     device_ids: list[DeviceId] = Field(min_length=1, max_length=64)
 
@@ -112,11 +113,19 @@ class CompareRequest(StrictModel):
 class CompareEntry(BaseModel):
     rank: int
     device_id: str
-    time_s: float
-    bound: str
+    time_s: float = Field(description="The bound, seconds: the operator's or the step's time, or a serving "
+                                      "deployment's TPOT (time_meaning says which)")
+    bound: str = Field(description="What limits it: memory, compute or interconnect; for serving, what caps the "
+                                   "request rate (decode, prefill or latency)")
     mfu: float | None
-    tokens_per_s: float | None = None
-    relative_time: float = Field(description="time_s / the fastest device's time_s")
+    tokens_per_s: float | None = Field(None, description="Model steps: tokens per second at the step; serving: the "
+                                                         "deployment's output tokens per second (bounds)")
+    expected_time_s: float | None = Field(
+        None, description="The same time as a calibration of the device and the request's engine expects it, "
+                          "seconds; null where none applies")
+    calibration_id: str | None = Field(None, description="The calibration behind expected_time_s")
+    relative_time: float = Field(description="The ranked time (expected_time_s when ranked_by is 'expected', else "
+                                             "time_s) / the first device's")
 
 
 class CompareError(BaseModel):
@@ -135,6 +144,10 @@ class CompareInfeasible(BaseModel):
 class CompareResult(BaseModel):
     endpoint: str
     ranking: list[CompareEntry] = Field(description="Devices where the workload fits in memory, fastest first")
+    ranked_by: Literal["expected", "bound"] = Field(
+        description="'expected' when every ranked device has an expectation (a calibration for the request's engine), "
+                    "else 'bound': bounds alone can rank hardware wrongly where engines reach their roofs unevenly")
+    time_meaning: str = Field(description="What time_s and expected_time_s measure for this endpoint")
     errors: list[CompareError] = Field(description="Devices the workload could not be analysed on, and why")
     infeasible: list[CompareInfeasible] = Field(
         default_factory=list, description="Model workloads: devices where it does not fit in memory, with the shortfall")

@@ -215,7 +215,8 @@ def cmd_compare(args) -> None:
     if args.model:
         body = {"endpoint": "model", "device_ids": args.devices, "request": step_body(args)}
     elif args.kind:
-        body = {"endpoint": "operator", "device_ids": args.devices, "request": operator_body(args)}
+        engine = {"engine": args.engine} if args.engine else {}
+        body = {"endpoint": "operator", "device_ids": args.devices, "request": operator_body(args) | engine}
     else:
         raise SystemExit("give --model (a model step) or --kind (an operator)")
     with backend(args.url) as service:
@@ -462,6 +463,8 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("--phase", choices=["prefill", "decode"], default="decode", help="model step (default decode)")
     compare.add_argument("--batch-size", type=int, default=1, help="sequences in the step (default 1)")
     compare.add_argument("--seq-len", type=int, default=None, help="model step: prompt or cached tokens")
+    compare.add_argument("--engine", help="operator: the kernels' engine (e.g. trtllm), whose calibrations give each "
+                                          "device's expected time")
     operator_options(compare, required=False)
     roofs(compare)
     compare.set_defaults(run=cmd_compare)

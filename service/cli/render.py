@@ -177,13 +177,17 @@ def sweep_table(rows: list[dict], parameter: str) -> str:
 
 
 def compare_table(r: dict) -> str:
-    rows = [[e["rank"], e["device_id"], si(e["time_s"], "s"), e["bound"],
+    rows = [[e["rank"], e["device_id"], si(e["time_s"], "s"),
+             si(e["expected_time_s"], "s") if e.get("expected_time_s") is not None else "-", e["bound"],
              f"{e['mfu']:.3f}" if e.get("mfu") is not None else "-",
              f"{e['tokens_per_s']:,.0f}" if e.get("tokens_per_s") else "-", f"{e['relative_time']:.2f}x"]
             for e in r["ranking"]]
     errors = "".join(f"\ncannot run on {e['device_id']}: {e['detail']}" for e in r.get("errors", []))
     infeasible = "".join(f"\ndoes not fit on {e['device_id']}: {shortfall(e)}" for e in r.get("infeasible", []))
-    return table(rows, ["rank", "device", "time", "bound", "MFU", "tokens/s", "vs fastest"]) + infeasible + errors
+    basis = (f"\nranked by {r['ranked_by']}: {r['time_meaning']}"
+             + ("" if r["ranked_by"] == "expected" else " (a lower bound: not every device has a calibration)"))
+    return (table(rows, ["rank", "device", "bound time", "expected", "bound", "MFU", "tokens/s", "vs fastest"]) + basis
+            + infeasible + errors)
 
 
 def fusion_summary(r: dict) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.models import ModelAnalysisRequest
+from schemas.serving import ServingAnalysisRequest
 from schemas.sweeps import (
     MAX_SWEEP_POINTS,
     CompareEntry,
@@ -44,8 +45,10 @@ from service.translation.model_analyses import (
     unprocessable,
 )
 from service.translation.operator_analyses import analyze_operator
+from service.translation.serving_analyses import analyze_serving_request
 
-REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest}
+REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest,
+                                              "serving": ServingAnalysisRequest}
 
 
 def sweep_values(request: SweepRequest) -> list[float]:
@@ -260,9 +263,58 @@ def _critical_m(request: SweepRequest, catalog: DeviceCatalog) -> CriticalM | No
     return CriticalM(real=real, smallest_integer=smallest, ridge_point=ridge)
 
 
+class Ranked(NamedTuple):
+    """One device's figures in a comparison: its bound and, where a calibration applies, its expectation."""
+
+    device_id: str
+    time_s: float
+    bound: str
+    mfu: float | None
+    tokens_per_s: float | None
+    expected_time_s: float | None
+    calibration_id: str | None
+
+
+def _operator_entry(point: Any, catalog: DeviceCatalog, device_id: str) -> Ranked:
+    answer = analyze_operator(point, catalog.get(device_id), catalog.measured(device_id))
+    expected = answer.expected
+    return Ranked(device_id, answer.time_s, answer.bound, answer.mfu, None, expected.time_s if expected else None,
+                  expected.calibration_id if expected else None)
+
+
+def _model_entry(point: Any, catalog: DeviceCatalog, device_id: str) -> Ranked | CompareInfeasible:
+    _, arch, result, prefill = run_model_analysis(point, catalog)
+    memory = step_memory_for(point, arch, catalog.get(device_id))[0]
+    if not memory.fits:
+        return CompareInfeasible(device_id=device_id, required_bytes=memory.required_bytes,
+                                 usable_bytes=memory.usable_bytes, shortfall_bytes=memory.shortfall_bytes)
+    t = result.totals
+    bound = _dominant({"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
+                       "interconnect": t.interconnect_time_share})
+    return Ranked(device_id, t.time_s, bound, result.mfu, serving_metrics(point, result, prefill)["tokens_per_s"],
+                  None, None)
+
+
+def _serving_entry(point: Any, catalog: DeviceCatalog, device_id: str) -> Ranked | CompareInfeasible:
+    answer = analyze_serving_request(point, catalog)
+    bound = answer.bound
+    if not bound.fits:
+        short = max((pool.memory for pool in bound.pools), key=lambda memory: memory.shortfall_bytes)
+        return CompareInfeasible(device_id=device_id, required_bytes=short.required_bytes,
+                                 usable_bytes=short.usable_bytes, shortfall_bytes=short.shortfall_bytes)
+    expected = answer.expected
+    return Ranked(device_id, bound.tpot_s, bound.limited_by, None, bound.output_tokens_per_s,
+                  expected.tpot_s if expected else None, expected.calibration.id if expected else None)
+
+
+ENTRIES = {"operator": _operator_entry, "model": _model_entry, "serving": _serving_entry}
+TIME_MEANINGS = {"operator": "the operator's time", "model": "the step's time",
+                 "serving": "TPOT, the time per output token after the first"}
+
+
 def compare_devices(request: CompareRequest, catalog: DeviceCatalog) -> CompareResult:
     request_model = REQUEST_MODELS[request.endpoint]
-    entries: list[tuple[str, float, str, float | None, float | None]] = []
+    entries: list[Ranked] = []
     errors: list[CompareError] = []
     infeasible: list[CompareInfeasible] = []
     for device_id in dict.fromkeys(request.device_ids):
@@ -272,26 +324,23 @@ def compare_devices(request: CompareRequest, catalog: DeviceCatalog) -> CompareR
         except ValidationError as exc:
             raise invalid_nested(exc, ["body", "request"]) from None
         try:
-            if request.endpoint == "operator":
-                answer = analyze_operator(point, catalog.get(device_id), catalog.measured(device_id))
-                entries.append((device_id, answer.time_s, answer.bound, answer.mfu, None))
-            else:
-                _, arch, result, prefill = run_model_analysis(point, catalog)
-                memory = step_memory_for(point, arch, catalog.get(device_id))[0]
-                if not memory.fits:
-                    infeasible.append(CompareInfeasible(device_id=device_id, required_bytes=memory.required_bytes,
-                                                        usable_bytes=memory.usable_bytes,
-                                                        shortfall_bytes=memory.shortfall_bytes))
-                    continue
-                t = result.totals
-                bound = _dominant({"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
-                                   "interconnect": t.interconnect_time_share})
-                entries.append((device_id, t.time_s, bound, result.mfu,
-                                serving_metrics(point, result, prefill)["tokens_per_s"]))
+            entry = ENTRIES[request.endpoint](point, catalog, device_id)
         except ServiceError as exc:
             errors.append(CompareError(device_id=device_id, error=exc.code, detail=exc.detail))
-    entries.sort(key=lambda e: e[1])
-    fastest = entries[0][1] if entries else 1.0
-    ranking = [CompareEntry(rank=i + 1, device_id=d, time_s=t, bound=b, mfu=m, tokens_per_s=tps, relative_time=t / fastest)
-               for i, (d, t, b, m, tps) in enumerate(entries)]
-    return CompareResult(endpoint=request.endpoint, ranking=ranking, errors=errors, infeasible=infeasible)
+            continue
+        (infeasible if isinstance(entry, CompareInfeasible) else entries).append(entry)  # type: ignore[arg-type]
+    # Bounds alone rank hardware wrongly where engines reach their roofs unevenly: expectations rank when every
+    # device has one (a mix of expectations and bounds would compare unlike figures).
+    ranked_by = "expected" if entries and all(e.expected_time_s is not None for e in entries) else "bound"
+
+    def ranked_time(entry: Ranked) -> float:
+        return entry.expected_time_s if ranked_by == "expected" else entry.time_s  # type: ignore[return-value]
+
+    entries.sort(key=ranked_time)
+    fastest = ranked_time(entries[0]) if entries else 1.0
+    ranking = [CompareEntry(rank=i + 1, device_id=e.device_id, time_s=e.time_s, bound=e.bound, mfu=e.mfu,
+                            tokens_per_s=e.tokens_per_s, expected_time_s=e.expected_time_s,
+                            calibration_id=e.calibration_id, relative_time=ranked_time(e) / fastest)
+               for i, e in enumerate(entries)]
+    return CompareResult(endpoint=request.endpoint, ranking=ranking, errors=errors, infeasible=infeasible,
+                         ranked_by=ranked_by, time_meaning=TIME_MEANINGS[request.endpoint])

@@ -80,6 +80,49 @@ def test_compare_ranks_devices(client):
     assert errors == {"nvidia-t4": "unprocessable", "nope": "device_not_found"}  # no bf16 on Turing
 
 
+def test_compare_ranks_by_expected_only_when_every_device_is_calibrated(client):
+    matmul = {"operator": {"kind": "matmul", "m": 4096, "n": 4096, "k": 4096, "dtype": "bf16"}, "engine": "trtllm"}
+    body = client.post("/v1/analyze/compare", json={
+        "endpoint": "operator", "device_ids": ["nvidia-h100-sxm", "nvidia-b200"], "request": matmul}).json()
+    assert body["ranked_by"] == "expected"
+    for entry in body["ranking"]:  # each device's expectation is the one its operator analysis answers
+        alone = client.post("/v1/analyze/operator", json={**matmul, "device_id": entry["device_id"]}).json()
+        assert entry["expected_time_s"] == alone["expected"]["time_s"] and entry["time_s"] == alone["time_s"]
+        assert entry["calibration_id"] == alone["expected"]["calibration_id"]
+    first, second = body["ranking"]
+    assert second["relative_time"] == pytest.approx(second["expected_time_s"] / first["expected_time_s"])
+    # An MI300X has no trtllm calibration: the ranking falls back to the bounds, and says so.
+    mixed = client.post("/v1/analyze/compare", json={
+        "endpoint": "operator", "device_ids": ["nvidia-h100-sxm", "amd-mi300x"], "request": matmul}).json()
+    assert mixed["ranked_by"] == "bound" and [e["expected_time_s"] is None for e in mixed["ranking"]].count(True) == 1
+    assert mixed["ranking"][1]["relative_time"] == pytest.approx(mixed["ranking"][1]["time_s"] / mixed["ranking"][0]["time_s"])
+
+
+def test_serving_compare_ranks_as_the_measurements_do_where_the_bounds_do_not(client):
+    """InferenceX measured DeepSeek-R1 (fp8, SGLang, MTP, TP 8, 8,192 in / 1,024 out, 64 in flight) at a median TPOT
+    of 30.7 ms on an MI355X (2026-05-21) and 40.1 ms on a B200 (2026-02-06). The bounds, both near 3.7 ms, put the B200
+    first; the shipped calibrations for SGLang put the MI355X first, as measured."""
+    request = {"model_id": "deepseek-v3", "input_len": 8192, "output_len": 1024, "concurrency": 64, "engine": "sglang",
+               "dtypes": {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 16384,
+                          "weight_scale_bytes": 4.0},
+               "speculative": {"method": "mtp", "draft_tokens": 3, "acceptance_length": 4}, "tensor_parallel": 8,
+               "max_batch_per_group": 60}
+    body = client.post("/v1/analyze/compare", json={"endpoint": "serving", "device_ids": ["nvidia-b200", "amd-mi355x"],
+                                                    "request": request}).json()
+    assert body["ranked_by"] == "expected" and body["time_meaning"].startswith("TPOT")
+    by_device = {entry["device_id"]: entry for entry in body["ranking"]}
+    assert [entry["device_id"] for entry in body["ranking"]] == ["amd-mi355x", "nvidia-b200"]
+    assert by_device["nvidia-b200"]["time_s"] < by_device["amd-mi355x"]["time_s"]
+    alone = client.post("/v1/analyze/serving", json={**request, "device_id": "amd-mi355x"}).json()
+    assert by_device["amd-mi355x"]["expected_time_s"] == alone["expected"]["tpot_s"]
+    assert by_device["amd-mi355x"]["time_s"] == alone["bound"]["tpot_s"]
+    assert by_device["amd-mi355x"]["tokens_per_s"] == alone["bound"]["output_tokens_per_s"]
+    unfit = client.post("/v1/analyze/compare", json={"endpoint": "serving", "device_ids": ["nvidia-h100-sxm", "nvidia-b200"],
+                                                     "request": request}).json()
+    # 671 B parameters in fp8 do not fit in 8 x 80 GB.
+    assert [e["device_id"] for e in unfit["infeasible"]] == ["nvidia-h100-sxm"] and unfit["infeasible"][0]["shortfall_bytes"] > 0
+
+
 def test_amdahl_what_if(client):
     base = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 64,
             "seq_len": 8192}

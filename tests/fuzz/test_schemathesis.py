@@ -57,8 +57,8 @@ negative = load_schema([GenerationMode.NEGATIVE])
 # their coverage phase (two hundred boundary bodies an operation, whatever max_examples says) is left to those.
 charts = load_schema([GenerationMode.POSITIVE])
 charts.config.phases.update(phases=["examples", "fuzzing"])
-# Writes of up to 10,000 rows (or 1,000 serving runs): their coverage phase's boundary bodies (10,000 timings each, costed, stored and fitted,
-# seconds apiece) are left out; the fuzzing phase still sends bodies of every size the schema allows.
+# Writes of up to 10,000 rows (or 1,000 serving runs): their coverage phase's boundary bodies (10,000 timings each,
+# costed, stored and fitted, seconds apiece) are left out; the fuzzing phase still sends bodies of every size the schema allows.
 bulk = load_schema([GenerationMode.POSITIVE])
 bulk.config.phases.update(phases=["examples", "fuzzing"])
 BULK = r"/kernel-timings$|^/v1/serving-runs$"
