@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 
 from schemas.analysis import RoofOptions
-from schemas.common import DeviceId, PositiveFinite, StrictModel
+from schemas.common import DeviceId, EngineName, PositiveFinite, StrictModel
 from schemas.models import DTYPES_DOC, Length, MemoryOptions, ModelChoice, ModelDTypes, StepMemoryOut
 from schemas.serving import SpeculativeDecoding
 
@@ -48,6 +48,12 @@ class ServingPlanRequest(ModelChoice, RoofOptions, MemoryOptions):
     price_per_device_hour: DevicePrices | None = Field(
         None, max_length=16, description="Price of one device for an hour, per device id (any currency); each id one "
                                          "of device_ids")
+    engine: EngineName | None = Field(
+        None, description="The serving engine (sglang, vllm, trt, ...): where every candidate device has a serving "
+                          "calibration for it, the SLOs, the replicas a target needs and the ranking go by `expected`")
+    calibration: Literal["auto", "none"] = Field(
+        "auto", description="auto: plan on expectations where every candidate is calibrated for the engine; none: on "
+                            "bounds alone")
 
     @model_validator(mode="after")
     def _priced_devices_are_candidates(self):
@@ -55,6 +61,19 @@ class ServingPlanRequest(ModelChoice, RoofOptions, MemoryOptions):
         if unknown:
             raise ValueError(f"price_per_device_hour names devices that are not candidates: {sorted(unknown)}")
         return self
+
+
+class ServingConfigExpected(BaseModel):
+    ttft_s: float = Field(description="Expected time to first token, seconds")
+    tpot_s: float = Field(description="Expected time per output token, seconds")
+    e2e_latency_s: float = Field(description="ttft_s + (output_len - 1) x tpot_s, seconds")
+    requests_per_s: float = Field(description="The bound's requests/s slowed as TPOT is (the same requests in flight)")
+    tokens_per_s: float = Field(description="Expected output tokens per second of the whole deployment")
+    tokens_per_s_per_device: float = Field(description="tokens_per_s / devices_used")
+    tokens_per_s_per_user: float = Field(description="1 / tpot_s")
+    calibration_id: str = Field(description="The serving calibration (GET /v1/calibrations/serving:<id>)")
+    extrapolated: bool = Field(description="The workload's shape, or the deployment's concurrency, lies outside the "
+                                           "runs the calibration was fitted on")
 
 
 class ServingConfig(BaseModel):
@@ -79,11 +98,17 @@ class ServingConfig(BaseModel):
     tokens_per_s_per_user: float = Field(description="1 / tpot_s")
     memory: StepMemoryOut = Field(description="Per device of a (decode) replica at its concurrency")
     binding_slo: str | None = Field(description="The SLO closest to its limit")
-    cost_per_million_output_tokens: float | None = Field(description="With price_per_device_hour")
+    cost_per_million_output_tokens: float | None = Field(
+        description="With price_per_device_hour; at the expected rate where slo_basis is 'expected'")
+    expected: ServingConfigExpected | None = Field(
+        None, description="What it is expected to measure, from a serving calibration (null where slo_basis is 'bound')")
 
 
 class ServingPlan(BaseModel):
     model: str
+    slo_basis: Literal["expected", "bound"] = Field(
+        description="What the SLOs, the target and the ranking were judged on: 'expected' where every candidate device "
+                    "has a serving calibration for the engine, else 'bound' (the assumptions say why)")
     configs: list[ServingConfig] = Field(description="Fitting and meeting every SLO, by tokens/s per device: the best "
                                                      "concurrency of each (mode, device, tensor_parallel), top_n of them")
     pareto: list[ServingConfig] = Field(description="Fitting configurations no other beats on both tokens/s per "

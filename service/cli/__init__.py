@@ -250,7 +250,7 @@ def cmd_plan_serving(args) -> None:
             **dtypes_of(args), **speculative_of(args),
             "slo": {name: value for name, value in (("ttft_s", args.ttft), ("tpot_s", args.tpot),
                                                     ("e2e_latency_s", args.e2e)) if value is not None}}
-    for name in ("target_requests_per_s", "memory_utilization"):
+    for name in ("target_requests_per_s", "memory_utilization", "engine"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     if args.price_per_device_hour is not None:
@@ -546,6 +546,8 @@ def parser() -> argparse.ArgumentParser:
     serving.add_argument("--modes", nargs="+", default=["aggregated"], choices=["aggregated", "disaggregated"],
                          help="serving modes to search (default aggregated)")
     serving.add_argument("--top-n", type=int, default=5, help="configurations to show (default 5)")
+    serving.add_argument("--engine", help="the serving engine: where every candidate has a serving calibration for "
+                                          "it, the SLOs and the ranking go by the expected times")
     speculative_options(serving)
     serving.set_defaults(run=cmd_plan_serving)
     training = common(plan.add_parser("training", help="days, device-hours and cost to train on a number of tokens"))

@@ -209,13 +209,23 @@ def plan_table(r: dict) -> str:
         price = c.get("cost_per_million_output_tokens")
         return f"{price:,.3g}" if price is not None else "-"
 
+    def judged(c: dict) -> dict:
+        """The figures the plan went by: the expectation where it has one, else the bound."""
+        return c["expected"] or c
+
+    expected = r["slo_basis"] == "expected"
     rows = [[c["mode"], c["device_id"], c["tensor_parallel"], c["expert_parallel"], c["attention_data_parallel"],
-             replicas(c), c["concurrency_per_replica"],
-             si(c["ttft_s"], "s"), si(c["tpot_s"], "s"), f"{c['requests_per_s']:,.3g}", f"{c['tokens_per_s']:,.0f}",
-             f"{c['tokens_per_s_per_device']:,.0f}", cost(c), c["binding_slo"] or "-"] for c in r["configs"]]
-    return (table(rows, ["mode", "device", "TP", "EP", "DP", "replicas", "concurrency", "TTFT", "TPOT", "requests/s", "tokens/s",
-                         "per device", "cost/1M tok", "binds"])
-            + f"\n{r['searched']:,} configurations searched" + "".join(f"\nskipped: {s}" for s in r["skipped"]))
+             replicas(c), c["concurrency_per_replica"], si(judged(c)["ttft_s"], "s"), si(judged(c)["tpot_s"], "s"),
+             *([si(c["tpot_s"], "s")] if expected else []), f"{judged(c)['requests_per_s']:,.3g}",
+             f"{judged(c)['tokens_per_s']:,.0f}", f"{judged(c)['tokens_per_s_per_device']:,.0f}", cost(c),
+             c["binding_slo"] or "-"] for c in r["configs"]]
+    basis = ("expected figures (a serving calibration's), the TPOT bound beside them" if expected
+             else "bounds (lower bounds on times, upper bounds on rates)")
+    return (table(rows, ["mode", "device", "TP", "EP", "DP", "replicas", "concurrency", "TTFT", "TPOT",
+                         *(["TPOT bound"] if expected else []), "requests/s", "tokens/s", "per device", "cost/1M tok",
+                         "binds"])
+            + f"\nSLOs and ranking judged on {basis}; {r['searched']:,} configurations searched"
+            + "".join(f"\nskipped: {s}" for s in r["skipped"]))
 
 
 def training_table(r: dict) -> str:

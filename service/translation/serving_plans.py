@@ -9,6 +9,7 @@ concurrencies costs a handful of analyses, not thousands.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
@@ -90,6 +91,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     configs, fitting, skipped, searched, best_rate = [], [], [], 0, 0.0
     dtypes = core_dtypes(request, arch)
     speculative = speculative_of(request, catalog)
+    expectations, basis_note = _expectations(request, catalog, name, dtypes.weights)
     for device_id in dict.fromkeys(request.device_ids):
         device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
         evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)
@@ -111,22 +113,50 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
             replicas.append(replica)
         price = (request.price_per_device_hour or {}).get(device_id)
         result = serving.search(device_id, replicas, workload=workload, slo=slo, total_devices=request.total_devices,
-                                modes=request.modes, max_concurrency=MAX_PLAN_CONCURRENCY, price_per_device_hour=price)
+                                modes=request.modes, max_concurrency=MAX_PLAN_CONCURRENCY, price_per_device_hour=price,
+                                expectation=expectations.get(device_id))
         configs += result.configs
         fitting += result.fitting
         searched += result.searched
         best_rate = max(best_rate, result.best_rate)
     if not configs:
-        _refuse(fitting, slo, request, best_rate)
-    configs.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices_used, -c.tokens_per_s_per_user))
+        _refuse(fitting, slo, request, best_rate, "expected" if expectations else "bound")
+    configs.sort(key=serving.rank_key)
     # Neighbouring concurrencies of one shape differ by a fraction of a percent: the best of each shape.
     best = list({(c.mode, c.device_id, c.tensor_parallel, c.expert_parallel, c.attention_data_parallel): c
                  for c in reversed(configs)}.values())[::-1]
-    best.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices_used, -c.tokens_per_s_per_user))
-    return ServingPlan(model=name, configs=[_out(c) for c in best[:request.top_n]],
+    best.sort(key=serving.rank_key)
+    return ServingPlan(model=name, slo_basis="expected" if expectations else "bound",
+                       configs=[_out(c) for c in best[:request.top_n]],
                        pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,
                        skipped=skipped,
-                       assumptions=_assumptions(request, arch))
+                       assumptions=[*_assumptions(request, arch), basis_note])
+
+
+def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: str,
+                  precision: str) -> tuple[dict[str, serving.Expectation], str]:
+    """Each candidate device's expectation, where every one has a serving calibration for the request's engine
+    (an expectation on some devices and bounds on others would compare unlike figures), and what the plan says of it."""
+    if request.calibration == "none":
+        return {}, "slo basis: bounds (calibration 'none')"
+    if request.engine is None:
+        return {}, "slo basis: bounds (no engine named: serving calibrations are fitted per engine)"
+    method = request.speculative.method if request.speculative else "none"
+    found = {device_id: catalog.serving_calibration(device_id, request.engine, model, precision, method)
+             for device_id in dict.fromkeys(request.device_ids)}
+    missing = [device_id for device_id, calibration in found.items() if calibration is None]
+    if missing:
+        return {}, (f"slo basis: bounds (no serving calibration for {', '.join(missing)} with engine {request.engine}, "
+                    f"these weights and speculative method {method}; POST /v1/serving-runs fits one)")
+    expectations = {}
+    for device_id, calibration in found.items():
+        assert calibration is not None
+        expectations[device_id] = serving.Expectation(
+            calibration.id, calibration.ttft_s, calibration.tpot_s,
+            partial(calibration.covers, request.input_len, request.output_len))
+    bases = "; ".join(f"{device_id}: {calibration.basis}" for device_id, calibration in found.items() if calibration)
+    return expectations, (f"slo basis: expected TTFT and TPOT (the request rate slowed as TPOT is), from the serving "
+                          f"calibrations of engine {request.engine}: {bases}; the bounds stand beside them")
 
 
 MAX_FRONTIER = 32
@@ -143,14 +173,17 @@ def _thinned(frontier: list, most: int) -> list:
 
 def _out(config: serving.Config) -> ServingConfig:
     fields = vars(config)
-    return ServingConfig(**{**fields, "memory": StepMemoryOut(**config.memory())})
+    return ServingConfig(**{**fields, "memory": StepMemoryOut(**config.memory()),
+                            "expected": vars(config.expected) if config.expected else None})
 
 
-def _refuse(fitting: list[serving.Config], slo: serving.Slo, request: ServingPlanRequest, best_rate: float) -> None:
+def _refuse(fitting: list[serving.Config], slo: serving.Slo, request: ServingPlanRequest, best_rate: float,
+            basis: str) -> None:
     target = request.target_requests_per_s
     if not fitting and target is not None and best_rate > 0:
         devices = math.ceil(request.total_devices * target / best_rate) if target / best_rate < 2**53 else None
-        reason = (f"{request.total_devices} devices reach at most {best_rate:.4g} requests/s (before any SLO), short of "
+        reason = (f"{request.total_devices} devices reach at most {best_rate:.4g} requests/s ({basis}, before any SLO), "
+                  f"short of "
                   f"the target "
                   f"{target:.4g}: " + (f"it needs about {devices:,} devices of the best shape (total_devices)"
                                        if devices else "no number of devices within reason reaches it"))
@@ -162,7 +195,7 @@ def _refuse(fitting: list[serving.Config], slo: serving.Slo, request: ServingPla
         raise Unprocessable(reason, [{"loc": "body.total_devices", "msg": reason}])
     name, best, config = found
     reason = (f"no configuration meets slo.{name} <= {getattr(slo, name):g} s: the best any fitting configuration "
-              f"reaches is {best:.4g} s ({config.mode}, {config.device_id}, tensor_parallel {config.tensor_parallel}, "
+              f"reaches ({basis}) is {best:.4g} s ({config.mode}, {config.device_id}, tensor_parallel {config.tensor_parallel}, "
               f"concurrency {config.concurrency_per_replica})")
     raise Unprocessable(reason, [{"loc": f"body.slo.{name}", "msg": reason}])
 

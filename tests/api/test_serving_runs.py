@@ -167,3 +167,33 @@ def test_submissions_are_authenticated_and_name_their_device(client):
     assert missing.status_code == 404 and missing.json()["error"] == "device_not_found"
     wrong_format = client.post("/v1/serving-runs", headers=AUTH, json={"format": "csv", "source": "x", "runs": runs})
     assert wrong_format.status_code == 422 and wrong_format.json()["fields"][0]["loc"] == "body.format"
+
+
+def plan(client, **options):
+    body = {"model_id": MODEL, "device_ids": [DEVICE], "total_devices": 8, "input_len": 1024, "output_len": 1024,
+            "dtypes": LAYOUT["dtypes"], "slo": {"tpot_s": 0.012}, "engine": ENGINE, "top_n": 100, **options}
+    answer = client.post("/v1/plan/serving", json=body)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_the_planner_judges_slos_on_the_expectation_where_every_candidate_is_calibrated(client):
+    assert submit(client, native_runs(client)).status_code == 201
+    calibrated, bare = plan(client), plan(client, calibration="none")
+    assert calibrated["slo_basis"] == "expected" and bare["slo_basis"] == "bound"
+    assert calibrated["configs"] and len(calibrated["pareto"]) > 1
+    for config in calibrated["configs"]:
+        expected = config["expected"]
+        # The calibration applied to the planner's own TPOT bound: 2 x bound + 1 ms; the rate slowed as TPOT is.
+        assert expected["tpot_s"] == pytest.approx(TPOT_SCALE * config["tpot_s"] + TPOT_OVERHEAD)
+        assert expected["requests_per_s"] == pytest.approx(config["requests_per_s"] * config["tpot_s"] / expected["tpot_s"])
+        assert expected["tpot_s"] <= 0.012 and expected["calibration_id"] == f"measured:{DEVICE}:{ENGINE}:{MODEL}:bf16:none"
+    ranked = [config["expected"]["tokens_per_s_per_device"] for config in calibrated["configs"]]
+    assert ranked == sorted(ranked, reverse=True)
+    # The bounds alone admit concurrencies whose expected TPOT misses the SLO (2 x bound + 1 ms > 12 ms for a bound
+    # above 5.5 ms): planning on them would promise what the engine does not deliver.
+    assert any(TPOT_SCALE * config["tpot_s"] + TPOT_OVERHEAD > 0.012 for config in bare["configs"])
+    assert all(config["expected"] is None for config in bare["configs"])
+    # A candidate without a calibration for the engine: the whole plan goes by the bounds, and says why.
+    mixed = plan(client, device_ids=[DEVICE, "nvidia-h200-sxm"])
+    assert mixed["slo_basis"] == "bound" and any("nvidia-h200-sxm" in line for line in mixed["assumptions"])

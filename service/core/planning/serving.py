@@ -18,6 +18,10 @@ Disaggregated serving splits the replicas into n_p prefill and n_d decode replic
   TPOT = T_d(c).
 Memory: a configuration fits when weights/t + c x kv(input + output) + activations + workspace fits the
 usable memory of each device (the concurrency's caches at their largest).
+With an Expectation (a serving calibration of the device and engine), each configuration also carries what it is
+expected to measure: TTFT and TPOT through the calibration, the request rate slowed by the same factor as TPOT (the
+same requests in flight, each token taking longer); the SLOs, the replicas a target needs and the ranking then go
+by the expectation, the bound staying beside it.
 """
 
 from __future__ import annotations
@@ -65,6 +69,30 @@ class ReplicaModel:
 
 
 @dataclass(frozen=True)
+class Expectation:
+    """What a calibration expects of a bound: its TTFT and TPOT, and whether a deployment's concurrency lies among
+    those it was fitted on."""
+
+    calibration_id: str
+    ttft_s: Callable[[float], float]
+    tpot_s: Callable[[float], float]
+    covers: Callable[[int], bool]
+
+
+@dataclass(frozen=True)
+class Expected:
+    ttft_s: float
+    tpot_s: float
+    e2e_latency_s: float
+    requests_per_s: float
+    tokens_per_s: float
+    tokens_per_s_per_device: float
+    tokens_per_s_per_user: float
+    calibration_id: str
+    extrapolated: bool
+
+
+@dataclass(frozen=True)
 class Config:
     mode: str
     device_id: str
@@ -86,9 +114,23 @@ class Config:
     cost_per_million_output_tokens: float | None
     expert_parallel: int = 1
     attention_data_parallel: int = 1
+    expected: Expected | None = None  # what a calibration expects; then the SLOs and the ranking go by it
 
     def value(self, slo_field: str) -> float:
-        return getattr(self, slo_field)
+        return getattr(self.expected or self, slo_field)
+
+    @property
+    def ranked_tokens_per_s_per_device(self) -> float:
+        return (self.expected or self).tokens_per_s_per_device
+
+    @property
+    def ranked_tokens_per_s_per_user(self) -> float:
+        return (self.expected or self).tokens_per_s_per_user
+
+
+def rank_key(config: Config) -> tuple[float, int, float]:
+    """Best first: tokens/s per device, then fewer devices, then tokens/s per user (expected where calibrated)."""
+    return (-config.ranked_tokens_per_s_per_device, config.devices_used, -config.ranked_tokens_per_s_per_user)
 
 
 @dataclass(frozen=True)
@@ -117,7 +159,8 @@ def _concurrencies(replica: ReplicaModel, workload: Workload, cap: int) -> list[
 
 
 def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Workload, slo: Slo, total_devices: int,
-           modes: Sequence[str], max_concurrency: int, price_per_device_hour: float | None) -> SearchResult:
+           modes: Sequence[str], max_concurrency: int, price_per_device_hour: float | None,
+           expectation: Expectation | None = None) -> SearchResult:
     limits = slo.limits()
     output = workload.output_len
     fitting: list[Config] = []
@@ -128,32 +171,36 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
         t = replica.tensor_parallel
         nonlocal best_rate
         e2e = ttft + (output - 1) * tpot
+        # The request rate the SLOs and the target go by: the bound's, or slowed as TPOT is.
+        slowdown = expectation.tpot_s(tpot) / tpot if expectation else 1.0
         if workload.target_requests_per_s is not None:
             # The fewest replicas (of this shape) that reach the target; None when the budget cannot (then what the
             # whole budget reaches is remembered, for the refusal). `rate` is the whole budget's here.
-            scale = workload.target_requests_per_s / rate
+            scale = workload.target_requests_per_s / (rate / slowdown)
             if not groups * scale <= total_devices:  # more replicas than devices (or an overflowing target)
-                best_rate = max(best_rate, rate)
+                best_rate = max(best_rate, rate / slowdown)
                 return None
             needed = math.ceil(groups * scale - 1e-9)
             if needed * t > total_devices:
-                best_rate = max(best_rate, rate)
+                best_rate = max(best_rate, rate / slowdown)
                 return None
             if prefill_groups is not None:
                 prefill_groups = max(1, math.ceil(prefill_groups * scale - 1e-9))
                 decode_groups = max(1, needed - prefill_groups)
                 needed = prefill_groups + decode_groups
                 if needed * t > total_devices:
-                    best_rate = max(best_rate, rate)
+                    best_rate = max(best_rate, rate / slowdown)
                     return None
             rate, groups = rate * needed / groups, needed
         devices = groups * t
         tokens = rate * output
-        values = {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e}
-        cost = (price_per_device_hour * devices / 3600 / tokens * 1e6) if price_per_device_hour else None
+        expected = _expected(expectation, ttft, tpot, rate / slowdown, output, devices, c * groups)
+        values = vars(expected) if expected else {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e}
+        paid_tokens = expected.tokens_per_s if expected else tokens
+        cost = (price_per_device_hour * devices / 3600 / paid_tokens * 1e6) if price_per_device_hour else None
         return Config(mode, device_id, t, groups, prefill_groups, decode_groups, devices, c, ttft, tpot, e2e, rate,
                       tokens, tokens / devices, 1 / tpot, memory, _binding(values, limits), cost,
-                      replica.expert_parallel, replica.attention_data_parallel)
+                      replica.expert_parallel, replica.attention_data_parallel, expected)
 
     for replica in replicas:
         t = replica.tensor_parallel
@@ -182,18 +229,30 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
                 if config is not None:
                     fitting.append(config)
     meeting = [c for c in fitting if all(c.value(name) <= limit for name, limit in limits.items())]
-    meeting.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices_used, -c.tokens_per_s_per_user))
+    meeting.sort(key=rank_key)
     return SearchResult(meeting, fitting, searched, best_rate)
 
 
+def _expected(expectation: Expectation | None, ttft: float, tpot: float, rate: float, output: int, devices: int,
+              concurrency: int) -> Expected | None:
+    if expectation is None:
+        return None
+    expected_ttft, expected_tpot = expectation.ttft_s(ttft), expectation.tpot_s(tpot)
+    tokens = rate * output
+    return Expected(expected_ttft, expected_tpot, expected_ttft + (output - 1) * expected_tpot, rate, tokens,
+                    tokens / devices, 1 / expected_tpot, expectation.calibration_id,
+                    not expectation.covers(concurrency))
+
+
 def pareto(configs: Sequence[Config]) -> list[Config]:
-    """Configurations no other beats on both tokens/s per device and tokens/s per user, by throughput."""
-    ordered = sorted(configs, key=lambda c: (-c.tokens_per_s_per_device, -c.tokens_per_s_per_user))
+    """Configurations no other beats on both tokens/s per device and tokens/s per user (expected where calibrated),
+    by throughput."""
+    ordered = sorted(configs, key=lambda c: (-c.ranked_tokens_per_s_per_device, -c.ranked_tokens_per_s_per_user))
     frontier, best_user = [], -math.inf
     for config in ordered:
-        if config.tokens_per_s_per_user > best_user:
+        if config.ranked_tokens_per_s_per_user > best_user:
             frontier.append(config)
-            best_user = config.tokens_per_s_per_user
+            best_user = config.ranked_tokens_per_s_per_user
     return frontier
 
 
