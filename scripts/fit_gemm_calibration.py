@@ -28,14 +28,9 @@ import pyarrow.parquet as pq
 
 from service.core.calibration import KernelCalibration, fit_kernel_terms
 from service.persistence.catalog import nominal_device
+from service.translation.aiconfigurator import DEVICES, DTYPES, PACKAGE
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = "aiconfigurator-core 0.12.0 (PyPI, Apache-2.0)"
-# AIConfigurator's system names and the catalog's devices. Not the L40S: 3 % of its timings run faster than its
-# GDDR6 allows (up to 3.5x, working sets up to 104 MB), so they were taken with operands left in its 96 MB L2, and a
-# fit to them would expect less than the bound.
-DEVICES = {"h100_sxm": "nvidia-h100-sxm", "h200_sxm": "nvidia-h200-sxm", "b200_sxm": "nvidia-b200"}
-DTYPES = {"bfloat16": ("bf16", 2), "fp8": ("fp8", 1)}  # their name: (the service's, operand bytes)
 SAMPLE_ROWS = 150  # per (device, dtype), kept in tests/data for the tests
 ENGINES = ("trtllm", "vllm", "sglang")
 SHIPPED_ENGINE = "trtllm"

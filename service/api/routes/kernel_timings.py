@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Path, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
 
-from schemas.calibrations import KernelTimingPublic, KernelTimingsCreate, KernelTimingsCreated
+from schemas.calibrations import KernelTimingPublic, KernelTimingsCreate, KernelTimingsCreated, Source
 from schemas.common import DTypeName, EngineName
 from service.api.deps import CatalogDep, DevicePath, SessionDep, WriterDep
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
@@ -15,6 +16,7 @@ from service.core.calibration import KernelCalibration
 from service.core.operators.registry import KINDS
 from service.persistence import repository
 from service.translation.calibrations import kernel_public, refit_for, timing_records
+from service.translation.timing_csv import kernel_timings_from_csv
 
 router = APIRouter(prefix="/v1/devices/{device_id}", tags=["calibrations"])
 TimingPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A kernel timing's id, as its submission answered",
@@ -36,6 +38,29 @@ def create_kernel_timings(device_id: DevicePath, body: KernelTimingsCreate, sess
                                                 refit=refit_for(device))
     return KernelTimingsCreated(created=ids, calibrations=[kernel_public(KernelCalibration(**row.fit))
                                                            for row in fitted])
+
+
+CSV_EXAMPLE = "kind,m,n,k,dtype,time_s\nmatmul,4096,4096,4096,bf16,1.86e-4\nmatmul,16,4096,4096,bf16,1.3e-5\n"
+CSV_BODY = {"requestBody": {"required": True, "content": {"text/csv": {
+    "schema": {"type": "string"}, "example": CSV_EXAMPLE}}}}
+
+
+@router.post("/kernel-timings/csv", status_code=status.HTTP_201_CREATED, summary="Submit measured kernel timings as CSV",
+             operation_id="create_kernel_timings_csv", responses={**UNAUTHORIZED, **NOT_FOUND, **INVALID},
+             openapi_extra=CSV_BODY,
+             description="The kernel-timings write with a CSV body: a header naming the operator's fields (kind, m, n, "
+                         "k, dtype, ...; a list or object cell as JSON), time_s and, optionally, engine and source (a "
+                         "row's own); the engine and source of the rest in the query. Up to 10,000 data rows, stored "
+                         "all or none; an error's location `body.timings.N` is the N-th data row, from 0.")
+async def create_kernel_timings_csv(
+    device_id: DevicePath, request: Request, session: SessionDep, catalog: CatalogDep, writer: WriterDep,
+    engine: Annotated[EngineName, Query(description="The engine or kernel library that ran them")],
+    source: Annotated[Source, Query(description="Where the timings come from (tool, version, run)")],
+) -> KernelTimingsCreated:
+    raw = await request.body()
+    # Parsing, costing and fitting up to 10,000 rows is CPU work: off the event loop.
+    body = await run_in_threadpool(kernel_timings_from_csv, raw, engine=engine, source=source)
+    return await run_in_threadpool(create_kernel_timings, device_id, body, session, catalog, writer)
 
 
 @router.get("/kernel-timings", summary="List measured kernel timings", operation_id="list_kernel_timings",

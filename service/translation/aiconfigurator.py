@@ -1,0 +1,33 @@
+"""NVIDIA AIConfigurator's public measured GEMM tables (PyPI `aiconfigurator-core`, Apache-2.0;
+`aiconfigurator_core/systems/data/<system>/gemm/<engine>/<version>/gemm_perf.parquet`: m, n, k, gemm_dtype and the
+latency in ms) as the kernel-timings CSV this service takes: a row a GEMM, the operator a plain matmul in the
+table's dtype (fp8 operands write a bf16 result, as their kernels do)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+
+PACKAGE = "aiconfigurator-core 0.12.0 (PyPI, Apache-2.0)"
+# Their system names and the catalog's devices. Not the L40S: 3 % of its timings run faster than its GDDR6 allows
+# (up to 3.5x, working sets up to 104 MB), so they were taken with operands left in its 96 MB L2, and a fit to them
+# would expect less than the bound.
+DEVICES = {"h100_sxm": "nvidia-h100-sxm", "h200_sxm": "nvidia-h200-sxm", "b200_sxm": "nvidia-b200"}
+DTYPES = {"bfloat16": ("bf16", 2), "fp8": ("fp8", 1)}  # their name: (the service's, operand bytes)
+COLUMNS = ("kind", "m", "n", "k", "dtype", "c_dtype", "time_s")
+
+
+def timings_csv(rows: Iterable[tuple[int, int, int, str, float]]) -> str:
+    """(m, n, k, their gemm_dtype, latency in ms) rows as the CSV body of POST .../kernel-timings/csv; dtypes this
+    service does not take from them are left out."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for m, n, k, theirs, latency_ms in rows:
+        if theirs not in DTYPES:
+            continue
+        dtype = DTYPES[theirs][0]
+        writer.writerow(["matmul", int(m), int(n), int(k), dtype, "bf16" if dtype == "fp8" else "",
+                         f"{latency_ms * 1e-3:.6g}"])
+    return out.getvalue()
