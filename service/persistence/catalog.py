@@ -86,6 +86,12 @@ def serving_calibration_of(fields: dict[str, Any]) -> ServingCalibration:
 
 
 @lru_cache
+def shipped_runs() -> tuple[dict[str, Any], ...]:
+    """The measured serving runs shipped with the service (SemiAnalysis InferenceX), as their rows."""
+    return tuple(json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"])
+
+
+@lru_cache
 def model_catalog() -> tuple[dict[str, Any], ...]:
     """The reference model configs shipped with the service: id, name, source and the config itself."""
     index = json.loads((MODEL_CATALOG_DIR / "index.json").read_text())["models"]

@@ -15,10 +15,10 @@ from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
 from service.core.serving_calibration import ServingCalibration
-from service.persistence.catalog import DeviceCatalog, gemm_calibrations, serving_calibrations
+from service.persistence.catalog import DeviceCatalog, gemm_calibrations, serving_calibrations, shipped_runs
 from service.persistence.repository import Refit
 from service.persistence.tables import KernelTiming
-from service.runtime.errors import CalibrationNotFound, cost_model_error
+from service.runtime.errors import CalibrationNotFound, Unprocessable, cost_model_error
 from service.translation.operator_analyses import operator_fields
 
 KERNEL_MODEL = "t = t0 + max(T_compute / compute_efficiency, T_memory / memory_efficiency), T at the nominal roofs"
@@ -158,3 +158,42 @@ def _run_residual(calibration: ServingCalibration, run) -> dict:
             "bound_tpot_s": run.bound_tpot_s, "tpot_error": expected_tpot / run.tpot_s - 1,
             "measured_ttft_s": run.ttft_s, "expected_ttft_s": expected_ttft, "bound_ttft_s": run.bound_ttft_s,
             "ttft_error": expected_ttft / run.ttft_s - 1}
+
+
+def parity_points(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_of) -> tuple[str, str, list]:
+    """(title, the quantity, points) of a calibration's parity chart: a measured one's stored measurements, a shipped
+    serving one's InferenceX runs against today's bounds (a shipped kernel one's timings are not shipped: a 422)."""
+    from service.rendering.calibration_charts import ParityPoint
+
+    detail = calibration_detail(calibration_id, catalog, timings_of, runs_of)
+    title = f"{calibration_id}: predicted against measured"
+    if detail["residuals"] is not None:
+        return title, "kernel time", [ParityPoint(r["measured_time_s"], r["expected_time_s"], r["bound_time_s"])
+                                      for r in detail["residuals"]]
+    if detail["run_residuals"] is not None:
+        return title, "TPOT", [ParityPoint(r["measured_tpot_s"], r["expected_tpot_s"], r["bound_tpot_s"])
+                               for r in detail["run_residuals"]]
+    if detail["kind"] == "serving":
+        return title, "TPOT", _shipped_serving_points(calibration_id, catalog)
+    reason = ("a shipped kernel calibration's timings are not shipped with the service: its errors on them are in "
+              "GET /v1/calibrations/{id}; submit timings to chart a fit of your own")
+    raise Unprocessable(reason, [{"loc": "path.calibration_id", "msg": reason}])
+
+
+def _shipped_serving_points(calibration_id: str, catalog: DeviceCatalog) -> list:
+    """The shipped InferenceX runs a shipped serving calibration was fitted to, each against today's bound."""
+    from schemas.serving import ServingAnalysisRequest
+    from service.rendering.calibration_charts import ParityPoint
+    from service.translation import inferencex
+    from service.translation.serving_analyses import analyze_serving_request
+
+    calibration = next(c for c in serving_calibrations().values() if f"serving:{c.id}" == calibration_id)
+    points = []
+    for row in shipped_runs():
+        key = (inferencex.DEVICE_IDS.get(row["hardware"]), row["framework"], row["precision"], row["spec_method"])
+        if key != (calibration.device_id, calibration.engine, calibration.precision, calibration.speculative):
+            continue
+        request = ServingAnalysisRequest.model_validate(inferencex.serving_request(row) | {"calibration": "none"})
+        bound = analyze_serving_request(request, catalog).bound.tpot_s
+        points.append(ParityPoint(row["metrics"]["median_tpot"], calibration.tpot_s(bound), bound))
+    return points

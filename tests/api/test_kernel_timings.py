@@ -149,3 +149,12 @@ def test_aiconfigurator_timings_imported_as_csv_fit_what_was_shipped_from_them(c
     assert values["memory_efficiency"] == pytest.approx(0.80, abs=0.1)
     assert fitted["checked_by"].startswith("5-fold") and fitted["median_error"] < 0.10
     assert fitted["median_error"] < fitted["bound_median_error"] / 3
+
+
+def test_a_measured_kernel_calibration_has_a_parity_chart(client):
+    fitted = submit(client, SHAPES).json()["calibrations"][0]
+    chart = client.get(f"/v1/calibrations/{fitted['id']}/parity.svg")
+    assert chart.status_code == 200
+    # The timings were made by the fitted formula: all seven on the diagonal, every bound under its timing.
+    assert ("7 measurements (7 drawn): expected within 10 % of measured on 7, within 25 % on 7; the bound at or below "
+            "the measurement on 7") in chart.text

@@ -197,3 +197,20 @@ def test_the_planner_judges_slos_on_the_expectation_where_every_candidate_is_cal
     # A candidate without a calibration for the engine: the whole plan goes by the bounds, and says why.
     mixed = plan(client, device_ids=[DEVICE, "nvidia-h200-sxm"])
     assert mixed["slo_basis"] == "bound" and any("nvidia-h200-sxm" in line for line in mixed["assumptions"])
+
+
+def test_parity_charts_put_each_measurement_against_its_prediction(client):
+    fitted = submit(client, native_runs(client)).json()["calibrations"][0]
+    chart = client.get(f"/v1/calibrations/{fitted['id']}/parity.svg")
+    assert chart.status_code == 200 and chart.headers["content-type"].startswith("image/svg+xml")
+    # The runs lie on the fitted line exactly: all five within 10 %, every bound under its measurement.
+    assert ("5 measurements (5 drawn): expected within 10 % of measured on 5, within 25 % on 5; the bound at or below "
+            "the measurement on 5") in chart.text
+    # A shipped serving calibration: its five InferenceX runs against today's bounds.
+    shipped = client.get("/v1/calibrations/serving:nvidia-b300:dynamo-trt:fp8:mtp/parity.svg")
+    assert shipped.status_code == 200 and "5 measurements" in shipped.text
+    assert "the bound at or below the measurement on 5" in shipped.text
+    kernel = client.get("/v1/calibrations/kernel:shipped:nvidia-h100-sxm:trtllm:bf16/parity.svg")
+    assert kernel.status_code == 422 and "not shipped" in kernel.json()["detail"]
+    assert client.get("/v1/calibrations/serving:nope/parity.svg").status_code == 404
+    assert client.get(f"/v1/calibrations/{fitted['id']}/parity.svg", params={"format": "png"}).content[:4] == b"\x89PNG"

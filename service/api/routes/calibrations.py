@@ -3,16 +3,19 @@ parameters and errors."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Response
 
 from schemas.calibrations import CalibrationDetail, CalibrationPublic
 from service.api.deps import CatalogDep, SessionDep
-from service.api.responses import NOT_FOUND
+from service.api.responses import INVALID, NOT_FOUND
+from service.api.routes.plots import DRAWN, IMAGE, drawn
 from service.persistence import repository
 from service.persistence.repository import MAX_FITTED_TIMINGS
-from service.translation.calibrations import all_calibrations, calibration_detail
+from service.rendering.calibration_charts import parity_figure
+from service.translation.calibrations import all_calibrations, calibration_detail, parity_points
+from service.translation.charts import MEDIA_TYPES
 
 router = APIRouter(prefix="/v1/calibrations", tags=["calibrations"])
 CalibrationPath = Annotated[str, Path(description="A calibration's id (GET /v1/calibrations lists them)",
@@ -34,6 +37,11 @@ def list_calibrations(catalog: CatalogDep) -> list[CalibrationPublic]:
             description="A calibration; a measured one with each kernel timing or serving run it was fitted to "
                         "against the fit and the bound.")
 def get_calibration(calibration_id: CalibrationPath, catalog: CatalogDep, session: SessionDep) -> CalibrationDetail:
+    return CalibrationDetail.model_validate(calibration_detail(calibration_id, catalog, *_readers(session)))
+
+
+def _readers(session):
+    """How a calibration's stored measurements are read: its kernel timings, its serving runs."""
     def timings_of(device_id: str, engine: str, dtype: str):
         return repository.list_kernel_timings(session, device_id=device_id, engine=engine, dtype=dtype,
                                               limit=MAX_FITTED_TIMINGS)
@@ -41,4 +49,19 @@ def get_calibration(calibration_id: CalibrationPath, catalog: CatalogDep, sessio
     def runs_of(key: tuple[str, ...]):
         return repository.serving_runs_of(session, key=key)
 
-    return CalibrationDetail.model_validate(calibration_detail(calibration_id, catalog, timings_of, runs_of))
+    return timings_of, runs_of
+
+
+@router.get("/{calibration_id}/parity.svg", summary="A calibration's parity chart", operation_id="calibration_parity",
+            response_class=Response, responses={**IMAGE, **NOT_FOUND, **INVALID},
+            description="Predicted against measured, log-log, one point a measurement: the calibration's expectation "
+                        "(filled) and the bare bound (hollow) beside the diagonal and bands of 10 % and 25 %. A measured "
+                        "calibration's stored timings or runs; a shipped serving one's InferenceX runs against today's "
+                        "bounds (a shipped kernel one's timings are not shipped: 422). " + DRAWN)
+async def calibration_parity(calibration_id: CalibrationPath, catalog: CatalogDep, session: SessionDep,
+                             format: Literal["svg", "png"] = "svg") -> Response:
+    def render() -> bytes:  # the reads and any bounds too, off the event loop
+        title, quantity, points = parity_points(calibration_id, catalog, *_readers(session))
+        return parity_figure(points, title=title, quantity=quantity, image_format=format)
+
+    return Response(await drawn(render), media_type=MEDIA_TYPES[format])
