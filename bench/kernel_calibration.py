@@ -1,9 +1,11 @@
-"""What a calibrated operator answer costs beside an uncalibrated one, and what fitting a calibration costs.
+"""What a calibrated operator or model-step answer costs beside an uncalibrated one, and what fitting a calibration
+costs.
 
 Through the whole ASGI app in one process: distinct matmuls on the H100 analysed with the shipped calibration
 (the default), with one fitted to 10,000 submitted timings (engine named), and with none (calibration 'none'),
-interleaved round by round, every request a distinct shape so no cache serves it; then the fit of 10,000 timings
-alone, and the write of 10,000 timings that stores and fits them.
+interleaved round by round, every request a distinct shape so no cache serves it; the same for distinct Llama 3.1 8B
+decode steps (each step's matmul rows expected); then the fit of 10,000 timings alone, and the write of 10,000
+timings that stores and fits them.
 
     .venv/bin/python bench/kernel_calibration.py      (make bench-calibration)
 """
@@ -51,6 +53,7 @@ async def main() -> None:
         fits.append(time.perf_counter() - started)
 
     timings: dict[str, list[float]] = {"shipped": [], "measured": [], "none": []}
+    steps: dict[str, list[float]] = {"shipped": [], "measured": [], "none": []}
     with tempfile.TemporaryDirectory() as folder:
         app = create_app(Settings(database_url=f"sqlite:///{folder}/bench.db", log_level="WARNING",
                                   api_tokens=f"bench={TOKEN}"))
@@ -78,10 +81,24 @@ async def main() -> None:
                             assert answer.status_code == 200, answer.text[:300]
                             assert (answer.json()["expected"] is None) == (name == "none")
                         timings[name].append((time.perf_counter() - started) / PER_ROUND)
+                    for offset, name in enumerate(order):
+                        started = time.perf_counter()
+                        for index in range(PER_ROUND):
+                            answer = await client.post("/v1/analyze/model", json={
+                                "device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode",
+                                "batch_size": 1 + index % 64, "seq_len": 1 + round_ * 3 * PER_ROUND + offset * PER_ROUND
+                                + index, **options[name]})
+                            assert answer.status_code == 200, answer.text[:300]
+                            assert (answer.json()["expected"] is None) == (name == "none")
+                        steps[name].append((time.perf_counter() - started) / PER_ROUND)
     shipped, fitted, bare = (statistics.median(timings[name]) for name in ("shipped", "measured", "none"))
     print(f"fit of 10,000 timings (formula and 5-fold check): {statistics.median(fits):.3f} s (median of 5)")
     print(f"write of 10,000 timings, stored and fitted:       {write:.2f} s (once)")
     print(f"operator analysis, no calibration:     {bare * 1e6:.0f} us per request (median of {ROUNDS} rounds)")
+    print(f"  with the shipped calibration:       {shipped * 1e6:.0f} us; {shipped / bare:.2f} x (target <= 1.2 x)")
+    print(f"  with one fitted to 10,000 timings:  {fitted * 1e6:.0f} us; {fitted / bare:.2f} x (target <= 1.2 x)")
+    shipped, fitted, bare = (statistics.median(steps[name]) for name in ("shipped", "measured", "none"))
+    print(f"model decode step, no calibration:     {bare * 1e6:.0f} us per request (median of {ROUNDS} rounds)")
     print(f"  with the shipped calibration:       {shipped * 1e6:.0f} us; {shipped / bare:.2f} x (target <= 1.2 x)")
     print(f"  with one fitted to 10,000 timings:  {fitted * 1e6:.0f} us; {fitted / bare:.2f} x (target <= 1.2 x)")
 

@@ -12,6 +12,7 @@ from schemas.analysis import RoofOptions
 from schemas.common import (
     DeviceId,
     DTypeName,
+    EngineName,
     NonNegativeFinite,
     PositiveFinite,
     StrictModel,
@@ -282,6 +283,11 @@ class ModelAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions):
                           "the answer adds the achieved MFU and the fraction of the roofline time reached")
     speedups: list[Speedup] = Field(default_factory=list, max_length=32,
                                     description="What-if (Amdahl): speed a class of rows up by a factor")
+    engine: EngineName | None = Field(
+        None, description="The kernels' engine (e.g. trtllm): the matmul rows are expected as its calibration on the "
+                          "device expects them (default: the shipped one)")
+    calibration: Literal["auto", "none"] = Field(
+        "auto", description="auto: answer `expected` where a kernel calibration covers the step's matmuls")
 
 
 class RowOut(BaseModel):
@@ -359,6 +365,17 @@ class ModelAchieved(BaseModel):
                                           "bandwidth utilisation: how decode, bound by memory, is judged)")
 
 
+class ModelExpected(BaseModel):
+    time_s: float = Field(description="Expected step time, seconds: the calibrated matmul rows as expected, the others "
+                                      "at their bounds, none below its bound")
+    calibrated_share: float = Field(description="The share of the bound's step time in rows a calibration covers: the "
+                                                "rest is counted at its bound, so the expectation is short by what "
+                                                "those rows lose")
+    engine: str = Field(description="The engine of the calibrations used")
+    calibrations: list[str] = Field(description="Their ids (GET /v1/calibrations/{id})")
+    basis: str = Field(description="How it was worked out")
+
+
 class ModelAnalysis(BaseModel):
     device_id: str
     model: str
@@ -374,6 +391,9 @@ class ModelAnalysis(BaseModel):
     rows: list[RowOut]
     totals: ModelTotals
     mfu: float | None
+    expected: ModelExpected | None = Field(
+        None, description="The step as measured kernels calibrate it, beside the bound (totals.time_s), never in its "
+                          "place; null where no kernel calibration covers its matmuls or with calibration 'none'")
     ttft_s: float | None = Field(description="Prefill: time to the first token, seconds")
     tpot_s: float | None = Field(description="Decode: time per output token (one step), seconds")
     tokens_per_s: float = Field(description="Tokens processed (prefill) or generated (decode) per second over the batch")

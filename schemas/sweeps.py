@@ -123,7 +123,8 @@ class CompareEntry(BaseModel):
     expected_time_s: float | None = Field(
         None, description="The same time as a calibration of the device and the request's engine expects it, "
                           "seconds; null where none applies")
-    calibration_id: str | None = Field(None, description="The calibration behind expected_time_s")
+    calibration_id: str | None = Field(None, description="The calibration behind expected_time_s (a model step's, "
+                                                         "comma-separated where its matmuls use several)")
     relative_time: float = Field(description="The ranked time (expected_time_s when ranked_by is 'expected', else "
                                              "time_s) / the first device's")
 

@@ -79,7 +79,7 @@ def operator_body(args) -> dict[str, Any]:
     for assignment in args.field or []:
         name, _, value = assignment.partition("=")
         operator[name] = parse_value(value)
-    return {"operator": operator, "roofs": args.roofs, **measured(args)}
+    return {"operator": operator, "roofs": args.roofs, **measured(args), **engine_of(args)}
 
 
 def measured(args) -> dict[str, Any]:
@@ -106,7 +106,19 @@ def step_body(args) -> dict[str, Any]:
         body["seq_len"] = args.seq_len
     if getattr(args, "output_len", None):
         body["output_len"] = args.output_len
-    return {**body, **measured(args)}
+    return {**body, **measured(args), **engine_of(args)}
+
+
+def engine_of(args) -> dict[str, Any]:
+    """The kernels' engine where the command takes one: its calibration gives the expected time."""
+    engine = getattr(args, "kernel_engine", None)
+    return {"engine": engine} if engine else {}
+
+
+def kernel_engine(parser) -> None:
+    parser.add_argument("--engine", dest="kernel_engine", help="the kernels' engine (e.g. trtllm): the expected time "
+                                                               "is its calibration's on the device (default: the "
+                                                               "shipped one)")
 
 
 def cmd_models(args) -> None:
@@ -215,8 +227,7 @@ def cmd_compare(args) -> None:
     if args.model:
         body = {"endpoint": "model", "device_ids": args.devices, "request": step_body(args)}
     elif args.kind:
-        engine = {"engine": args.engine} if args.engine else {}
-        body = {"endpoint": "operator", "device_ids": args.devices, "request": operator_body(args) | engine}
+        body = {"endpoint": "operator", "device_ids": args.devices, "request": operator_body(args)}
     else:
         raise SystemExit("give --model (a model step) or --kind (an operator)")
     with backend(args.url) as service:
@@ -411,6 +422,7 @@ def parser() -> argparse.ArgumentParser:
     operator_options(op, required=True)
     roofs(op)
     measured_time(op, "the operator")
+    kernel_engine(op)
     op.set_defaults(run=cmd_operator)
 
     model = common(analyze.add_parser("model", help="one prefill or decode step of a model"))
@@ -419,6 +431,7 @@ def parser() -> argparse.ArgumentParser:
     model.add_argument("--output-len", type=int, help="tokens generated: adds the end-to-end latency")
     roofs(model)
     measured_time(model, "the step")
+    kernel_engine(model)
     model.set_defaults(run=cmd_model)
 
     deployment = common(analyze.add_parser("serving", help="one serving deployment under one workload: what a "
@@ -463,8 +476,7 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("--phase", choices=["prefill", "decode"], default="decode", help="model step (default decode)")
     compare.add_argument("--batch-size", type=int, default=1, help="sequences in the step (default 1)")
     compare.add_argument("--seq-len", type=int, default=None, help="model step: prompt or cached tokens")
-    compare.add_argument("--engine", help="operator: the kernels' engine (e.g. trtllm), whose calibrations give each "
-                                          "device's expected time")
+    kernel_engine(compare)
     operator_options(compare, required=False)
     roofs(compare)
     compare.set_defaults(run=cmd_compare)

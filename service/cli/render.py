@@ -104,6 +104,10 @@ def model_table(r: dict) -> str:
         summary.append(f"end-to-end latency {si(r['e2e_latency_s'], 's')}")
     if r.get("achieved"):
         summary.append("measured: " + ", ".join(f"{name} {value}" for name, value in achieved_rows(r["achieved"])))
+    expected = r.get("expected")
+    if expected:
+        summary.append(f"expected {si(expected['time_s'], 's')} ({expected['engine']} kernels: the matmuls, "
+                       f"{expected['calibrated_share']:.0%} of the bound's time, as calibrated; the rest at their bounds)")
     summary += [memory_line(r["memory"]),
                 f"roofs: compute {r['compute_roof_source']}, memory {r['memory_roof_source']}"]
     return table(rows, ["row", "layers", "instances", "FLOPs", "bytes", "bound", "time", "total"]) + "\n" + "\n".join(summary)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial
@@ -50,6 +50,7 @@ from service.persistence.catalog import DeviceCatalog
 from service.persistence.tables import ModelConfig
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
 from service.translation.plain_fields import json_bytes, json_bytes_around, plain_fields
+from service.translation.step_expectations import CostedRow, step_expected
 
 ROWS = TypeAdapter(list[RowOut])
 ROW_FIELDS = tuple(RowOut.model_fields)
@@ -281,11 +282,17 @@ def _row_fields(row) -> dict:
     return dict(zip(ROW_FIELDS, row))
 
 
-def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog, analysed: tuple | None = None) -> dict:
+def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog, analysed: tuple | None = None,
+                          costed: Iterable[CostedRow] | None = None) -> dict:
     """The ModelAnalysis fields of a validated request, in the model's order (see operator_analyses); `rows`
     holds the evaluated rows themselves, for the caller to write as RowOut fields or as their JSON. `analysed`:
-    run_model_analysis's answer, where the caller has it already (a batch's steps costed together)."""
+    run_model_analysis's answer, where the caller has it already (a batch's steps costed together); `costed`: its
+    rows as the expectation reads them, where `analysed` leaves its rows out."""
     name, arch, result, prefill = analysed or run_model_analysis(request, catalog)
+    expected = None if request.calibration == "none" else step_expected(
+        costed if costed is not None else (CostedRow(r.kind, r.compute_dtype, r.flops, r.bytes, r.time_s, r.instances)
+                                           for r in result.rows),
+        device_id=request.device_id, measured=catalog.measured(request.device_id), engine=request.engine)
     memory, context, basis = step_memory_for(request, arch, catalog.get(request.device_id))
     memory_notes = [
         f"memory: weights + batch x KV({context} tokens, in blocks of {request.block_size}) + activations + workspace "
@@ -323,7 +330,7 @@ def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog,
                    "active_with_embedding": params.active_with_embedding},
         "fits": memory.fits, "memory": plain_fields(StepMemoryOut, memory, context_len=context),
         "achieved": achieved, "rows": result.rows,
-        "totals": plain_fields(ModelTotals, result.totals), "mfu": result.mfu,
+        "totals": plain_fields(ModelTotals, result.totals), "mfu": result.mfu, "expected": expected,
         **serving_metrics(request, result, prefill),
         "compute_roof_source": result.compute_roof_source, "memory_roof_source": result.memory_roof_source,
         "what_if": [plain_fields(WhatIf, w) for w in what_if],
@@ -341,10 +348,11 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
 
 
 def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog, analysed: tuple | None = None,
-                      rows_json: bytes | None = None) -> bytes:
-    """analyze_model_request's answer as its JSON, without building the model; `rows_json`: its rows already
-    written (a batch's steps costed together), where `analysed` leaves them out."""
-    fields = model_analysis_fields(request, catalog, analysed)
+                      rows_json: bytes | None = None, costed: Iterable[CostedRow] | None = None) -> bytes:
+    """analyze_model_request's answer as its JSON, without building the model; `rows_json` and `costed`: its rows
+    already written and as the expectation reads them (a batch's steps costed together), where `analysed` leaves
+    them out."""
+    fields = model_analysis_fields(request, catalog, analysed, costed)
     if rows_json is not None:
         return json_bytes_around(fields, rows=rows_json)
     fields["rows"] = [_row_fields(row) for row in fields["rows"]]

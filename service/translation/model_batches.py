@@ -31,6 +31,7 @@ from service.translation.model_analyses import (
     peak_context,
 )
 from service.translation.plain_fields import json_bytes
+from service.translation.step_expectations import CostedRow
 
 # Steps that agree on these (and on their dtypes) form one group; the arrays run over the steps' lengths and each
 # step's evaluator (its device, roofs and what-ifs).
@@ -39,7 +40,7 @@ EVALUATOR_FIELDS = ("device_id", "roofs", "sustained_clock_hz", "collective_late
 STEP_FIELDS = ("batch_size", "seq_len")
 # Read per step by model_answer_json, after the rows (memory, what-ifs, achieved), or required to be absent.
 ANSWER_FIELDS = ("dtypes", "memory_utilization", "memory_capacity_bytes", "workspace_bytes", "block_size", "profile_tokens",
-                 "measured_time_s", "speedups", "model", "output_len")
+                 "measured_time_s", "speedups", "model", "output_len", "engine", "calibration")
 if set(ModelAnalysisRequest.model_fields) != {*GROUP_FIELDS, *EVALUATOR_FIELDS, *STEP_FIELDS, *ANSWER_FIELDS}:
     raise ImportError("service.translation.model_batches does not know every model request field: "
                       f"{sorted(ModelAnalysisRequest.model_fields)}")
@@ -52,6 +53,7 @@ WRITTEN = len(ROW_FIELDS) - 5
 if NUMBERS[:WRITTEN] != ROW_FIELDS[5:]:
     raise ImportError(f"RowOut's numbers must be batched_steps.NUMBERS' first, in order: {ROW_FIELDS[5:]}")
 BOUND_AT = NUMBERS.index("bound")
+FLOPS_AT, BYTES_AT, TIME_AT = NUMBERS.index("flops"), NUMBERS.index("bytes"), NUMBERS.index("time_s")
 BOUND_TEXTS = {json_bytes(float(code)): json_bytes(bound) for code, bound in enumerate(BOUNDS)}
 
 
@@ -113,7 +115,14 @@ class _Group:
         # numpy's floats are written as Python's are (tests/translation/test_json_bytes.py).
         numbers = json_bytes(steps.numbers[at, :, :WRITTEN].ravel(), numpy=True)[1:-1].split(b",")
         numbers[BOUND_AT::WRITTEN] = [BOUND_TEXTS[code] for code in numbers[BOUND_AT::WRITTEN]]
-        return model_answer_json(request, catalog, analysed, rows_json=self.template % tuple(numbers))
+        return model_answer_json(request, catalog, analysed, rows_json=self.template % tuple(numbers),
+                                 costed=self._costed(at))
+
+    def _costed(self, at: int) -> list[CostedRow]:
+        """Step `at`'s rows as its expectation reads them, from the arrays."""
+        values = self.steps.numbers[at]
+        return [CostedRow(shape.kind, shape.compute_dtype, float(row[FLOPS_AT]), float(row[BYTES_AT]),
+                          float(row[TIME_AT]), shape.instances) for shape, row in zip(self.steps.shapes, values, strict=True)]
 
 
 class ModelStepAnswers:

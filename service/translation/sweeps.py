@@ -46,6 +46,7 @@ from service.translation.model_analyses import (
 )
 from service.translation.operator_analyses import analyze_operator
 from service.translation.serving_analyses import analyze_serving_request
+from service.translation.step_expectations import CostedRow, step_expected
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest,
                                               "serving": ServingAnalysisRequest}
@@ -291,8 +292,11 @@ def _model_entry(point: Any, catalog: DeviceCatalog, device_id: str) -> Ranked |
     t = result.totals
     bound = _dominant({"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
                        "interconnect": t.interconnect_time_share})
+    expected = None if point.calibration == "none" else step_expected(
+        (CostedRow(r.kind, r.compute_dtype, r.flops, r.bytes, r.time_s, r.instances) for r in result.rows),
+        device_id=device_id, measured=catalog.measured(device_id), engine=point.engine)
     return Ranked(device_id, t.time_s, bound, result.mfu, serving_metrics(point, result, prefill)["tokens_per_s"],
-                  None, None)
+                  expected["time_s"] if expected else None, ", ".join(expected["calibrations"]) if expected else None)
 
 
 def _serving_entry(point: Any, catalog: DeviceCatalog, device_id: str) -> Ranked | CompareInfeasible:

@@ -158,3 +158,34 @@ def test_a_measured_kernel_calibration_has_a_parity_chart(client):
     # The timings were made by the fitted formula: all seven on the diagonal, every bound under its timing.
     assert ("7 measurements (7 drawn): expected within 10 % of measured on 7, within 25 % on 7; the bound at or below "
             "the measurement on 7") in chart.text
+
+
+def test_a_model_step_expects_its_matmuls_as_the_calibration_does_and_the_rest_at_their_bounds(client):
+    """Fitted to timings made with T0, E_C and E_M, the calibration expects a matmul row of F FLOPs and B bytes at
+    T0 + max(F / (PEAK x E_C), B / (HBM x E_M)) an instance; every other row (attention, norms, activations) stays at
+    its bound. Summed over the step's own rows, that is its expected time."""
+    submit(client, SHAPES)
+    body = {"device_id": DEVICE, "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 8, "seq_len": 2048}
+    answer = client.post("/v1/analyze/model", json={**body, "engine": "ourlib"}).json()
+    by_hand = covered = 0.0
+    for row in answer["rows"]:
+        instances = row["layers"] * row["count"]
+        if row["kind"] == "matmul":
+            one = T0 + max(row["flops"] / PEAK / E_C, row["bytes"] / HBM / E_M)
+            by_hand += max(one, row["time_s"]) * instances
+            covered += row["total_time_s"]
+        else:
+            by_hand += row["total_time_s"]
+    expected = answer["expected"]
+    assert covered > 0 and expected["time_s"] == pytest.approx(by_hand)
+    assert expected["calibrated_share"] == pytest.approx(covered / answer["totals"]["time_s"])
+    assert expected["calibrations"] == [f"kernel:measured:{DEVICE}:ourlib:bf16"] and expected["engine"] == "ourlib"
+    bare = client.post("/v1/analyze/model", json={**body, "engine": "ourlib", "calibration": "none"}).json()
+    assert bare["expected"] is None and bare["totals"] == answer["totals"]  # the bound is the same either way
+    assert client.post("/v1/analyze/model", json={**body, "engine": "otherlib"}).json()["expected"] is None
+    # The same step in a batch of its own kind answers the same bytes (the batch costs its steps as arrays).
+    items = [{"analysis": "model", "request": {**body, "engine": "ourlib", "seq_len": 2048 + i}} for i in range(12)]
+    batch = client.post("/v1/analyze/batch", json={"items": items}).json()["results"]
+    for item, result in zip(items, batch, strict=True):
+        assert result["result"] == client.post("/v1/analyze/model", json=item["request"]).json()
+    assert batch[0]["result"]["expected"] == answer["expected"]

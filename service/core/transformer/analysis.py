@@ -49,6 +49,7 @@ class RowResult(NamedTuple):
     instances: int  # layers x count
     compute_time_s: float  # of one instance: FLOPs / compute roof
     memory_time_s: float  # of one instance: bytes / bandwidth (HBM, or the interconnect)
+    compute_dtype: str | None = None  # an operator's, whose roof (and calibration) it is read at; None: a collective
 
 
 def _row(name, kind, group, layers, count, flops, bytes_, intensity, bound, level, compute_time, memory_time, weights,
@@ -169,7 +170,7 @@ class Evaluator:
         # Counts as floats, whatever the cost model computed them in, as every consumer of a row reads them.
         return RowResult(row.name, row.kind, group, layers, row.count, float(flops), float(moved), intensity, bound, time_s,
                          time_s * instances, float(cost.weight_bytes_read), float(cost.kv_bytes_read),
-                         float(cost.kv_bytes_written), "hbm", instances, compute_time, memory_time)
+                         float(cost.kv_bytes_written), "hbm", instances, compute_time, memory_time, cost.compute_dtype)
 
     def times(self, cost: OperatorCost) -> tuple[float, float]:
         return cost.flops / self.compute_roof(cost)[0], cost.bytes_total / self.hbm.bytes_per_s

@@ -61,6 +61,7 @@ class RowShape(NamedTuple):
     layers: int
     count: int  # type: ignore[assignment]  # shadows tuple.count, which no shape is asked for
     interconnect: bool
+    compute_dtype: str | None = None  # an operator's; None for a collective
 
     @property
     def instances(self) -> int:
@@ -84,7 +85,8 @@ class SteppedRows:
         steps = model_step(arch, phase, batches, lengths, tensor_parallel, attention_implementation)
         with costing_arrays():
             placed = [(row, label, layers) for rows, label, layers in step_rows(arch, steps, dtypes) for row in rows]
-        self.shapes = [RowShape(row.name, row.kind, label, layers, row.count, row.is_comm) for row, label, layers in placed]
+        self.shapes = [RowShape(row.name, row.kind, label, layers, row.count, row.is_comm,
+                                None if row.cost is None else row.cost.compute_dtype) for row, label, layers in placed]
         matmul_cost = first_matmul(row for row, _, _ in placed)
         if matmul_cost is None:
             raise NotVectorisable(f"{arch.family}: a step with no matmul")
@@ -191,7 +193,7 @@ class SteppedRows:
             level = None if shape.interconnect else "hbm"
             rows.append(RowResult(shape.name, shape.kind, shape.group, shape.layers, shape.count, flops, moved,
                                   None if shape.interconnect else intensity, BOUNDS[int(bound)], time_s, total, weights,
-                                  kv_read, kv_written, level, shape.instances, compute, memory))
+                                  kv_read, kv_written, level, shape.instances, compute, memory, shape.compute_dtype))
         return tuple(rows)
 
     def result(self, index: int, with_rows: bool = True) -> ModelAnalysisResult:

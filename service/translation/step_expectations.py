@@ -1,0 +1,48 @@
+"""A model step's expected time: each matmul row at what the kernel calibration of its device, engine and compute
+dtype expects of it (service/core/calibration.py), every other row at its bound, none below its bound. The rows
+carry no (m, n, k), so the calibration's formula answers without its nearest-shapes correction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from service.core.roofs import MeasuredRoofs
+from service.translation.operator_analyses import calibration_for
+
+
+class CostedRow(NamedTuple):
+    """What the expectation reads of one evaluated row (an instance's figures, and how many instances)."""
+
+    kind: str
+    compute_dtype: str | None
+    flops: float
+    hbm_bytes: float
+    time_s: float
+    instances: int
+
+
+def step_expected(rows: Iterable[CostedRow], *, device_id: str, measured: MeasuredRoofs,
+                  engine: str | None) -> dict | None:
+    """The answer's `expected`, or None where no row has a calibration."""
+    expected = bound = covered = 0.0
+    used = {}
+    for row in rows:
+        total = row.time_s * row.instances
+        bound += total
+        calibration = (calibration_for(device_id, row.kind, row.compute_dtype, engine=engine, measured=measured)
+                       if row.compute_dtype else None)
+        if calibration is None:
+            expected += total
+            continue
+        expected += max(calibration.expected_time_s(row.flops, row.hbm_bytes), row.time_s) * row.instances
+        covered += total
+        used[calibration.id] = calibration
+    if not used:
+        return None
+    share = covered / bound if bound else 0.0
+    engines = sorted({calibration.engine for calibration in used.values()})
+    return {"time_s": expected, "calibrated_share": share, "engine": ", ".join(engines), "calibrations": sorted(used),
+            "basis": (f"the matmul rows ({share:.1%} of the bound's time) as {', '.join(sorted(used))} expects them "
+                      "(its formula, without the nearest-shapes correction: a step's rows carry no m, n, k), every "
+                      "other row at its bound, none below its bound")}
