@@ -159,6 +159,24 @@ def test_explorer_shows_a_matmuls_expectation_beside_its_bound(browser, live_ser
                and "time (bound)" in d.find_element(By.ID, "summary").text)
 
 
+def test_explorer_shows_a_steps_expectation_beside_its_bound(browser, live_server):  # noqa: F811
+    wait = WebDriverWait(browser, 90)
+    browser.get(f"{live_server}/explore")
+    wait.until(lambda d: "expected step time" in d.find_element(By.ID, "summary").text)
+    body = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 32,
+            "seq_len": 4096, "tensor_parallel": 1, "roofs": "effective"}
+    answer = httpx.post(f"{live_server}/v1/analyze/model", json=body, timeout=30).json()
+    expected = answer["expected"]
+    assert answer["totals"]["time_s"] < expected["time_s"] < 1  # milliseconds: the summary writes "x.yz ms"
+    summary = browser.find_element(By.ID, "summary").text
+    assert f"{expected['time_s'] * 1e3:.3g} ms ({expected['engine']} matmuls, " in summary
+    assert f"{round(100 * expected['calibrated_share'])}% of the bound's time" in summary
+    Select(browser.find_element(By.ID, "device")).select_by_value("amd-mi300x")
+    # No GEMM calibration for an MI300X: only the bound.
+    wait.until(lambda d: "expected step time" not in d.find_element(By.ID, "summary").text
+               and "step time" in d.find_element(By.ID, "summary").text)
+
+
 def test_explorer_draws_its_chart_from_the_apis_numbers(browser, live_server):  # noqa: F811
     """The chart is drawn in the page from the analysis and the device's roofs: no server-rendered figure is asked
     for, one marker per operator row that moves bytes and does work, each at the API's intensity and FLOP/s."""

@@ -151,6 +151,10 @@
         const m = analysis.memory;
         items = [
           ["step time", si(total, "s")],
+          // The matmuls as measured GEMMs calibrate them, the rest at their bounds: beside the bound, never for it.
+          ...(analysis.expected === null ? [] : [["expected step time", si(analysis.expected.time_s, "s") + " (" +
+            analysis.expected.engine + " matmuls, " + Math.round(100 * analysis.expected.calibrated_share) +
+            "% of the bound's time; the rest at their bounds)"]]),
           [analysis.phase === "prefill" ? "TTFT" : "TPOT", si(analysis.phase === "prefill" ? analysis.ttft_s : analysis.tpot_s, "s")],
           ["tokens/s", Math.round(analysis.tokens_per_s).toLocaleString("en")],
           ["MFU", analysis.mfu === null ? "–" : analysis.mfu.toFixed(3)],
