@@ -40,7 +40,15 @@ class NativeRun(StrictModel):
     deployment: ServingLayout | None = Field(None, description="This run's layout, where it differs from the body's")
 
 
-class NativeServingRuns(ServingRunsBase, ModelChoice):
+class DeployedRuns(ServingRunsBase, ModelChoice):
+    """Runs of one model on one device whose files do not say how it was deployed: the body says."""
+
+    device_id: DeviceId
+    engine: EngineName = Field(description="The serving engine that ran them: calibrations are per engine")
+    deployment: ServingLayout = Field(default_factory=ServingLayout, description="The runs' layout and dtypes")
+
+
+class NativeServingRuns(DeployedRuns):
     """Runs as this service names their fields."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
@@ -50,9 +58,6 @@ class NativeServingRuns(ServingRunsBase, ModelChoice):
                        "dtypes": {"scheme": "w8a8-fp8", "kv_cache": "fp8"}},
         "runs": [{"input_len": 1024, "output_len": 1024, "concurrency": 64, "tpot_s": 0.031, "ttft_s": 0.41}]}]})
     format: Literal["native"] = Field(description="native: each run's workload and medians in this service's names")
-    device_id: DeviceId
-    engine: EngineName = Field(description="The serving engine that ran them: calibrations are per engine")
-    deployment: ServingLayout = Field(default_factory=ServingLayout, description="The runs' layout and dtypes")
     runs: list[NativeRun] = Field(min_length=1, max_length=MAX_RUNS, description="At most 1,000, stored all or none")
 
 
@@ -69,7 +74,7 @@ class VllmBenchResult(BaseModel):
     max_concurrency: Concurrency | None = Field(None, description="The client's cap on requests in flight (null: none)")
 
 
-class VllmBenchServingRuns(ServingRunsBase, ModelChoice):
+class VllmBenchServingRuns(DeployedRuns):
     """Result files of vLLM's or SGLang's serving benchmark, with what the files do not record."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
@@ -82,9 +87,6 @@ class VllmBenchServingRuns(ServingRunsBase, ModelChoice):
     format: Literal["vllm-bench"] = Field(
         description="vllm-bench: each run the JSON the benchmark saved; a run's lengths are its mean prompt and output "
                     "(total tokens / completed requests, rounded), its concurrency its max_concurrency")
-    device_id: DeviceId
-    engine: EngineName = Field(description="The serving engine that ran them: calibrations are per engine")
-    deployment: ServingLayout = Field(default_factory=ServingLayout, description="The runs' layout and dtypes")
     concurrency: Concurrency | None = Field(
         None, description="The requests in flight of runs whose max_concurrency is null (required for those)")
     runs: list[VllmBenchResult] = Field(min_length=1, max_length=MAX_RUNS,
