@@ -80,6 +80,10 @@ class CalibrationPublic(BaseModel):
     source: str
     shapes: list[list[int]] | None = Field(
         None, description="Kernels: [least, most] of m, n and k over the timings fitted; null where not kept")
+    workloads: list[list[int]] | None = Field(
+        None, description="Serving: the [input, output] lengths of the runs fitted; null for a kernel calibration")
+    concurrency: list[int] | None = Field(
+        None, description="Serving: [least, most] requests in flight over the runs fitted; null for a kernel one")
 
 
 class CalibrationResidual(BaseModel):

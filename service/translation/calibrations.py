@@ -113,7 +113,8 @@ def serving_public(calibration: ServingCalibration) -> dict:
              "meaning": "queueing and scheduling before the first token beside the bound"}],
         "fitted_on": calibration.fitted_on, "checked_on": calibration.checked_on, "checked_by": calibration.checked_by,
         "median_error": calibration.tpot_median_error, "p90_error": calibration.tpot_p90_error,
-        "bound_median_error": calibration.bound_tpot_median_error, "source": calibration.source, "shapes": None}
+        "bound_median_error": calibration.bound_tpot_median_error, "source": calibration.source, "shapes": None,
+        "workloads": [list(shape) for shape in calibration.shapes], "concurrency": list(calibration.concurrency)}
 
 
 def all_calibrations(catalog: DeviceCatalog) -> list[dict]:

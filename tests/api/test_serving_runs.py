@@ -54,6 +54,7 @@ def test_a_calibration_fitted_to_runs_made_by_hand(client):
     # Fitted on the three runs at 1,024 / 1,024 and checked on the two at 4,096 / 256: exact, as they lie on the line.
     assert fitted["checked_by"] == "other workload shapes" and fitted["checked_on"] == 2
     assert fitted["median_error"] == pytest.approx(0, abs=1e-9) and fitted["bound_median_error"] > 0.4
+    assert fitted["workloads"] == [[1024, 1024], [4096, 256]] and fitted["concurrency"] == [1, 64]
 
     # A workload no run measured: TPOT expected at 2 x bound + 1 ms, the bound itself unchanged by the calibration.
     calibrated, bare = analysis(client, 2048, 512, 16, engine=ENGINE), analysis(client, 2048, 512, 16, engine=ENGINE,
