@@ -73,6 +73,9 @@ class SweepRow(BaseModel):
     tpot_s: float | None = None
     tokens_per_s: float | None = None
     fits: bool | None = Field(None, description="Model sweeps: whether the step fits in each device's usable memory")
+    expected_time_s: float | None = Field(
+        None, description="time_s as the device's kernel calibration for the request's engine expects it (an operator's, "
+                          "or a model step's matmul rows and the rest at their bounds), seconds; null where none applies")
 
 
 class Crossover(BaseModel):

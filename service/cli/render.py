@@ -172,17 +172,21 @@ def kv_table(r: dict) -> str:
     ], ["quantity", "per device"])
 
 
+def optional_seconds(value: float | None) -> str:
+    return "-" if value is None else si(value, "s")
+
+
 def sweep_table(rows: list[dict], parameter: str) -> str:
     fits = {"True": "yes", "False": "NO (what-if)", "None": "-"}
-    lines = table([[number(r["value"]), si(r["time_s"], "s"), r["bound"], f"{r['tokens_per_s'] or 0:,.0f}",
-                    fits[str(r.get("fits"))]] for r in rows], [parameter, "time", "bound", "tokens/s", "fits"])
+    lines = table([[number(r["value"]), si(r["time_s"], "s"), optional_seconds(r.get("expected_time_s")), r["bound"],
+                    f"{r['tokens_per_s'] or 0:,.0f}", fits[str(r.get("fits"))]] for r in rows],
+                  [parameter, "bound time", "expected", "bound", "tokens/s", "fits"])
     out = sum(1 for r in rows if r.get("fits") is False)
     return lines + (f"\n{out} of {len(rows)} values do not fit in memory: their rows are what-ifs" if out else "")
 
 
 def compare_table(r: dict) -> str:
-    rows = [[e["rank"], e["device_id"], si(e["time_s"], "s"),
-             si(e["expected_time_s"], "s") if e.get("expected_time_s") is not None else "-", e["bound"],
+    rows = [[e["rank"], e["device_id"], si(e["time_s"], "s"), optional_seconds(e.get("expected_time_s")), e["bound"],
              f"{e['mfu']:.3f}" if e.get("mfu") is not None else "-",
              f"{e['tokens_per_s']:,.0f}" if e.get("tokens_per_s") else "-", f"{e['relative_time']:.2f}x"]
             for e in r["ranking"]]

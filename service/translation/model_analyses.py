@@ -50,7 +50,7 @@ from service.persistence.catalog import DeviceCatalog
 from service.persistence.tables import ModelConfig
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
 from service.translation.plain_fields import json_bytes, json_bytes_around, plain_fields
-from service.translation.step_expectations import CostedRow, step_expected
+from service.translation.step_expectations import CostedRow, costed, step_expected
 
 ROWS = TypeAdapter(list[RowOut])
 ROW_FIELDS = tuple(RowOut.model_fields)
@@ -283,15 +283,14 @@ def _row_fields(row) -> dict:
 
 
 def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog, analysed: tuple | None = None,
-                          costed: Iterable[CostedRow] | None = None) -> dict:
+                          costed_rows: Iterable[CostedRow] | None = None) -> dict:
     """The ModelAnalysis fields of a validated request, in the model's order (see operator_analyses); `rows`
     holds the evaluated rows themselves, for the caller to write as RowOut fields or as their JSON. `analysed`:
-    run_model_analysis's answer, where the caller has it already (a batch's steps costed together); `costed`: its
+    run_model_analysis's answer, where the caller has it already (a batch's steps costed together); `costed_rows`: its
     rows as the expectation reads them, where `analysed` leaves its rows out."""
     name, arch, result, prefill = analysed or run_model_analysis(request, catalog)
     expected = None if request.calibration == "none" else step_expected(
-        costed if costed is not None else (CostedRow(r.kind, r.compute_dtype, r.flops, r.bytes, r.time_s, r.instances)
-                                           for r in result.rows),
+        costed_rows if costed_rows is not None else costed(result.rows),
         device_id=request.device_id, measured=catalog.measured(request.device_id), engine=request.engine)
     memory, context, basis = step_memory_for(request, arch, catalog.get(request.device_id))
     memory_notes = [
@@ -348,11 +347,11 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
 
 
 def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog, analysed: tuple | None = None,
-                      rows_json: bytes | None = None, costed: Iterable[CostedRow] | None = None) -> bytes:
-    """analyze_model_request's answer as its JSON, without building the model; `rows_json` and `costed`: its rows
+                      rows_json: bytes | None = None, costed_rows: Iterable[CostedRow] | None = None) -> bytes:
+    """analyze_model_request's answer as its JSON, without building the model; `rows_json` and `costed_rows`: its rows
     already written and as the expectation reads them (a batch's steps costed together), where `analysed` leaves
     them out."""
-    fields = model_analysis_fields(request, catalog, analysed, costed)
+    fields = model_analysis_fields(request, catalog, analysed, costed_rows)
     if rows_json is not None:
         return json_bytes_around(fields, rows=rows_json)
     fields["rows"] = [_row_fields(row) for row in fields["rows"]]

@@ -116,7 +116,7 @@ class _Group:
         numbers = json_bytes(steps.numbers[at, :, :WRITTEN].ravel(), numpy=True)[1:-1].split(b",")
         numbers[BOUND_AT::WRITTEN] = [BOUND_TEXTS[code] for code in numbers[BOUND_AT::WRITTEN]]
         return model_answer_json(request, catalog, analysed, rows_json=self.template % tuple(numbers),
-                                 costed=self._costed(at))
+                                 costed_rows=self._costed(at))
 
     def _costed(self, at: int) -> list[CostedRow]:
         """Step `at`'s rows as its expectation reads them, from the arrays."""

@@ -4,10 +4,12 @@ carry no (m, n, k), so the calibration's formula answers without its nearest-sha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
+from service.core.calibration import KernelCalibration
 from service.core.roofs import MeasuredRoofs
+from service.core.transformer.analysis import RowExpectation, RowResult
 from service.translation.operator_analyses import calibration_for
 
 
@@ -22,16 +24,40 @@ class CostedRow(NamedTuple):
     instances: int
 
 
+def costed(rows: Iterable[RowResult]) -> Iterator[CostedRow]:
+    """Evaluated rows as the expectation reads them."""
+    return (CostedRow(r.kind, r.compute_dtype, r.flops, r.bytes, r.time_s, r.instances) for r in rows)
+
+
+def row_calibrations(device_id: str, measured: MeasuredRoofs, engine: str | None):
+    """(kind, compute dtype) -> the kernel calibration a row of them is expected by on the device, or None."""
+    def of(kind: str, compute_dtype: str | None) -> KernelCalibration | None:
+        return calibration_for(device_id, kind, compute_dtype, engine=engine, measured=measured) if compute_dtype else None
+
+    return of
+
+
+def row_expectation(device_id: str, measured: MeasuredRoofs, engine: str | None) -> RowExpectation:
+    """The same as the step model's RowExpectation: what a row's calibration expects of (FLOPs, bytes)."""
+    calibration_of = row_calibrations(device_id, measured, engine)
+
+    def expect(kind: str, compute_dtype: str | None):
+        calibration = calibration_of(kind, compute_dtype)
+        return calibration.expected_time_s if calibration else None
+
+    return expect
+
+
 def step_expected(rows: Iterable[CostedRow], *, device_id: str, measured: MeasuredRoofs,
                   engine: str | None) -> dict | None:
     """The answer's `expected`, or None where no row has a calibration."""
     expected = bound = covered = 0.0
     used = {}
+    calibration_of = row_calibrations(device_id, measured, engine)
     for row in rows:
         total = row.time_s * row.instances
         bound += total
-        calibration = (calibration_for(device_id, row.kind, row.compute_dtype, engine=engine, measured=measured)
-                       if row.compute_dtype else None)
+        calibration = calibration_of(row.kind, row.compute_dtype)
         if calibration is None:
             expected += total
             continue

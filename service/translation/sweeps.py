@@ -46,7 +46,7 @@ from service.translation.model_analyses import (
 )
 from service.translation.operator_analyses import analyze_operator
 from service.translation.serving_analyses import analyze_serving_request
-from service.translation.step_expectations import CostedRow, step_expected
+from service.translation.step_expectations import costed, row_expectation, step_expected
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest,
                                               "serving": ServingAnalysisRequest}
@@ -133,10 +133,12 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
     budget, _ = memory_budget_for(first, arch, catalog.get(first.device_id))
     try:
         check_positions(arch, *peak_context(last))
+        expect = None if first.calibration == "none" else row_expectation(
+            first.device_id, catalog.measured(first.device_id), first.engine)
         summaries = affine_sweep(arch, evaluator, parameter=parameter, values=[int(v) for v in values],
                                  phase=first.phase, batch=first.batch_size, seq_len=first.seq_len,
                                  dtypes=core_dtypes(first, arch), tensor_parallel=first.tensor_parallel,
-                                 attention_implementation=first.attention_implementation)
+                                 attention_implementation=first.attention_implementation, expect=expect)
     except CostModelError as exc:
         raise unprocessable(exc, "body.request") from None
     if summaries is None:
@@ -150,20 +152,21 @@ def _affine_sweep_rows(request: SweepRequest, values: list[float],
         row, margin = _model_row(value, t, summary.mfu, ttft_s=t.time_s if prefill else None,
                                  tpot_s=None if prefill else t.time_s,
                                  tokens_per_s=batch * tokens_per_sequence / t.time_s,
-                                 fits=step_memory_at(budget, first, **{parameter: int(value)}).fits)
+                                 fits=step_memory_at(budget, first, **{parameter: int(value)}).fits,
+                                 expected_time_s=summary.expected_time_s)
         rows.append(row)
         margins.append(margin)
     return rows, margins
 
 
 def _model_row(value: float, t: Totals, mfu: float | None, *, ttft_s: float | None, tpot_s: float | None,
-               tokens_per_s: float, fits: bool) -> tuple[SweepRow, float]:
+               tokens_per_s: float, fits: bool, expected_time_s: float | None) -> tuple[SweepRow, float]:
     """One model sweep row, and its margin (compute-bound time minus memory-bound time: its sign is the bound)."""
     shares = {"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
               "interconnect": t.interconnect_time_share}
     row = SweepRow(value=value, time_s=t.time_s, bound=_dominant(shares), flops=t.flops, bytes=t.bytes, mfu=mfu,
                    memory_bound_time_share=t.memory_bound_time_share, ttft_s=ttft_s, tpot_s=tpot_s,
-                   tokens_per_s=tokens_per_s, fits=fits)
+                   tokens_per_s=tokens_per_s, fits=fits, expected_time_s=expected_time_s)
     return row, (t.compute_bound_time_share - t.memory_bound_time_share) * t.time_s
 
 
@@ -193,14 +196,18 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
                 answer = analyze_operator(point, catalog.get(point.device_id), catalog.measured(point.device_id))
                 rows.append(SweepRow(value=value, time_s=answer.time_s, bound=answer.bound, flops=answer.flops,
                                      bytes=answer.bytes.total, arithmetic_intensity=answer.arithmetic_intensity,
-                                     mfu=answer.mfu))
+                                     mfu=answer.mfu, expected_time_s=answer.expected.time_s if answer.expected else None))
                 margins.append(answer.compute_time_s - max(level.time_s for level in answer.levels))
                 continue
             _, arch, result, prefill = run_model_analysis(point, catalog, explain=False, model=model)
             metrics = serving_metrics(point, result, prefill)
             fits = step_memory_for(point, arch, catalog.get(point.device_id))[0].fits
+            expected = None if point.calibration == "none" else step_expected(
+                costed(result.rows),
+                device_id=point.device_id, measured=catalog.measured(point.device_id), engine=point.engine)
             row, margin = _model_row(value, result.totals, result.mfu, ttft_s=metrics["ttft_s"],
-                                     tpot_s=metrics["tpot_s"], tokens_per_s=metrics["tokens_per_s"], fits=fits)
+                                     tpot_s=metrics["tpot_s"], tokens_per_s=metrics["tokens_per_s"], fits=fits,
+                                     expected_time_s=expected["time_s"] if expected else None)
             rows.append(row)
             margins.append(margin)
     return SweepResult(endpoint=request.endpoint, parameter=request.parameter, rows=rows,
@@ -293,7 +300,7 @@ def _model_entry(point: Any, catalog: DeviceCatalog, device_id: str) -> Ranked |
     bound = _dominant({"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
                        "interconnect": t.interconnect_time_share})
     expected = None if point.calibration == "none" else step_expected(
-        (CostedRow(r.kind, r.compute_dtype, r.flops, r.bytes, r.time_s, r.instances) for r in result.rows),
+        costed(result.rows),
         device_id=device_id, measured=catalog.measured(device_id), engine=point.engine)
     return Ranked(device_id, t.time_s, bound, result.mfu, serving_metrics(point, result, prefill)["tokens_per_s"],
                   expected["time_s"] if expected else None, ", ".join(expected["calibrations"]) if expected else None)

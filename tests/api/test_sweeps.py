@@ -152,3 +152,28 @@ def test_batch_sweep_answers_match_single_analyses(client):
         assert row["flops"] == pytest.approx(single["totals"]["flops"], rel=1e-9)
         assert row["tokens_per_s"] == pytest.approx(single["tokens_per_s"], rel=1e-9)
         assert row["mfu"] == pytest.approx(single["mfu"], rel=1e-9)
+
+
+def test_a_sweeps_expected_times_are_each_points_own(client):
+    """A batch sweep of a dense model runs as two analyses and lines through them (the fast path), a context sweep of
+    a prefill step point by point: either way each row's expected time is the model step's own at that point."""
+    base = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "phase": "decode", "batch_size": 8,
+            "seq_len": 2048}
+    for request, parameter, values in ((base, "batch_size", [1, 7, 64, 300]),
+                                       ({**base, "phase": "prefill"}, "seq_len", [128, 1000, 4096])):
+        body = client.post("/v1/analyze/sweep", json={"endpoint": "model", "request": request, "parameter": parameter,
+                                                      "values": values}).json()
+        for row in body["rows"]:
+            step = client.post("/v1/analyze/model", json={**request, parameter: int(row["value"])}).json()
+            assert row["expected_time_s"] == pytest.approx(step["expected"]["time_s"], rel=1e-9)
+            assert row["time_s"] == pytest.approx(step["totals"]["time_s"], rel=1e-9)
+            assert row["time_s"] < row["expected_time_s"]
+    bare = client.post("/v1/analyze/sweep", json={"endpoint": "model", "request": {**base, "calibration": "none"},
+                                                  "parameter": "batch_size", "values": [1, 2]}).json()
+    assert [row["expected_time_s"] for row in bare["rows"]] == [None, None]
+    operator = client.post("/v1/analyze/sweep", json={
+        "endpoint": "operator", "parameter": "operator.m", "values": [1, 4096],
+        "request": {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}}).json()
+    alone = client.post("/v1/analyze/operator", json={"device_id": "nvidia-h100-sxm", "operator": {
+        "kind": "matmul", "m": 4096, "n": 4096, "k": 4096}}).json()
+    assert operator["rows"][1]["expected_time_s"] == alone["expected"]["time_s"]

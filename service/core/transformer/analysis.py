@@ -7,7 +7,7 @@ Time is the sum of per-operator lower bounds (kernels run one after another; eac
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
@@ -378,12 +378,20 @@ class StepSummary(NamedTuple):
     value: int
     totals: Totals
     mfu: float | None
+    expected_time_s: float | None = None  # with a row expectation: the step as calibrated kernels would take it
+
+
+# What a calibration expects of one instance of a row of this kind and compute dtype, (FLOPs, HBM bytes) -> seconds;
+# None where none applies. The caller knows the calibrations; the step model only sums what they expect.
+RowExpectation = Callable[[str, str | None], Callable[[float, float], float] | None]
 
 
 def _affine_lines(arch: Architecture, evaluator: Evaluator, *, parameter: str, phase: str, batch: int, seq_len: int,
-                  dtypes: ModelDTypes, tensor_parallel: int, attention_implementation: str) -> tuple[list[tuple], float | None]:
+                  dtypes: ModelDTypes, tensor_parallel: int,
+                  attention_implementation: str) -> tuple[list[tuple], float | None, list[tuple[str, str | None]]]:
     """Per row: (instances, is it a collective, then value at 1 and slope of FLOPs, bytes, compute time, memory
-    time, weight bytes, KV read, KV written), from the step at 1 and at 2; and the matmuls' peak."""
+    time, weight bytes, KV read, KV written), from the step at 1 and at 2; the matmuls' peak; each row's kind and
+    compute dtype."""
     step = partial(analyze_model, arch, evaluator, phase=phase, dtypes=dtypes, tensor_parallel=tensor_parallel,
                    attention_implementation=attention_implementation, explain=False)
     if parameter == "batch_size":
@@ -391,13 +399,14 @@ def _affine_lines(arch: Architecture, evaluator: Evaluator, *, parameter: str, p
     else:
         one, two = (step(batch=batch, seq_len=v) for v in (1, 2))
     lines = []
+    keys = [(row.kind, row.compute_dtype) for row in one.rows]
     for r1, r2 in zip(one.rows, two.rows, strict=True):
         lines.append((r1.instances, r1.bound == "interconnect", r1.flops, r2.flops - r1.flops, r1.bytes,
                       r2.bytes - r1.bytes, r1.compute_time_s, r2.compute_time_s - r1.compute_time_s,
                       r1.memory_time_s, r2.memory_time_s - r1.memory_time_s, r1.weight_bytes,
                       r2.weight_bytes - r1.weight_bytes, r1.kv_bytes_read, r2.kv_bytes_read - r1.kv_bytes_read,
                       r1.kv_bytes_written, r2.kv_bytes_written - r1.kv_bytes_written))
-    return lines, one.peak_flops_per_s
+    return lines, one.peak_flops_per_s, keys
 
 
 def batch_time_curve(arch: Architecture, evaluator: Evaluator, *, values: Sequence[int], phase: str, seq_len: int,
@@ -445,7 +454,7 @@ def curve_from_two(one: Sequence[RowResult], two: Sequence[RowResult], values: S
 
 def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, values: list[int], phase: str,
                  batch: int, seq_len: int, dtypes: ModelDTypes, tensor_parallel: int = 1,
-                 attention_implementation: str = "flash") -> list[StepSummary] | None:
+                 attention_implementation: str = "flash", expect: RowExpectation | None = None) -> list[StepSummary] | None:
     """The same step at many values of batch_size (or, in decode, seq_len), exactly, from two analyses.
 
     Every row's FLOPs and bytes are affine in the batch (tokens = batch x q_len), and in a decode step's
@@ -462,16 +471,21 @@ def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, va
     elif (parameter != "seq_len" or phase != "decode" or any(g.sliding_window or g.chunk for g in arch.groups)
           or arch.sparse_index is not None):
         return None
-    lines, peak = _affine_lines(arch, evaluator, parameter=parameter, phase=phase, batch=batch, seq_len=seq_len,
-                                dtypes=dtypes, tensor_parallel=tensor_parallel,
-                                attention_implementation=attention_implementation)
+    lines, peak, keys = _affine_lines(arch, evaluator, parameter=parameter, phase=phase, batch=batch,
+                                      seq_len=seq_len, dtypes=dtypes, tensor_parallel=tensor_parallel,
+                                      attention_implementation=attention_implementation)
+    formulas = [expect(kind, dtype) if expect and not line[1] else None for line, (kind, dtype) in zip(lines, keys)]
+    expecting = any(formulas)
     summaries = []
     for value in values:
         x = value - 1
-        flops = hbm = link = weights = kv_read = kv_written = 0.0
+        flops = hbm = link = weights = kv_read = kv_written = expected = 0.0
         by_bound = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
-        for n, comm, f0, f1, b0, b1, c0, c1, m0, m1, w0, w1, kr0, kr1, kw0, kw1 in lines:
+        for (n, comm, f0, f1, b0, b1, c0, c1, m0, m1, w0, w1, kr0, kr1, kw0, kw1), formula in zip(lines, formulas):
             compute, memory = c0 + c1 * x, m0 + m1 * x
+            if expecting:
+                own = max(compute, memory)
+                expected += (max(formula(f0 + f1 * x, b0 + b1 * x), own) if formula else own) * n
             flops += (f0 + f1 * x) * n
             weights += (w0 + w1 * x) * n
             kv_read += (kr0 + kr1 * x) * n
@@ -488,5 +502,6 @@ def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, va
                         memory_bound_time_share=by_bound["memory"] / time,
                         compute_bound_time_share=by_bound["compute"] / time,
                         interconnect_time_share=by_bound["interconnect"] / time)
-        summaries.append(StepSummary(value, totals, flops / (time * peak) if peak else None))
+        summaries.append(StepSummary(value, totals, flops / (time * peak) if peak else None,
+                                     expected if expecting else None))
     return summaries
