@@ -70,14 +70,19 @@ class SweepPoint:
 
 
 def sweep_figure(points: list[SweepPoint], *, parameter: str, metric_label: str, crossovers: list[tuple[float, str]],
-                 largest_feasible: float | None, title: str, image_format: str, log_x: bool) -> bytes:
+                 largest_feasible: float | None, title: str, image_format: str, log_x: bool,
+                 expected: list[float] | None = None) -> bytes:
     """The metric against the swept value, points coloured by bound (hollow where the step does not fit),
-    each crossover a vertical line, the largest feasible value marked."""
+    each crossover a vertical line, the largest feasible value marked; `expected`, the calibrated time at each
+    value, dashed beside the bound."""
     fig = new_figure(9, 5.5)
     ax = fig.subplots()
     if log_x:
         ax.set_xscale("log")
     ax.plot([p.value for p in points], [p.metric for p in points], color="#555555", linewidth=1, gid="sweep-line")
+    if expected is not None:
+        ax.plot([p.value for p in points], expected, color="#d62728", linewidth=1.2, linestyle=(0, (5, 3)),
+                gid="expected-line", label="expected (calibrated kernels)")
     _draw_points_by_bound(ax, points)
     labels = _draw_crossovers(ax, points, crossovers)
     if largest_feasible is not None:
@@ -91,7 +96,8 @@ def sweep_figure(points: list[SweepPoint], *, parameter: str, metric_label: str,
     place_labels(fig, ax, labels)
     description = (f"{metric_label} against {parameter} at {len(points)} values; crossovers: "
                    + (", ".join(f"{t} at {e:.4g}" for e, t in crossovers) or "none")
-                   + (f"; largest value that fits: {largest_feasible:.6g}" if largest_feasible is not None else ""))
+                   + (f"; largest value that fits: {largest_feasible:.6g}" if largest_feasible is not None else "")
+                   + (f"; expected from {expected[0]:.4g} to {expected[-1]:.4g}" if expected is not None else ""))
     return finished(fig, image_format, title, description)
 
 

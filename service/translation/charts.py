@@ -138,9 +138,11 @@ def plot_sweep(request: SweepPlotRequest, catalog: DeviceCatalog) -> bytes:
         reason = "a log x axis needs positive values"
         raise Unprocessable(reason, [{"loc": "body.log_x", "msg": reason}])
     crossovers = [(c.estimate, f"{c.from_bound} to {c.to_bound}") for c in result.crossover]
+    expected = [row.expected_time_s for row in result.rows if row.expected_time_s is not None]
     return sweep_figure(points, parameter=request.parameter, metric_label=METRIC_LABELS[request.metric],
                         crossovers=crossovers, largest_feasible=result.largest_feasible_value,
-                        title=_sweep_title(request), image_format=request.format, log_x=log_x)
+                        title=_sweep_title(request), image_format=request.format, log_x=log_x,
+                        expected=expected if request.metric == "time_s" and len(expected) == len(points) else None)
 
 
 def _sweep_title(request: SweepPlotRequest) -> str:

@@ -197,6 +197,12 @@ def test_a_sweep_drawn_with_its_largest_feasible_value(client):
                 "request": {"device_id": "nvidia-h100-sxm", "operator": {"kind": "matmul", "m": 1, "n": 4096, "k": 4096}}}
     root, ids, texts = parse(client.post("/v1/plot/sweep", json=operator).content)
     assert "crossover-0" in ids and "memory to compute at" in texts
+    # On a calibrated device the time is drawn twice: the bound, and dashed beside it what the kernels are expected
+    # to take (the shipped H100 GEMM calibration); not where the metric is not a time, nor with calibration "none".
+    assert "expected-line" in ids and "expected (calibrated kernels)" in texts
+    assert "expected-line" not in parse(client.post("/v1/plot/sweep", json=body).content)[1]
+    bare = {**operator, "request": {**operator["request"], "calibration": "none"}}
+    assert "expected-line" not in parse(client.post("/v1/plot/sweep", json=bare).content)[1]
     refused = client.post("/v1/plot/sweep", json={**operator, "metric": "tokens_per_s"})
     assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.metric"
 
