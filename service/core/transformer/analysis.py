@@ -452,6 +452,16 @@ def curve_from_two(one: Sequence[RowResult], two: Sequence[RowResult], values: S
     return total.tolist()
 
 
+def _expected_at(x: float, lines: list[tuple], formulas: list) -> float:
+    """The step's expected time at x: each row with a formula at the larger of what it expects and the row's bound,
+    every other row at its bound."""
+    total = 0.0
+    for (n, _, f0, f1, b0, b1, c0, c1, m0, m1, *_), formula in zip(lines, formulas, strict=True):
+        own = max(c0 + c1 * x, m0 + m1 * x)
+        total += (max(formula(f0 + f1 * x, b0 + b1 * x), own) if formula else own) * n
+    return total
+
+
 def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, values: list[int], phase: str,
                  batch: int, seq_len: int, dtypes: ModelDTypes, tensor_parallel: int = 1,
                  attention_implementation: str = "flash", expect: RowExpectation | None = None) -> list[StepSummary] | None:
@@ -479,13 +489,10 @@ def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, va
     summaries = []
     for value in values:
         x = value - 1
-        flops = hbm = link = weights = kv_read = kv_written = expected = 0.0
+        flops = hbm = link = weights = kv_read = kv_written = 0.0
         by_bound = {"memory": 0.0, "compute": 0.0, "interconnect": 0.0}
-        for (n, comm, f0, f1, b0, b1, c0, c1, m0, m1, w0, w1, kr0, kr1, kw0, kw1), formula in zip(lines, formulas):
+        for n, comm, f0, f1, b0, b1, c0, c1, m0, m1, w0, w1, kr0, kr1, kw0, kw1 in lines:
             compute, memory = c0 + c1 * x, m0 + m1 * x
-            if expecting:
-                own = max(compute, memory)
-                expected += (max(formula(f0 + f1 * x, b0 + b1 * x), own) if formula else own) * n
             flops += (f0 + f1 * x) * n
             weights += (w0 + w1 * x) * n
             kv_read += (kr0 + kr1 * x) * n
@@ -503,5 +510,5 @@ def affine_sweep(arch: Architecture, evaluator: Evaluator, *, parameter: str, va
                         compute_bound_time_share=by_bound["compute"] / time,
                         interconnect_time_share=by_bound["interconnect"] / time)
         summaries.append(StepSummary(value, totals, flops / (time * peak) if peak else None,
-                                     expected if expecting else None))
+                                     _expected_at(x, lines, formulas) if expecting else None))
     return summaries
