@@ -12,6 +12,7 @@ from service.core.planning import deployment
 from service.core.serving_calibration import ServingCalibration
 from service.core.training.collectives import Link, Topology
 from service.core.transformer.analysis import first_matmul, step_rows
+from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.core.transformer.layers import Step
 from service.persistence.catalog import DeviceCatalog
@@ -73,8 +74,10 @@ def pool_budgets(request, arch, dtypes, device) -> tuple[deployment.BudgetFor, s
     return budget_for, basis
 
 
-def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> ServingAnalysis:
-    name, arch = resolve_model(request, catalog)
+def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCatalog,
+                            resolved: tuple[str, Architecture] | None = None) -> ServingAnalysis:
+    """`resolved`: the request's (model name, architecture), where the caller has resolved them already."""
+    name, arch = resolved or resolve_model(request, catalog)
     device = catalog.get(request.device_id)
     measured = catalog.measured(device.id)
     dtypes = core_dtypes(request, arch)

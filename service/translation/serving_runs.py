@@ -96,8 +96,9 @@ def run_records(body, catalog: DeviceCatalog) -> list[dict[str, Any]]:
         except ValidationError as exc:
             raise invalid_nested(exc, ["body", "runs", str(index)]) from None
         try:
-            bound = analyze_serving_request(request, catalog).bound
+            # Resolved once: an inline config would otherwise be parsed for the bound and again for the record.
             name, arch = resolve_model(request, catalog)
+            bound = analyze_serving_request(request, catalog, (name, arch)).bound
         except Unprocessable as exc:
             raise _relocated(exc, index) from None
         beaten = [(field, measured, limit) for field, measured, limit in
