@@ -191,8 +191,8 @@ def _shipped_serving_points(calibration_id: str, catalog: DeviceCatalog) -> list
     calibration = next(c for c in serving_calibrations().values() if f"serving:{c.id}" == calibration_id)
     points = []
     for row in shipped_runs():
-        key = (inferencex.DEVICE_IDS.get(row["hardware"]), row["framework"], row["precision"], row["spec_method"])
-        if key != (calibration.device_id, calibration.engine, calibration.precision, calibration.speculative):
+        if inferencex.scope(row) != (calibration.device_id, calibration.engine, calibration.precision,
+                                     calibration.speculative):
             continue
         request = ServingAnalysisRequest.model_validate(inferencex.serving_request(row) | {"calibration": "none"})
         bound = analyze_serving_request(request, catalog).bound.tpot_s

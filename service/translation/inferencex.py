@@ -96,6 +96,11 @@ def serving_request(row: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def scope(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    """What a shipped serving calibration is kept by: (device id, engine, precision, speculative method)."""
+    return DEVICE_IDS[row["hardware"]], row["framework"], row["precision"], row["spec_method"]
+
+
 SOURCE = "SemiAnalysis InferenceX DeepSeek-R1 runs, as shipped in service/data/serving-runs/inferencex-dsr1.json"
 
 
@@ -106,7 +111,7 @@ def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, A
     groups: dict[tuple[str, str, str, str], list[ServingPoint]] = defaultdict(list)
     for row in rows:
         bound, metrics = bound_of(serving_request(row)), row["metrics"]
-        groups[(DEVICE_IDS[row["hardware"]], row["framework"], row["precision"], row["spec_method"])].append(
+        groups[scope(row)].append(
             ServingPoint(row["isl"], row["osl"], row["conc"], bound["tpot_s"], bound["ttft_s"],
                          metrics["median_tpot"], metrics["median_ttft"]))
     return [fit_serving_calibration(points, id=":".join(key), device_id=key[0], engine=key[1], precision=key[2],
