@@ -105,11 +105,12 @@ def held_out_expectations(answers: list[tuple[dict, dict]]) -> dict[int, float]:
         if len(fitted) < 3:
             continue
         points = [ServingPoint(1024, 1024, 1, answers[i][1]["bound"]["tpot_s"], 1.0,
-                               answers[i][0]["metrics"]["median_tpot"], 1.0) for i in fitted]
-        scale, overhead = fit_scale_and_overhead([p.bound_tpot_s for p in points], [p.tpot_s for p in points])
+                               answers[i][0]["metrics"]["median_tpot"], 1.0, answers[i][1]["bound"]["prefill_share_s"])
+                  for i in fitted]
+        scale, overhead = fit_scale_and_overhead([p.tpot_basis_s for p in points], [p.tpot_s for p in points])
         for i in set(members) - set(fitted):
-            bound = answers[i][1]["bound"]["tpot_s"]
-            expected[i] = max(bound, scale * bound + overhead)
+            bound = answers[i][1]["bound"]
+            expected[i] = max(bound["tpot_s"], scale * (bound["tpot_s"] + bound["prefill_share_s"]) + overhead)
     return expected
 
 

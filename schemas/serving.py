@@ -163,6 +163,11 @@ class ServingBound(ServingFigures):
                                          "the devices it shares (e2e_latency_s less ttft_s + (output_len - 1) x tpot_s)")
     prefill_s: float = Field(description="One request's prefill alone, seconds")
     decode_step_s: float = Field(description="One decode step (or verification of draft_tokens + 1 tokens), seconds")
+    prefill_share_s: float = Field(
+        description="Aggregated: the prefills of a group's batch (the requests that replace finished ones, on the same "
+                    "devices) spread over its output tokens, seconds a token: what decode steps wait for on top of "
+                    "tpot_s in steady state, the batch's prefill bound / output_len (0 when disaggregated). Not in "
+                    "tpot_s, which stays the bound of one step; expected TPOT is calibrated on tpot_s + this")
     draft_s: float = Field(description="The draft's steps per verification, seconds (0 without speculative decoding)")
     kv_transfer_s: float = Field(description="One request's KV cache from the prefill to the decode pool, seconds")
     kv_transfer_bytes: float = Field(description="One request's KV cache, bytes (0 when aggregated)")

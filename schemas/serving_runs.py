@@ -173,6 +173,8 @@ class ServingRunPublic(BaseModel):
     ttft_s: float = Field(description="Measured median TTFT, seconds")
     bound_tpot_s: float = Field(description="The service's TPOT bound at its deployment when stored, seconds")
     bound_ttft_s: float = Field(description="The service's TTFT bound at its deployment when stored, seconds")
+    bound_prefill_share_s: float = Field(description="The bound's prefill share a token at its deployment when stored "
+                                                     "(/v1/analyze/serving's bound.prefill_share_s), seconds")
     source: str
     exceeds_bound_reason: str | None = Field(description="Why it may beat its bound, where it does")
     submitted_by: str = Field(description="Label of the token that submitted it (never the token)")

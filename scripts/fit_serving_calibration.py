@@ -40,7 +40,7 @@ def main() -> None:
               f"{calibration.checked_on}: TPOT {calibration.tpot_median_error:.1%} median, "
               f"{calibration.tpot_p90_error:.1%} p90 (bound {calibration.bound_tpot_median_error:.1%}); "
               f"TTFT {calibration.ttft_median_error:.1%}", file=sys.stderr)
-    json.dump({"model": "TPOT = tpot_scale x bound + tpot_overhead_s; TTFT = ttft_scale x bound + ttft_overhead_s; "
+    json.dump({"model": "TPOT = tpot_scale x (bound + prefill_share) + tpot_overhead_s; TTFT = ttft_scale x bound + ttft_overhead_s; "
                         "the bound is /v1/analyze/serving's at the run's deployment",
                "calibrations": [asdict(c) for c in fitted]}, sys.stdout, indent=1)
     sys.stdout.write("\n")

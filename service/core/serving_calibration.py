@@ -1,11 +1,15 @@
 """Expectations beside a serving deployment's bounds, from measured serving runs of the same device and engine.
 
 A measured TPOT sits a device- and engine-dependent distance above its bound: a per-step cost no roofline sees
-(scheduling, kernel launches and tails, sampling) and kernels short of their roofs. A serving calibration is the
-fit TPOT = scale x bound + overhead (and the same for TTFT), over runs of one device, engine, precision and
-speculative method, the bound being this service's own at the runs' deployments. It carries what it was fitted on
-and how wrong it was on runs held out of the fit; an expectation is never below the bound.
-"""
+(scheduling, kernel launches and tails, sampling) and kernels short of their roofs; and where prefill and decode
+share the devices, the steps also wait for the prefills of the requests that replace finished ones. A serving
+calibration is the fit TPOT = scale x (bound + prefill share) + overhead, the prefill share being the bound's
+(T_p(B) / output, 0 disaggregated), over runs of one device, engine, precision and speculative method, the bound
+being this service's own at the runs' deployments; TTFT = scale x bound + overhead alike. The prefill share takes
+the decode's scale rather than a fitted one of its own: at one workload shape it barely varies, so a free
+coefficient there is not identified (fitted freely it made the other shapes worse, docs/serving.md). A
+calibration carries what it was fitted on and how wrong it was on runs held out of the fit; an expectation is never
+below the bound."""
 
 from __future__ import annotations
 
@@ -62,8 +66,9 @@ class ServingCalibration:
         if not (self.tpot_scale > 0 and self.ttft_scale > 0 and self.tpot_overhead_s >= 0 and self.ttft_overhead_s >= 0):
             raise ValueError(f"serving calibration {self.id}: scales must be positive and overheads not negative")
 
-    def tpot_s(self, bound: float) -> float:
-        return max(bound, self.tpot_scale * bound + self.tpot_overhead_s)
+    def tpot_s(self, bound: float, prefill_share_s: float = 0.0) -> float:
+        """`prefill_share_s`: the bound's (ServingBound.prefill_share_s), 0 where `bound` already holds it."""
+        return max(bound, self.tpot_scale * (bound + prefill_share_s) + self.tpot_overhead_s)
 
     def ttft_s(self, bound: float) -> float:
         return max(bound, self.ttft_scale * bound + self.ttft_overhead_s)
@@ -94,13 +99,19 @@ class ServingPoint:
     bound_ttft_s: float
     tpot_s: float
     ttft_s: float
+    bound_prefill_share_s: float = 0.0  # the bound's prefill share a token (0 disaggregated)
+
+    @property
+    def tpot_basis_s(self) -> float:
+        """What the TPOT scale multiplies: the step's bound and the prefills it waits for."""
+        return self.bound_tpot_s + self.bound_prefill_share_s
 
 
 def _errors(train: Sequence[ServingPoint], test: Sequence[ServingPoint]) -> tuple[np.ndarray, np.ndarray]:
     """TPOT and TTFT errors on `test` of a fit to `train`."""
-    tpot = fit_scale_and_overhead([p.bound_tpot_s for p in train], [p.tpot_s for p in train])
+    tpot = fit_scale_and_overhead([p.tpot_basis_s for p in train], [p.tpot_s for p in train])
     ttft = fit_scale_and_overhead([p.bound_ttft_s for p in train], [p.ttft_s for p in train])
-    return (relative_errors([max(p.bound_tpot_s, tpot[0] * p.bound_tpot_s + tpot[1]) for p in test], [p.tpot_s for p in test]),
+    return (relative_errors([max(p.bound_tpot_s, tpot[0] * p.tpot_basis_s + tpot[1]) for p in test], [p.tpot_s for p in test]),
             relative_errors([max(p.bound_ttft_s, ttft[0] * p.bound_ttft_s + ttft[1]) for p in test], [p.ttft_s for p in test]))
 
 
@@ -129,7 +140,7 @@ def fit_serving_calibration(points: Sequence[ServingPoint], *, id: str, device_i
     if len(points) < 3:
         raise ValueError("a serving calibration needs at least three runs")
     checked_by, checked, tpot_errors, ttft_errors = _checked(points, fit_shape)
-    tpot = fit_scale_and_overhead([p.bound_tpot_s for p in points], [p.tpot_s for p in points])
+    tpot = fit_scale_and_overhead([p.tpot_basis_s for p in points], [p.tpot_s for p in points])
     ttft = fit_scale_and_overhead([p.bound_ttft_s for p in points], [p.ttft_s for p in points])
     return ServingCalibration(
         id=id, device_id=device_id, engine=engine, precision=precision, speculative=speculative, source=source,
@@ -162,9 +173,10 @@ class ServingExpectation:
 
 def expect(calibration: ServingCalibration, bound, *, input_len: int, output_len: int,
            concurrency: int) -> ServingExpectation:
-    """TPOT and TTFT from the fit; the step between tokens in the bound's proportion to TPOT; the end-to-end time
-    from those (never below the bound's); requests/s no more than the bound's nor than Little's law allows."""
-    tpot, ttft = calibration.tpot_s(bound.tpot_s), calibration.ttft_s(bound.ttft_s)
+    """TPOT (with the bound's prefill share) and TTFT from the fit; the step between tokens in the bound's proportion
+    to TPOT; the end-to-end time from those (never below the bound's); requests/s no more than the bound's nor than
+    Little's law allows."""
+    tpot, ttft = calibration.tpot_s(bound.tpot_s, bound.prefill_share_s), calibration.ttft_s(bound.ttft_s)
     e2e = max(bound.e2e_latency_s, ttft + (output_len - 1) * tpot)
     rate = min(bound.requests_per_s, concurrency / e2e)
     return ServingExpectation(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, ForeignKey, Integer, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Float, ForeignKey, Integer, MetaData, String, Text
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -203,6 +203,7 @@ class ServingRun(SQLModel, table=True):
     ttft_s: float
     bound_tpot_s: float
     bound_ttft_s: float
+    bound_prefill_share_s: float = Field(default=0.0, sa_column=Column(Float, nullable=False, server_default="0"))
     source: str = Field(max_length=1000)
     exceeds_bound_reason: str | None = Field(default=None, max_length=1000)
     submitted_by: str = Field(max_length=100)

@@ -22,7 +22,8 @@ from service.runtime.errors import CalibrationNotFound, Unprocessable, cost_mode
 from service.translation.operator_analyses import operator_fields
 
 KERNEL_MODEL = "t = t0 + max(T_compute / compute_efficiency, T_memory / memory_efficiency), T at the nominal roofs"
-SERVING_MODEL = "TPOT = tpot_scale x bound + tpot_overhead; TTFT = ttft_scale x bound + ttft_overhead (never below)"
+SERVING_MODEL = ("TPOT = tpot_scale x (bound + prefill share) + tpot_overhead; TTFT = ttft_scale x bound + ttft_overhead "
+                 "(never below the bound)")
 
 
 def timing_records(body: KernelTimingsCreate, device: DeviceSpec) -> list[dict]:
@@ -105,7 +106,8 @@ def serving_public(calibration: ServingCalibration) -> dict:
                  f"{calibration.speculative}",
         "model": SERVING_MODEL,
         "parameters": [
-            {"name": "tpot_scale", "value": calibration.tpot_scale, "unit": "1", "meaning": "measured TPOT per bound TPOT"},
+            {"name": "tpot_scale", "value": calibration.tpot_scale, "unit": "1", "meaning": "measured TPOT per bound TPOT and "
+             "prefill share (the bound's prefill_share_s, 0 disaggregated)"},
             {"name": "tpot_overhead", "value": calibration.tpot_overhead_s, "unit": "s",
              "meaning": "the scheduler's cost per decode step beside the bound"},
             {"name": "ttft_scale", "value": calibration.ttft_scale, "unit": "1", "meaning": "measured TTFT per bound TTFT"},
@@ -153,7 +155,8 @@ def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of, 
 
 
 def _run_residual(calibration: ServingCalibration, run) -> dict:
-    expected_tpot, expected_ttft = calibration.tpot_s(run.bound_tpot_s), calibration.ttft_s(run.bound_ttft_s)
+    expected_tpot = calibration.tpot_s(run.bound_tpot_s, run.bound_prefill_share_s)
+    expected_ttft = calibration.ttft_s(run.bound_ttft_s)
     return {"run_id": run.id, "input_len": run.input_len, "output_len": run.output_len,
             "concurrency": run.concurrency, "measured_tpot_s": run.tpot_s, "expected_tpot_s": expected_tpot,
             "bound_tpot_s": run.bound_tpot_s, "tpot_error": expected_tpot / run.tpot_s - 1,
@@ -195,6 +198,7 @@ def _shipped_serving_points(calibration_id: str, catalog: DeviceCatalog) -> list
                                      calibration.speculative):
             continue
         request = ServingAnalysisRequest.model_validate(inferencex.serving_request(row) | {"calibration": "none"})
-        bound = analyze_serving_request(request, catalog).bound.tpot_s
-        points.append(ParityPoint(row["metrics"]["median_tpot"], calibration.tpot_s(bound), bound))
+        bound = analyze_serving_request(request, catalog).bound
+        points.append(ParityPoint(row["metrics"]["median_tpot"], calibration.tpot_s(bound.tpot_s, bound.prefill_share_s),
+                                  bound.tpot_s))
     return points

@@ -113,7 +113,7 @@ def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, A
         bound, metrics = bound_of(serving_request(row)), row["metrics"]
         groups[scope(row)].append(
             ServingPoint(row["isl"], row["osl"], row["conc"], bound["tpot_s"], bound["ttft_s"],
-                         metrics["median_tpot"], metrics["median_ttft"]))
+                         metrics["median_tpot"], metrics["median_ttft"], bound["prefill_share_s"]))
     return [fit_serving_calibration(points, id=":".join(key), device_id=key[0], engine=key[1], precision=key[2],
                                     speculative=key[3], source=source)
             for key, points in sorted(groups.items()) if len(points) >= 3]

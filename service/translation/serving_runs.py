@@ -116,13 +116,14 @@ def run_records(body, catalog: DeviceCatalog) -> list[dict[str, Any]]:
             "input_len": request.input_len, "output_len": request.output_len, "concurrency": request.concurrency,
             "request": request.model_dump(mode="json", exclude_defaults=True, exclude={"calibration"}),
             "tpot_s": run.tpot_s, "ttft_s": run.ttft_s, "bound_tpot_s": bound.tpot_s, "bound_ttft_s": bound.ttft_s,
-            "source": body.source, "exceeds_bound_reason": body.exceeds_bound_reason if beaten else None})
+            "bound_prefill_share_s": bound.prefill_share_s, "source": body.source,
+            "exceeds_bound_reason": body.exceeds_bound_reason if beaten else None})
     return records
 
 
 def points_of(runs: list[ServingRun]) -> list[ServingPoint]:
     return [ServingPoint(run.input_len, run.output_len, run.concurrency, run.bound_tpot_s, run.bound_ttft_s,
-                         run.tpot_s, run.ttft_s) for run in runs]
+                         run.tpot_s, run.ttft_s, run.bound_prefill_share_s) for run in runs]
 
 
 def refit_serving(runs: list[ServingRun]) -> dict[str, Any] | None:

@@ -13,8 +13,9 @@ DEVICE, MODEL, ENGINE = "nvidia-h100-sxm", "llama-3.1-8b", "ourengine"
 LAYOUT = {"tensor_parallel": 2, "dtypes": {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"}}
 # Runs at the most common shape (1,024 in, 1,024 out) and two at another, which the fit is checked on.
 WORKLOADS = [(1024, 1024, 1), (1024, 1024, 8), (1024, 1024, 64), (4096, 256, 4), (4096, 256, 32)]
-# The measured medians the runs report, made by hand from the service's own bounds: TPOT = 2 x bound + 1 ms and
-# TTFT = 1.5 x bound + 20 ms, so the fit must find those four numbers again, with no error on the held-out shape.
+# The measured medians the runs report, made by hand from the service's own bounds: TPOT = 2 x (bound + prefill
+# share) + 1 ms (the share: the batch's prefills over its output tokens, aggregated as these are) and TTFT = 1.5 x
+# bound + 20 ms, so the fit must find those four numbers again, with no error on the held-out shape.
 TPOT_SCALE, TPOT_OVERHEAD, TTFT_SCALE, TTFT_OVERHEAD = 2.0, 1e-3, 1.5, 20e-3
 
 
@@ -31,7 +32,7 @@ def native_runs(client, workloads=WORKLOADS):
     for input_len, output_len, concurrency in workloads:
         bound = analysis(client, input_len, output_len, concurrency, calibration="none")["bound"]
         runs.append({"input_len": input_len, "output_len": output_len, "concurrency": concurrency,
-                     "tpot_s": TPOT_SCALE * bound["tpot_s"] + TPOT_OVERHEAD,
+                     "tpot_s": TPOT_SCALE * (bound["tpot_s"] + bound["prefill_share_s"]) + TPOT_OVERHEAD,
                      "ttft_s": TTFT_SCALE * bound["ttft_s"] + TTFT_OVERHEAD})
     return runs
 
@@ -56,12 +57,14 @@ def test_a_calibration_fitted_to_runs_made_by_hand(client):
     assert fitted["median_error"] == pytest.approx(0, abs=1e-9) and fitted["bound_median_error"] > 0.4
     assert fitted["workloads"] == [[1024, 1024], [4096, 256]] and fitted["concurrency"] == [1, 64]
 
-    # A workload no run measured: TPOT expected at 2 x bound + 1 ms, the bound itself unchanged by the calibration.
+    # A workload no run measured: TPOT expected at 2 x (bound + share) + 1 ms, the bound unchanged by the calibration.
     calibrated, bare = analysis(client, 2048, 512, 16, engine=ENGINE), analysis(client, 2048, 512, 16, engine=ENGINE,
                                                                                 calibration="none")
     assert calibrated["bound"] == bare["bound"] and bare["expected"] is None
     expected = calibrated["expected"]
-    assert expected["tpot_s"] == pytest.approx(TPOT_SCALE * bare["bound"]["tpot_s"] + TPOT_OVERHEAD)
+    bound = bare["bound"]
+    assert bound["prefill_share_s"] > 0.01 * bound["tpot_s"]  # aggregated: the share is there, and counted
+    assert expected["tpot_s"] == pytest.approx(TPOT_SCALE * (bound["tpot_s"] + bound["prefill_share_s"]) + TPOT_OVERHEAD)
     assert expected["ttft_s"] == pytest.approx(TTFT_SCALE * bare["bound"]["ttft_s"] + TTFT_OVERHEAD)
     assert expected["calibration"]["id"] == f"measured:{DEVICE}:{ENGINE}:{MODEL}:bf16:none"
     assert expected["calibration"]["extrapolated"]  # 2,048 / 512 is not a shape it was fitted on

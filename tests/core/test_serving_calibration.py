@@ -44,3 +44,28 @@ def test_too_few_runs_are_refused():
     with pytest.raises(ValueError, match="three runs"):
         fit_serving_calibration(points((1024, 1024), [1e-3, 2e-3], 2, 0), id="x", device_id="d", engine="e",
                                 precision="fp8", speculative="none", source="test")
+
+
+def test_the_prefill_share_takes_the_decode_scale_and_carries_it_to_a_longer_prompt():
+    """Three aggregated runs at 1,024 / 1,024 with step bounds 1, 2, 4 ms and prefill shares 0.1, 0.2, 0.4 ms a token
+    (T_p(B) / 1,024), measured at 2 x (bound + share) + 1 ms: 3.2, 5.4, 9.8 ms. The fit finds 2 and 1 ms; two runs
+    at 8,192 / 1,024, where the prefills weigh far more (shares 1 and 3 ms on bounds of 1.5 and 3 ms), measured on
+    the same line (6, 13 ms), are then expected exactly, where a fit that ignored the share would have missed them
+    by 28 % and 42 %."""
+    def run(shape, bound, share):
+        return ServingPoint(*shape, concurrency=8, bound_tpot_s=bound, bound_ttft_s=10 * bound,
+                            tpot_s=2 * (bound + share) + 1e-3, ttft_s=30 * bound, bound_prefill_share_s=share)
+
+    runs = [run((1024, 1024), 1e-3, 0.1e-3), run((1024, 1024), 2e-3, 0.2e-3), run((1024, 1024), 4e-3, 0.4e-3),
+            run((8192, 1024), 1.5e-3, 1e-3), run((8192, 1024), 3e-3, 3e-3)]
+    assert [r.tpot_s for r in runs] == pytest.approx([3.2e-3, 5.4e-3, 9.8e-3, 6e-3, 13e-3])
+    calibration = fit_serving_calibration(runs, id="d:e:fp8:none", device_id="d", engine="e", precision="fp8",
+                                          speculative="none", source="test")
+    assert calibration.tpot_scale == pytest.approx(2) and calibration.tpot_overhead_s == pytest.approx(1e-3)
+    assert calibration.checked_by == "other workload shapes"
+    assert calibration.tpot_median_error == pytest.approx(0, abs=1e-9)
+    assert calibration.tpot_s(3e-3, 3e-3) == pytest.approx(13e-3)
+    # Without the share, the line through the first three (2.2 x bound + 1 ms) expects 4.3 ms and 7.6 ms: 28 % and
+    # 42 % short.
+    without = fit_scale_and_overhead([r.bound_tpot_s for r in runs[:3]], [r.tpot_s for r in runs[:3]])
+    assert without == pytest.approx((2.2, 1e-3))

@@ -19,6 +19,9 @@ The scheduling model: continuous batching at a fixed concurrency c, in steady st
   T_p(n) one prefill step of n requests per group, every group at once
   TTFT  >= T_p(1) (one request once admitted, alone) + with disaggregated pools, its KV cache over the link
   TPOT  >= T_d (with speculative decoding: (the verification of k + 1 tokens + k draft steps) / acceptance length)
+         and, aggregated, a request's tokens also wait for the prefills of the requests that replace finished ones
+         on the same devices: T_p(B) / output a token (the prefill share, reported beside TPOT, not in it: a step
+         without a prefill in it is that fast)
   requests/s <= the work a pool can do: aggregated, each group spends `output / acceptance` decode steps and its
          B requests' prefills (batched, the cheapest way to do them) per B requests: running / (output /
          acceptance x T_d + T_p(B)); disaggregated, the slower of the prefill pool (workers_p x d_p x n / T_p(n),
@@ -244,6 +247,7 @@ class ServingBound:
     running_requests: int  # requests being decoded at once over the deployment; the rest of the concurrency waits
     prefill_s: float  # T_p(1): one request's prefill
     decode_step_s: float  # the verification step where speculative, else T_d
+    prefill_share_s: float  # aggregated: T_p(B) / output, the batch's prefills spread over its output tokens; else 0
     draft_s: float  # the k draft steps of one verification (0 without speculative decoding)
     kv_transfer_s: float  # 0 when aggregated
     kv_transfer_bytes: float
@@ -348,8 +352,11 @@ def analyze_deployment(arch: Architecture, evaluator: Evaluator, topology: Topol
     served = ttft + (osl - 1) * tpot  # a request's time once admitted
 
     decode_steps = osl / acceptance
+    prefill_share = 0.0
     if prefill is None:
-        cycle = decode_steps * (step + draft) + prefill_worker.time_s(batch=batch, q_len=isl, kv_len=isl)
+        batch_prefill = prefill_worker.time_s(batch=batch, q_len=isl, kv_len=isl)
+        prefill_share = batch_prefill / osl
+        cycle = decode_steps * (step + draft) + batch_prefill
         rates = {"decode": running / cycle}
     else:
         prefill_batch = max(1, c // prefill.groups)
@@ -371,5 +378,6 @@ def analyze_deployment(arch: Architecture, evaluator: Evaluator, topology: Topol
         ttft_s=ttft, tpot_s=tpot, itl_s=step + draft, e2e_latency_s=e2e, waiting_s=e2e - served,
         requests_per_s=rate, output_tokens_per_s=rate * osl, output_tokens_per_s_per_device=rate * osl / devices,
         tokens_per_s_per_device=rate * (isl + osl) / devices, tokens_per_s_per_user=1 / tpot, devices=devices,
-        running_requests=running, prefill_s=first, decode_step_s=step, draft_s=draft, kv_transfer_s=transfer_s,
+        running_requests=running, prefill_s=first, decode_step_s=step, prefill_share_s=prefill_share, draft_s=draft,
+        kv_transfer_s=transfer_s,
         kv_transfer_bytes=transfer_bytes, limited_by=limited_by, pools=tuple(pools))
