@@ -167,7 +167,7 @@ async def time_fits_and_writes(runs: list[dict]) -> None:
 
     rng = np.random.default_rng(0)
     bounds = rng.uniform(1e-3, 2e-2, 1000)
-    for shapes, check in ((3, "checked on the other shapes"), (1, "one shape: checked leave-one-out, 1,000 refits")):
+    for shapes, check in ((3, "checked on the other shapes"), (1, "one shape: checked leaving out 100 runs one at a time, 100 refits")):
         points = [ServingPoint(1024 * (1 + i % shapes), 1024, 1 + i % 64, b, 10 * b,
                                2.5 * b + 4e-3 * rng.uniform(0.8, 1.2), 30 * b) for i, b in enumerate(bounds)]
         fits = []

@@ -20,17 +20,36 @@ from functools import cached_property
 
 import numpy as np
 
+# Runs within about this relative error of the line count as squares, those further out about linearly: the
+# spread between twin InferenceX runs of one deployment is 12 % at the 90th percentile (docs/serving.md).
+ROBUST_SCALE = 0.1
+# A scope with one workload shape is checked by leaving out at most this many runs, spread over them, one at a time.
+MAX_LEFT_OUT = 100
 
-def fit_scale_and_overhead(bounds: Sequence[float], measured: Sequence[float]) -> tuple[float, float]:
-    """(scale, overhead) minimising the squared relative error of scale x bound + overhead against the measured
-    times (numpy's least squares); where the overhead or the scale would come out negative (a few points of one
-    concurrency), the overhead is held at 0 and the scale refitted."""
-    b, m = np.asarray(bounds, dtype=float), np.asarray(measured, dtype=float)
+
+def _plain_line(b: np.ndarray, m: np.ndarray) -> tuple[float, float]:
+    """The least-squares line on relative error (numpy), or through the origin where its overhead or scale would
+    come out negative (a few points of one concurrency): where the robust fit starts."""
     design = np.column_stack([b / m, 1 / m])
     (scale, overhead), *_ = np.linalg.lstsq(design, np.ones_like(m), rcond=None)
     if overhead < 0 or scale <= 0:
         ratio = b / m
         scale, overhead = float(ratio.sum() / (ratio**2).sum()), 0.0
+    return float(scale), float(overhead)
+
+
+def fit_scale_and_overhead(bounds: Sequence[float], measured: Sequence[float]) -> tuple[float, float]:
+    """(scale, overhead), scale > 0 and overhead >= 0, minimising a soft-L1 loss of the relative error of
+    scale x bound + overhead against the measured times (scipy's bounded least squares): a run far off the line (of
+    another software version, or a deployment read wrongly) pulls it about linearly rather than quadratically, so a
+    few do not drag it. On 1,057 InferenceX runs it took the median of the calibrations' held-out TPOT errors from
+    10.9 % (plain least squares) to 9.9 %, and the median of their 90th percentiles from 27.6 % to 29.9 % (docs/serving.md)."""
+    from scipy.optimize import least_squares
+
+    b, m = np.asarray(bounds, dtype=float), np.asarray(measured, dtype=float)
+    fit = least_squares(lambda x: (x[0] * b + x[1]) / m - 1, _plain_line(b, m), bounds=([1e-12, 0.0], [np.inf, np.inf]),
+                        loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac")
+    scale, overhead = fit.x
     return float(scale), float(overhead)
 
 
@@ -117,13 +136,16 @@ def _errors(train: Sequence[ServingPoint], test: Sequence[ServingPoint]) -> tupl
 
 def _checked(points: Sequence[ServingPoint], fit_shape: tuple[int, int]):
     """(how, the points checked, their TPOT errors, their TTFT errors): a fit to `fit_shape`'s runs checked on the
-    other shapes where there are at least three of those and others, else leave-one-out."""
+    other shapes where there are at least three of those and others, else leave-one-out (of at most MAX_LEFT_OUT
+    runs, spread over them: each one left out is a refit)."""
     fitted = [p for p in points if (p.input_len, p.output_len) == fit_shape]
     others = [p for p in points if (p.input_len, p.output_len) != fit_shape]
     if len(fitted) >= 3 and others:
         return ("other workload shapes", others, *_errors(fitted, others))
-    pairs = [_errors([q for j, q in enumerate(points) if j != i], [p]) for i, p in enumerate(points)]
-    return ("leave-one-out", list(points), np.concatenate([e[0] for e in pairs]), np.concatenate([e[1] for e in pairs]))
+    left_out = sorted({round(i) for i in np.linspace(0, len(points) - 1, min(len(points), MAX_LEFT_OUT))})
+    pairs = [_errors([q for j, q in enumerate(points) if j != i], [points[i]]) for i in left_out]
+    return ("leave-one-out", [points[i] for i in left_out], np.concatenate([e[0] for e in pairs]),
+            np.concatenate([e[1] for e in pairs]))
 
 
 def most_common_shape(points: Sequence[ServingPoint]) -> tuple[int, int]:
