@@ -98,7 +98,7 @@ async def main() -> None:
 def held_out_expectations(answers: list[tuple[dict, dict]]) -> dict[int, float]:
     """Each run's expected TPOT from a calibration fitted to its device, engine, precision and method's runs at
     1,024 / 1,024 alone (at least three), for the runs at the other shapes: what the calibration never saw."""
-    from service.core.serving_calibration import ServingPoint, fit_scale_and_overhead
+    from service.core.serving_calibration import ServingPoint, fit_scale_and_overhead, on_line
 
     groups: dict[tuple, list[int]] = defaultdict(list)
     for index, (row, _) in enumerate(answers):
@@ -114,7 +114,7 @@ def held_out_expectations(answers: list[tuple[dict, dict]]) -> dict[int, float]:
         scale, overhead = fit_scale_and_overhead([p.tpot_basis_s for p in points], [p.tpot_s for p in points])
         for i in set(members) - set(fitted):
             bound = answers[i][1]["bound"]
-            expected[i] = max(bound["tpot_s"], scale * (bound["tpot_s"] + bound["prefill_share_s"]) + overhead)
+            expected[i] = on_line(scale, overhead, bound["tpot_s"], bound["tpot_s"] + bound["prefill_share_s"])
     return expected
 
 

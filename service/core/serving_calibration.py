@@ -53,6 +53,11 @@ def fit_scale_and_overhead(bounds: Sequence[float], measured: Sequence[float]) -
     return float(scale), float(overhead)
 
 
+def on_line(scale: float, overhead: float, bound: float, basis: float) -> float:
+    """scale x basis + overhead, never below the bound: what a fitted line expects."""
+    return max(bound, scale * basis + overhead)
+
+
 def relative_errors(expected: Sequence[float], measured: Sequence[float]) -> np.ndarray:
     return np.abs(np.asarray(expected, dtype=float) / np.asarray(measured, dtype=float) - 1)
 
@@ -87,10 +92,10 @@ class ServingCalibration:
 
     def tpot_s(self, bound: float, prefill_share_s: float = 0.0) -> float:
         """`prefill_share_s`: the bound's (ServingBound.prefill_share_s), 0 where `bound` already holds it."""
-        return max(bound, self.tpot_scale * (bound + prefill_share_s) + self.tpot_overhead_s)
+        return on_line(self.tpot_scale, self.tpot_overhead_s, bound, bound + prefill_share_s)
 
     def ttft_s(self, bound: float) -> float:
-        return max(bound, self.ttft_scale * bound + self.ttft_overhead_s)
+        return on_line(self.ttft_scale, self.ttft_overhead_s, bound, bound)
 
     def covers(self, input_len: int, output_len: int, concurrency: int) -> bool:
         """Whether a workload lies among those fitted (its shape one of theirs, its concurrency in their range)."""
@@ -130,8 +135,8 @@ def _errors(train: Sequence[ServingPoint], test: Sequence[ServingPoint]) -> tupl
     """TPOT and TTFT errors on `test` of a fit to `train`."""
     tpot = fit_scale_and_overhead([p.tpot_basis_s for p in train], [p.tpot_s for p in train])
     ttft = fit_scale_and_overhead([p.bound_ttft_s for p in train], [p.ttft_s for p in train])
-    return (relative_errors([max(p.bound_tpot_s, tpot[0] * p.tpot_basis_s + tpot[1]) for p in test], [p.tpot_s for p in test]),
-            relative_errors([max(p.bound_ttft_s, ttft[0] * p.bound_ttft_s + ttft[1]) for p in test], [p.ttft_s for p in test]))
+    return (relative_errors([on_line(*tpot, p.bound_tpot_s, p.tpot_basis_s) for p in test], [p.tpot_s for p in test]),
+            relative_errors([on_line(*ttft, p.bound_ttft_s, p.bound_ttft_s) for p in test], [p.ttft_s for p in test]))
 
 
 def _checked(points: Sequence[ServingPoint], fit_shape: tuple[int, int]):
