@@ -14,12 +14,12 @@ WORKDIR /app
 RUN useradd --system --uid 10001 --home-dir /app roofline \
     && mkdir -p /var/lib/roofline && chown roofline /var/lib/roofline
 
-# The dependencies first, from pyproject.toml alone: a change to the code reuses this layer instead of
-# reinstalling every dependency.
-COPY pyproject.toml README.md ./
+# The dependencies first, from pyproject.toml alone, held to the versions the tests were verified with
+# (constraints.txt): a change to the code reuses this layer instead of reinstalling every dependency.
+COPY pyproject.toml README.md constraints.txt ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt
+    && pip install --constraint constraints.txt -r /tmp/requirements.txt
 COPY schemas ./schemas
 COPY service ./service
 COPY migrations ./migrations

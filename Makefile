@@ -5,14 +5,18 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate check docs test test-fast golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-calibration bench-charts bench-explorer bench-access-log
+.PHONY: install install-test serve migrate check docs test test-fast test-newest lock golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-calibration bench-charts bench-explorer bench-access-log
+
+# Every install is held to constraints.txt: the versions `make test` was verified with (see that file; `make lock`
+# re-pins it on purpose, `make test-newest` tries the newest releases without touching it).
+CONSTRAINTS := constraints.txt
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --constraint $(CONSTRAINTS) --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet --constraint $(CONSTRAINTS) -e .
 
 # The FLOP cross-checks compare against torch's own counter, CPU build only: PyPI's Linux torch wheel
 # is the CUDA build with gigabytes of nvidia-* packages. The +cpu pin resolves to a wheel pip's own indexes and
@@ -23,7 +27,7 @@ TORCH_CPU := torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 install-test: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,dev]'
+	$(BIN)/pip install --quiet --constraint $(CONSTRAINTS) -e '.[test,dev]'
 	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet '$(TORCH_CPU)' 2>/dev/null \
 		|| $(BIN)/pip install --quiet --retries 1 --timeout 20 '$(TORCH_CPU)' --extra-index-url $(TORCH_CPU_INDEX) \
 		|| echo "torch (CPU build) could not be installed: the FLOP cross-checks will be skipped"
@@ -60,6 +64,15 @@ test: check docs
 		echo "PostgreSQL is not reachable at $(POSTGRES_TEST_URL): its run is skipped"; test -z "$(REQUIRE_POSTGRES)"; \
 	fi
 
+# The suite (SQLite) in a throwaway venv with the newest releases pyproject.toml's ranges admit, not the pins: it
+# lists each package newer than constraints.txt and what failed. It never changes the pins and never blocks a landing.
+test-newest:
+	$(PYTHON) scripts/newest_releases.py check
+
+# Re-pins constraints.txt to the newest releases the ranges admit; run `make test` before committing the change.
+lock:
+	$(PYTHON) scripts/newest_releases.py lock
+
 test-fast: install-test
 	$(BIN)/python -m pytest -m "not crosscheck"
 
@@ -68,7 +81,7 @@ golden: install-test
 	$(BIN)/python -m tests.golden.record
 
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) .venv-newest data .pytest_cache
 
 # Throughput and latency against a bare FastAPI ceiling, with wrk (installed from Debian if missing).
 bench: install

@@ -9,8 +9,8 @@ server=""
 trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
 
 python3 -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install --quiet --upgrade pip
-"$work/venv/bin/pip" install --quiet -e "$root"
+"$work/venv/bin/python" -m pip install --quiet --constraint "$root/constraints.txt" --upgrade pip
+"$work/venv/bin/pip" install --quiet --constraint "$root/constraints.txt" -e "$root"
 if "$work/venv/bin/python" -c "import pytest" 2>/dev/null; then
     echo "the runtime-only venv has pytest: the check would not prove anything" >&2; exit 1
 fi

@@ -42,6 +42,25 @@ def import_torch():
     return import_crosscheck("torch")
 
 
+def forward_flop_counts(layer, *args, **kwargs):
+    """FlopCounterMode over one forward of a real layer as a served model runs it (no gradient anywhere), by
+    operator name ("mm", "bmm", "convolution", ...), with the total under "total".
+
+    The layer's parameters are frozen, not only the forward run under no_grad: FlopCounterMode's module tracker
+    hooks the backward of every tensor that requires a gradient, and a layer that hands one of its parameters to a
+    submodule (transformers 5.25's depthwise convolutions do) then fails in torch ("Expected gradient function to be
+    set"). Freezing changes no FLOP: the forward computes the same products."""
+    torch = import_torch()
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layer.requires_grad_(False)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        layer(*args, **kwargs)
+    counts = {str(op).split(".")[-1]: flops for op, flops in counter.get_flop_counts()["Global"].items()}
+    counts["total"] = counter.get_total_flops()
+    return counts
+
+
 POSTGRES_ADMIN_URL = os.environ.get("ROOFLINE_TEST_POSTGRES")
 _clones = itertools.count()
 

@@ -11,7 +11,7 @@ from service.core.transformer.layers import ModelDTypes
 from service.core.transformer.params import model_params
 from service.core.transformer.quantization import checkpoint_dtypes
 from service.persistence.catalog import model_catalog, nominal_device
-from tests.conftest import import_crosscheck
+from tests.conftest import forward_flop_counts, import_crosscheck
 
 CATALOG = {entry["id"]: entry["config"] for entry in model_catalog()}
 TINY_TEXT = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -152,7 +152,6 @@ def test_gemma3_layer_flops_equal_flop_counter():
     # the service's matmul rows and the unmasked attention matmuls, softmax aside, must be the same number.
     torch = import_crosscheck("torch")
     transformers = import_crosscheck("transformers")
-    from torch.utils.flop_counter import FlopCounterMode
 
     from service.core.operators import attention_cost
 
@@ -163,12 +162,11 @@ def test_gemma3_layer_flops_equal_flop_counter():
     batch, length = 2, 24
     x = torch.randn(batch, length, 64)
     positions = (torch.randn(1, length, 16), torch.randn(1, length, 16))
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        layer(x, position_embeddings=positions, attention_mask=None)
+    counted = forward_flop_counts(layer, x, position_embeddings=positions, attention_mask=None)
     arch = from_hf_config(config)
     result = analyze_model(arch, Evaluator(nominal_device("nvidia-h100-sxm")), phase="prefill", batch=batch,
                            seq_len=length, dtypes=ModelDTypes())
     global_rows = [r for r in result.rows if r.group == "dense layers"]
     matmuls = sum(r.flops / r.layers for r in global_rows if r.kind == "matmul")
     scores = attention_cost(batch=batch, heads=4, kv_heads=2, head_dim=16, q_len=length, kv_len=length)
-    assert matmuls + scores.flops - batch * 4 * length * length * 5 == counter.get_total_flops()
+    assert matmuls + scores.flops - batch * 4 * length * length * 5 == counted["total"]

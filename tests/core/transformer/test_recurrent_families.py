@@ -11,7 +11,7 @@ from service.core.transformer.families import from_hf_config
 from service.core.transformer.layers import ModelDTypes, Step, recurrent_rows
 from service.core.transformer.params import model_params
 from service.persistence.catalog import nominal_device
-from tests.conftest import import_crosscheck
+from tests.conftest import forward_flop_counts, import_crosscheck
 from tests.core.transformer.test_families import transformers_count
 
 # Qwen3-Next-80B-A3B's dimensions, as transformers' Qwen3NextConfig documents them for that checkpoint.
@@ -128,14 +128,11 @@ def _counted_and_ours(module_name: str, class_name: str, config_class: str, conf
     transformers = import_crosscheck("transformers")
     import importlib
 
-    from torch.utils.flop_counter import FlopCounterMode
-
     fields = {k: v for k, v in config.items() if k != "model_type"}
     module = getattr(importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}"), class_name)
     mixer = module(getattr(transformers, config_class)(**fields), layer_idx=0)
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        mixer(torch.randn(batch, length, config["hidden_size"]))
-    counted = {str(op).split(".")[-1]: flops for op, flops in counter.get_flop_counts()["Global"].items()}
+    counted = forward_flop_counts(mixer, torch.randn(batch, length, config["hidden_size"]))
+    del counted["total"]
     arch = from_hf_config(config)
     rows = {r.name: r.cost for r in recurrent_rows(arch, arch.recurrent, Step(batch, length, length), ModelDTypes())}
     return counted, rows
@@ -205,7 +202,6 @@ def test_gated_attention_layer_flops_equal_flop_counter():
     # products, softmax aside, must be the same number.
     torch = import_crosscheck("torch")
     transformers = import_crosscheck("transformers")
-    from torch.utils.flop_counter import FlopCounterMode
     from transformers.models.qwen3_next import modeling_qwen3_next
 
     from service.core.operators import attention_cost
@@ -216,8 +212,8 @@ def test_gated_attention_layer_flops_equal_flop_counter():
     layer = modeling_qwen3_next.Qwen3NextAttention(config, layer_idx=3)
     batch, length, rotated = 2, 24, 4  # partial_rotary_factor 0.25 of head_dim 16
     positions = (torch.randn(1, length, rotated), torch.randn(1, length, rotated))
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        layer(torch.randn(batch, length, 64), position_embeddings=positions, attention_mask=None)
+    counted = forward_flop_counts(layer, torch.randn(batch, length, 64), position_embeddings=positions,
+                                  attention_mask=None)
     arch = from_hf_config(TINY_QWEN3_NEXT)
     group = next(g for g in arch.groups if g.mixer == "attention")
     rows = attention_rows(arch, group, Step(batch, length, length), ModelDTypes())
@@ -225,4 +221,4 @@ def test_gated_attention_layer_flops_equal_flop_counter():
     # qkv_proj holds q_proj's gate half too (2 x tokens x hidden x heads x head_dim more FLOPs than a plain one).
     assert [r.name for r in rows if r.kind == "matmul"] == ["qkv_proj", "o_proj"]
     scores = attention_cost(batch=batch, heads=4, kv_heads=2, head_dim=16, q_len=length, kv_len=length)
-    assert matmuls + scores.flops - batch * 4 * length * length * 5 == counter.get_total_flops()
+    assert matmuls + scores.flops - batch * 4 * length * length * 5 == counted["total"]

@@ -13,12 +13,11 @@ from service.core.transformer.architecture import from_generic
 from service.core.transformer.layers import ModelDTypes
 from service.core.transformer.params import layer_params
 from service.persistence.catalog import nominal_device
-from tests.conftest import import_torch
+from tests.conftest import forward_flop_counts, import_torch
 
 torch = import_torch()
 pytestmark = pytest.mark.crosscheck
 from torch import nn  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 256, 8, 2, 32, 512
 EXPERTS, TOP_K = 4, 2
@@ -110,9 +109,7 @@ def service_matmul_flops(moe: bool, phase: str, batch: int, seq_len: int) -> flo
 
 
 def torch_flops(layer, *args):
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        layer(*args)
-    return counter.get_total_flops()
+    return forward_flop_counts(layer, *args)["total"]
 
 
 @pytest.mark.parametrize("moe", [False, True])
