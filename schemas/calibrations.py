@@ -52,9 +52,19 @@ class KernelTimingPublic(BaseModel):
 
 class CalibrationParameter(BaseModel):
     name: str
-    value: float
+    value: float | None = Field(description="The fitted value; null only where `identified` is false")
     unit: str = Field(description="'s', '1' (a fraction) or the unit named")
     meaning: str = Field(description="What the parameter stands for")
+    identified: bool = Field(True, description="False where the measurements cannot tell it (a compute efficiency "
+                                               "fitted to memory-bound matmuls only): the fit holds it at its roof")
+    note: str | None = Field(None, description="Why it is not identified, and what would identify it")
+
+
+class NotFitted(BaseModel):
+    scope: str = Field(description="The measurements' scope: device, engine and dtype, or a serving run's device, "
+                                   "engine, model, weights' type and speculative method")
+    measurements: int = Field(description="How many of the scope's measurements are stored")
+    reason: str = Field(description="Why no calibration was fitted (or why the one there was dropped)")
 
 
 class CalibrationPublic(BaseModel):
@@ -126,4 +136,6 @@ class KernelTimingsCreated(BaseModel):
     created: list[int] = Field(description="The new timings' ids")
     calibrations: list[CalibrationPublic] = Field(
         description="The calibrations refitted for the engines and dtypes the timings touched (a matmul calibration "
-                    "needs at least 6 matmul timings of one engine and compute dtype)")
+                    "needs at least 6 matmul timings of 6 distinct shapes, of one engine and compute dtype)")
+    not_fitted: list[NotFitted] = Field(
+        default_factory=list, description="Each engine and dtype the timings touched that has no calibration, and why")

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.calibrations import CalibrationPublic, Source
+from schemas.calibrations import CalibrationPublic, NotFitted, Source
 from schemas.common import DeviceId, EngineName, StrictModel, not_both
 from schemas.models import Length, ModelChoice, ModelIdField
 from schemas.serving import MAX_SERVING_CONCURRENCY, ServingLayout
@@ -186,5 +186,7 @@ class ServingRunsCreated(BaseModel):
     calibrations: list[CalibrationPublic] = Field(
         description="The serving calibrations refitted for the devices, engines, models, weights' types and "
                     "speculative methods the runs touched (one needs at least 3 runs)")
+    not_fitted: list[NotFitted] = Field(
+        default_factory=list, description="Each scope the runs touched that has no calibration, and why")
 
 

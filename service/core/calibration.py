@@ -43,6 +43,8 @@ class KernelCalibration:
     shapes: tuple[tuple[int, int], ...] | None = None
     # The fitted shapes (log2 m, log2 n, log2 k) and log(measured / formula) of each: the nearest correct the formula.
     anchors: tuple[tuple[float, float, float, float], ...] | None = None
+    # The efficiencies its timings could not tell (COMPUTE, MEMORY: no timing bound there), held at 1.
+    unidentified: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -52,6 +54,7 @@ class KernelCalibration:
         for name in ("shapes", "anchors"):  # read back from JSON as lists
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(tuple(item) for item in getattr(self, name)))
+        object.__setattr__(self, "unidentified", tuple(self.unidentified))
         if not (self.t0_s >= 0 and 0 < self.compute_efficiency <= 1 and 0 < self.memory_efficiency <= 1):
             raise ValueError(f"calibration of {self.device_id} {self.dtype} would expect less than the bound")
 
@@ -59,6 +62,17 @@ class KernelCalibration:
         """Whether a matmul lies outside the m, n and k the fitted timings covered (False where not recorded)."""
         return self.shapes is not None and any(
             not low <= size <= high for size, (low, high) in zip((m, n, k), self.shapes, strict=True))
+
+    def outside(self, flops: float, hbm_bytes: float, sizes: tuple[int, int, int] | None) -> bool:
+        """Whether its expectation of a matmul extrapolates: the shape lies outside those fitted, or the term that
+        binds it is one the timings could not tell (a compute-bound matmul on a fit of memory-bound ones)."""
+        if sizes is not None and self.extrapolated(*sizes):
+            return True
+        if not self.unidentified:
+            return False
+        compute_binds = (flops / (self.peak_flops_per_s * self.compute_efficiency)
+                         >= hbm_bytes / (self.hbm_bytes_per_s * self.memory_efficiency))
+        return (COMPUTE if compute_binds else MEMORY) in self.unidentified
 
     def expected_time_s(self, flops: float, hbm_bytes: float, sizes: tuple[int, int, int] | None = None) -> float:
         """The formula, corrected by the nearest fitted shapes where the matmul's (m, n, k) is given."""
@@ -92,6 +106,7 @@ class KernelCalibration:
         return (f"fitted to {self.fitted_on:,} {self.engine} GEMM timings on {self.device_id} in {self.dtype} "
                 f"({self.source}): t = {self.t0_s * 1e6:.3g} us + max(T_compute / {self.compute_efficiency:.3g}, "
                 f"T_memory / {self.memory_efficiency:.3g}) at the nominal roofs"
+                + "".join(f" ({name} held at 1: no timing was {name.split('_')[0]}-bound)" for name in self.unidentified)
                 + (f", times what it missed on the {NEIGHBOURS} nearest of {len(self.anchors):,} fitted shapes"
                    if self.anchors else "") + f"; on {self.checked_on:,} timings held "
                 f"out ({self.checked_by}) it was off by {self.median_error:.1%} in the median ({self.p90_error:.1%} at the 90th "
@@ -181,28 +196,49 @@ class KernelFit(NamedTuple):
     p90_error: float
     bound_median_error: float
     checked_by: str
+    unidentified: tuple[str, ...] = ()  # efficiencies the timings cannot tell, held at 1 (COMPUTE, MEMORY)
 
 
-def _least_squares(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray) -> tuple[float, float, float]:
+def _least_squares(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray,
+                   held_at_roof: tuple[str, ...] = ()) -> tuple[float, float, float]:
     """(t0, e_c, e_m) minimising the squared log error of t0 + max(T_c / e_c, T_m / e_m) against the measured
-    times (scipy's bounded least squares), with t0 >= 0 and both efficiencies in (0, 1]: never below the bound."""
+    times (scipy's bounded least squares), with t0 >= 0 and both efficiencies in (0, 1]: never below the bound. An
+    efficiency named in `held_at_roof` is held at 1 (the timings cannot tell it)."""
     from scipy.optimize import least_squares
+
+    hold_c, hold_m = COMPUTE in held_at_roof, MEMORY in held_at_roof
 
     def residuals(x: np.ndarray) -> np.ndarray:
         t0, inverse_c, inverse_m = x
+        inverse_c, inverse_m = (1.0 if hold_c else inverse_c), (1.0 if hold_m else inverse_m)
         return np.log((t0 + np.maximum(compute_s * inverse_c, memory_s * inverse_m)) / measured_s)
 
     start = np.array([float(np.min(measured_s)) / 4, 1.5, 1.5])
     fit = least_squares(residuals, start, bounds=([0.0, 1.0, 1.0], [np.inf, 1e4, 1e4]), x_scale="jac")
     t0, inverse_c, inverse_m = fit.x
-    return float(t0), float(1 / inverse_c), float(1 / inverse_m)
+    return float(t0), (1.0 if hold_c else float(1 / inverse_c)), (1.0 if hold_m else float(1 / inverse_m))
+
+
+COMPUTE, MEMORY = "compute_efficiency", "memory_efficiency"
+# The fewest timings whose fitted time an efficiency's term must set for the timings to tell that efficiency: a
+# fit of memory-bound shapes alone leaves e_c anywhere low enough never to bind (one such fit reported 0.27).
+MIN_BINDING = 2
+
+
+def unidentified_terms(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray) -> tuple[str, ...]:
+    """The efficiencies a fit to these timings cannot tell: those whose term sets the fitted time of fewer than
+    MIN_BINDING of them (held at the roof, 1, such a term never binds where it did not)."""
+    _, e_c, e_m = _least_squares(compute_s, memory_s, measured_s)
+    compute_binds = compute_s / e_c >= memory_s / e_m
+    return tuple(name for name, count in ((COMPUTE, int(compute_binds.sum())), (MEMORY, int((~compute_binds).sum())))
+                 if count < MIN_BINDING)
 
 
 def _predict(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray, shapes: np.ndarray,
-             fitted: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+             fitted: np.ndarray, predicted: np.ndarray, held_at_roof: tuple[str, ...] = ()) -> np.ndarray:
     """The `predicted` timings' times (never below their bound) from a calibration fitted to the `fitted` ones: the
     formula, and its residual on each fitted shape."""
-    t0, e_c, e_m = _least_squares(compute_s[fitted], memory_s[fitted], measured_s[fitted])
+    t0, e_c, e_m = _least_squares(compute_s[fitted], memory_s[fitted], measured_s[fitted], held_at_roof)
     formula = t0 + np.maximum(compute_s / e_c, memory_s / e_m)
     residuals = np.log(measured_s[fitted] / formula[fitted])
     correction = ShapeCorrection(shapes[fitted], residuals).at(shapes[predicted])
@@ -219,16 +255,18 @@ def fit_kernel_terms(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np
     if n < MIN_POINTS:
         raise ValueError(f"a calibration needs at least {MIN_POINTS} timings, not {n}")
     shapes = np.log2(np.asarray(sizes, dtype=float))
-    t0, e_c, e_m = _least_squares(compute_s, memory_s, measured_s)
+    held_at_roof = unidentified_terms(compute_s, memory_s, measured_s)
+    t0, e_c, e_m = _least_squares(compute_s, memory_s, measured_s, held_at_roof)
     order = np.random.default_rng(seed).permutation(n)
     folds = [order[i::FOLDS] for i in range(FOLDS)] if n >= 25 else [np.array([i]) for i in range(n)]
     predicted = np.empty(n)
     for held in folds:
-        predicted[held] = _predict(compute_s, memory_s, measured_s, shapes, np.setdiff1d(order, held), held)
+        predicted[held] = _predict(compute_s, memory_s, measured_s, shapes, np.setdiff1d(order, held), held,
+                                   held_at_roof)
     error = np.abs(predicted / measured_s - 1)
     bound_error = np.abs(np.maximum(compute_s, memory_s) / measured_s - 1)
     residuals = np.log(measured_s / (t0 + np.maximum(compute_s / e_c, memory_s / e_m)))
     anchors = np.column_stack([shapes, residuals]).round(5).tolist()
     return KernelFit(t0, e_c, e_m, anchors, float(np.median(error)), float(np.quantile(error, 0.9)),
                      float(np.median(bound_error)),
-                     f"{FOLDS}-fold cross-validation" if n >= 25 else "leave-one-out")
+                     f"{FOLDS}-fold cross-validation" if n >= 25 else "leave-one-out", held_at_roof)

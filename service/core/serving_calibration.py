@@ -38,6 +38,17 @@ def _plain_line(b: np.ndarray, m: np.ndarray) -> tuple[float, float]:
     return float(scale), float(overhead)
 
 
+# Runs whose bounds span less than this factor (largest over smallest) cannot tell a scale from an overhead (every
+# line through their one point fits them alike): the calibration says its overhead is not identified, and an
+# expectation at a bound outside that span says it extrapolates.
+MIN_SPREAD = 1.1
+
+
+def separable(bounds: Sequence[float]) -> bool:
+    """Whether runs at these bounds tell a scale from an overhead."""
+    return max(bounds) >= MIN_SPREAD * min(bounds)
+
+
 def fit_scale_and_overhead(bounds: Sequence[float], measured: Sequence[float]) -> tuple[float, float]:
     """(scale, overhead), scale > 0 and overhead >= 0, minimising a soft-L1 loss of the relative error of
     scale x bound + overhead against the measured times (scipy's bounded least squares): a run far off the line (of
@@ -47,8 +58,11 @@ def fit_scale_and_overhead(bounds: Sequence[float], measured: Sequence[float]) -
     from scipy.optimize import least_squares
 
     b, m = np.asarray(bounds, dtype=float), np.asarray(measured, dtype=float)
-    fit = least_squares(lambda x: (x[0] * b + x[1]) / m - 1, _plain_line(b, m), bounds=([1e-12, 0.0], [np.inf, np.inf]),
-                        loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac")
+    scale, overhead = _plain_line(b, m)
+    # Runs at one bound make the plain line's scale arbitrary, and it can come out under the fit's floor (1e-12):
+    # least_squares refuses to start outside its bounds.
+    fit = least_squares(lambda x: (x[0] * b + x[1]) / m - 1, (max(scale, 1e-12), overhead),
+                        bounds=([1e-12, 0.0], [np.inf, np.inf]), loss="soft_l1", f_scale=ROBUST_SCALE, x_scale="jac")
     scale, overhead = fit.x
     return float(scale), float(overhead)
 
@@ -85,10 +99,18 @@ class ServingCalibration:
     concurrency: tuple[int, int]  # the smallest and largest
     model: str | None = None  # the model its runs served, where the calibration is kept per model
     origin: str = "shipped"  # or "measured": fitted to runs submitted to the service
+    # The overheads its runs could not tell from a scale (their bounds too alike: see separable), held at 0.
+    unidentified: tuple[str, ...] = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "unidentified", tuple(self.unidentified))  # read back from JSON as a list
         if not (self.tpot_scale > 0 and self.ttft_scale > 0 and self.tpot_overhead_s >= 0 and self.ttft_overhead_s >= 0):
             raise ValueError(f"serving calibration {self.id}: scales must be positive and overheads not negative")
+
+    @property
+    def address(self) -> str:
+        """The id GET /v1/calibrations/{id} answers to: kernel and serving calibrations share that namespace."""
+        return f"serving:{self.id}"
 
     def tpot_s(self, bound: float, prefill_share_s: float = 0.0) -> float:
         """`prefill_share_s`: the bound's (ServingBound.prefill_share_s), 0 where `bound` already holds it."""
@@ -179,7 +201,9 @@ def fit_serving_calibration(points: Sequence[ServingPoint], *, id: str, device_i
                                                                 [p.tpot_s for p in checked]))),
         shapes=tuple(sorted({(p.input_len, p.output_len) for p in points})),
         concurrency=(min(p.concurrency for p in points), max(p.concurrency for p in points)), model=model,
-        origin=origin)
+        origin=origin, unidentified=tuple(
+            name for name, bounds in (("tpot_overhead", [p.tpot_basis_s for p in points]),
+                                      ("ttft_overhead", [p.bound_ttft_s for p in points])) if not separable(bounds)))
 
 
 @dataclass(frozen=True)

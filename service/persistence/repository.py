@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Engine, insert, update
+from sqlalchemy import Engine, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -176,50 +177,75 @@ def delete_benchmark(session: Session, *, device_id: str, benchmark_id: int) -> 
 
 # The most recent timings of a (device, engine, dtype) a calibration is fitted to: what bounds a refit's work.
 MAX_FITTED_TIMINGS = 10_000
-# Refit: a group's measurements (kernel timings or serving runs) to its calibration's fields, or None when they are too few to fit.
-Refit = Callable[[list[Any]], dict[str, Any] | None]
+# Refit: a group's measurements (kernel timings or serving runs) to its calibration's fields, or to the reason it
+# cannot be fitted (too few, too alike).
+Refit = Callable[[list[Any]], dict[str, Any] | str]
+
+
+class NotFitted(NamedTuple):
+    scope: str  # the key's values, joined by ':'
+    measurements: int
+    reason: str
 
 
 def add_kernel_timings(session: Session, *, device_id: str, records: list[dict[str, Any]], submitted_by: str,
-                       refit: Refit) -> tuple[list[int], list[StoredKernelCalibration]]:
+                       refit: Refit) -> tuple[list[int], list[StoredKernelCalibration], list[NotFitted]]:
     """Stores every timing (one multi-row insert) and refits the calibrations they touch, in one transaction: all of
-    it or none. Answers the new ids and the refitted calibrations' rows."""
+    it or none. Answers the new ids, the refitted calibrations' rows and why the others have none."""
     now = utcnow()
     rows = [{"device_id": device_id, "submitted_by": submitted_by, "created_at": now, **record} for record in records]
     ids = [int(cast(int, new_id)) for new_id in session.scalars(
         insert(KernelTiming).returning(col(KernelTiming.id), sort_by_parameter_order=True), rows)]
     groups = {(record["engine"], record["dtype"]) for record in records}
-    _refit(session, device_id, groups, refit)
+    not_fitted = _refit(session, device_id, groups, refit)
     _bump_version(session)
     session.commit()
     fitted = [session.get(StoredKernelCalibration, (device_id, engine, dtype)) for engine, dtype in sorted(groups)]
-    return ids, [row for row in fitted if row is not None]
+    return ids, [row for row in fitted if row is not None], not_fitted
 
 
-def _refit(session: Session, device_id: str, groups: set[tuple[str, str]], refit: Refit) -> None:
-    for engine, dtype in sorted(groups):
-        _refit_one(session, KernelTiming, StoredKernelCalibration,
-                   {"device_id": device_id, "engine": engine, "dtype": dtype}, refit, MAX_FITTED_TIMINGS)
+def _refit(session: Session, device_id: str, groups: set[tuple[str, str]], refit: Refit) -> list[NotFitted]:
+    reasons = [_refit_one(session, KernelTiming, StoredKernelCalibration,
+                          {"device_id": device_id, "engine": engine, "dtype": dtype}, refit, MAX_FITTED_TIMINGS)
+               for engine, dtype in sorted(groups)]
+    return [reason for reason in reasons if reason is not None]
+
+
+def _lock_scope(session: Session, key: dict[str, str]) -> None:
+    """Serialises the writers of one calibration until the transaction ends, before its measurements are read: on
+    PostgreSQL two concurrent refits each read without the other's uncommitted rows (the last commit would leave a
+    fit of part of them) and both insert the calibration (a unique violation). A transaction-scoped advisory lock on
+    a 64-bit digest of the key; writers lock their keys in sorted order, so they never deadlock. SQLite serialises
+    every writer already."""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    digest = int.from_bytes(hashlib.blake2b("\x1f".join(key.values()).encode(), digest_size=8).digest(), "big",
+                            signed=True)
+    session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": digest})
 
 
 def _refit_one(session: Session, measurements: type[KernelTiming] | type[ServingRun],
                calibrations: type[StoredKernelCalibration] | type[StoredServingCalibration], key: dict[str, str],
-               refit: Refit, most: int) -> None:
-    """Refits (or drops, when refit answers None) the calibration of `key` (its primary key's columns, in their
-    order) from its newest `most` measurements."""
+               refit: Refit, most: int) -> NotFitted | None:
+    """Refits (or drops, when refit answers a reason) the calibration of `key` (its primary key's columns, in their
+    order) from its newest `most` measurements; answers why there is none, where there is none."""
+    _lock_scope(session, key)
     query: Any = select(measurements)
     for name, value in key.items():
         query = query.where(getattr(measurements, name) == value)
-    fit = refit(list(session.exec(query.order_by(col(measurements.id).desc()).limit(most))))
+    found = list(session.exec(query.order_by(col(measurements.id).desc()).limit(most)))
+    fit = refit(found)
     stored = session.get(calibrations, tuple(key.values()))
-    if fit is None:
+    if isinstance(fit, str):
         if stored is not None:
             session.delete(stored)
-    elif stored is None:
+        return NotFitted(":".join(key.values()), len(found), fit)
+    if stored is None:
         session.add(calibrations(**key, fit=fit, fitted_at=utcnow()))
     else:
         stored.fit, stored.fitted_at = fit, utcnow()
         session.add(stored)
+    return None
 
 
 def list_kernel_timings(session: Session, *, device_id: str, engine: str | None = None, kind: str | None = None,
@@ -253,21 +279,20 @@ SERVING_KEY = ("device_id", "engine", "model", "precision", "speculative")
 
 
 def add_serving_runs(session: Session, *, records: list[dict[str, Any]], submitted_by: str,
-                     refit: Refit) -> tuple[list[int], list[StoredServingCalibration]]:
+                     refit: Refit) -> tuple[list[int], list[StoredServingCalibration], list[NotFitted]]:
     """Stores every run (one multi-row insert) and refits the serving calibrations they touch, in one transaction.
-    Answers the new ids and the refitted calibrations' rows."""
+    Answers the new ids, the refitted calibrations' rows and why the others have none."""
     now = utcnow()
     rows = [{"submitted_by": submitted_by, "created_at": now, **record} for record in records]
     ids = [int(cast(int, new_id)) for new_id in session.scalars(
         insert(ServingRun).returning(col(ServingRun.id), sort_by_parameter_order=True), rows)]
     keys = sorted({tuple(record[name] for name in SERVING_KEY) for record in records})
-    for key in keys:
-        _refit_one(session, ServingRun, StoredServingCalibration, dict(zip(SERVING_KEY, key, strict=True)), refit,
-                   MAX_FITTED_RUNS)
+    reasons = [_refit_one(session, ServingRun, StoredServingCalibration, dict(zip(SERVING_KEY, key, strict=True)),
+                          refit, MAX_FITTED_RUNS) for key in keys]
     _bump_version(session)
     session.commit()
     fitted = [session.get(StoredServingCalibration, key) for key in keys]
-    return ids, [row for row in fitted if row is not None]
+    return ids, [row for row in fitted if row is not None], [reason for reason in reasons if reason is not None]
 
 
 def list_serving_runs(session: Session, *, device_id: str | None = None, engine: str | None = None,

@@ -14,7 +14,7 @@ from service.core.dtypes import peak_dtype
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
-from service.core.serving_calibration import ServingCalibration
+from service.core.serving_calibration import MIN_SPREAD, ServingCalibration
 from service.persistence.catalog import DeviceCatalog, gemm_calibrations, serving_calibrations, shipped_runs
 from service.persistence.repository import Refit
 from service.persistence.tables import KernelTiming
@@ -57,13 +57,21 @@ def _matmul_terms(device: DeviceSpec, dtype: str, timings: Iterable[KernelTiming
 
 
 def refit_for(device: DeviceSpec) -> Refit:
-    """The fit of a (device, engine, dtype)'s timings, as the calibrations table keeps it; None under MIN_POINTS
-    matmul timings, or where the device has no nominal roof for the dtype."""
-    def refit(timings: list[KernelTiming]) -> dict | None:
-        rows, compute, memory, measured = _matmul_terms(device, timings[0].dtype, timings) if timings else ([], None,
-                                                                                                             None, None)
-        if compute is None or memory is None or measured is None or len(rows) < MIN_POINTS:
-            return None
+    """The fit of a (device, engine, dtype)'s timings, as the calibrations table keeps it, or why there is none:
+    under MIN_POINTS matmul timings of as many distinct shapes, or no nominal roof for the dtype."""
+    def refit(timings: list[KernelTiming]) -> dict | str:
+        if not timings:
+            return "no timings are left"
+        dtype = timings[0].dtype
+        rows, compute, memory, measured = _matmul_terms(device, dtype, timings)
+        if compute is None or memory is None or measured is None:
+            return (f"the device has no nominal {dtype} tensor peak and HBM bandwidth to fit against (PUT "
+                    f"/v1/devices/{device.id} with them)")
+        distinct = len({(t.operator["m"], t.operator["n"], t.operator["k"]) for t in rows})
+        if len(rows) < MIN_POINTS or distinct < MIN_POINTS:
+            return (f"{len(rows)} plain matmul timings of {distinct} distinct (m, n, k) (of {len(timings)} timings): a "
+                    f"calibration needs at least {MIN_POINTS} distinct shapes, for its three parameters and an error "
+                    f"checked on timings it did not see (only plain matmuls are fitted)")
         sizes = np.array([[t.operator["m"], t.operator["n"], t.operator["k"]] for t in rows])
         fit = fit_kernel_terms(compute, memory, measured, sizes)
         first = rows[0]
@@ -76,8 +84,19 @@ def refit_for(device: DeviceSpec) -> Refit:
                 "median_error": fit.median_error, "p90_error": fit.p90_error,
                 "bound_median_error": fit.bound_median_error, "origin": "measured", "checked_by": fit.checked_by,
                 "shapes": [[int(sizes[:, axis].min()), int(sizes[:, axis].max())] for axis in range(3)],
-                "anchors": fit.anchors}
+                "anchors": fit.anchors, "unidentified": list(fit.unidentified)}
     return refit
+
+
+def _efficiency(calibration: KernelCalibration, name: str, meaning: str) -> dict:
+    """An efficiency parameter; one the timings could not tell has no value, and says why."""
+    if name not in calibration.unidentified:
+        return {"name": name, "value": getattr(calibration, name), "unit": "1", "meaning": meaning}
+    side = name.split("_")[0]
+    return {"name": name, "value": None, "unit": "1", "meaning": meaning, "identified": False,
+            "note": f"not identified: no timing fitted was {side}-bound, so the fit holds it at 1 (the roof) and "
+                    f"the errors reported say nothing of {side}-bound matmuls, whose expectations say extrapolated; "
+                    f"submit {side}-bound shapes to fit it"}
 
 
 def kernel_public(calibration: KernelCalibration) -> dict:
@@ -87,20 +106,30 @@ def kernel_public(calibration: KernelCalibration) -> dict:
         "model": KERNEL_MODEL,
         "parameters": [
             {"name": "t0", "value": calibration.t0_s, "unit": "s", "meaning": "a kernel's fixed cost (launch, tail)"},
-            {"name": "compute_efficiency", "value": calibration.compute_efficiency, "unit": "1",
-             "meaning": f"the share of the nominal {calibration.dtype} tensor peak a compute-bound matmul reaches"},
-            {"name": "memory_efficiency", "value": calibration.memory_efficiency, "unit": "1",
-             "meaning": "the share of the nominal HBM bandwidth a memory-bound matmul reaches"}],
+            _efficiency(calibration, "compute_efficiency",
+                        f"the share of the nominal {calibration.dtype} tensor peak a compute-bound matmul reaches"),
+            _efficiency(calibration, "memory_efficiency",
+                        "the share of the nominal HBM bandwidth a memory-bound matmul reaches")],
         "fitted_on": calibration.fitted_on, "checked_on": calibration.checked_on, "checked_by": calibration.checked_by,
         "median_error": calibration.median_error, "p90_error": calibration.p90_error,
         "bound_median_error": calibration.bound_median_error, "source": calibration.source,
         "shapes": [list(span) for span in calibration.shapes] if calibration.shapes else None}
 
 
+def _overhead(calibration: ServingCalibration, name: str, value: float, meaning: str) -> dict:
+    """An overhead parameter; one the runs could not tell from the scale has no value, and says why."""
+    if name not in calibration.unidentified:
+        return {"name": name, "value": value, "unit": "s", "meaning": meaning}
+    return {"name": name, "value": None, "unit": "s", "meaning": meaning, "identified": False,
+            "note": f"not identified: the runs' bounds lie within a factor {MIN_SPREAD} of each other, so a scale and "
+                    f"an overhead fit them alike; the fit is the scale alone (the overhead held at 0), and its error "
+                    f"says nothing of other bounds: submit runs at other lengths or concurrencies to fit it"}
+
+
 def serving_public(calibration: ServingCalibration) -> dict:
     served = f"{calibration.model} " if calibration.model else ""
     return {
-        "id": f"serving:{calibration.id}", "kind": "serving", "origin": calibration.origin,
+        "id": calibration.address, "kind": "serving", "origin": calibration.origin,
         "device_id": calibration.device_id, "engine": calibration.engine,
         "scope": f"deployments of {served}weights in {calibration.precision}, speculative decoding "
                  f"{calibration.speculative}",
@@ -108,11 +137,11 @@ def serving_public(calibration: ServingCalibration) -> dict:
         "parameters": [
             {"name": "tpot_scale", "value": calibration.tpot_scale, "unit": "1", "meaning": "measured TPOT per bound TPOT and "
              "prefill share (the bound's prefill_share_s, 0 disaggregated)"},
-            {"name": "tpot_overhead", "value": calibration.tpot_overhead_s, "unit": "s",
-             "meaning": "the scheduler's cost per decode step beside the bound"},
+            _overhead(calibration, "tpot_overhead", calibration.tpot_overhead_s,
+                      "the scheduler's cost per decode step beside the bound"),
             {"name": "ttft_scale", "value": calibration.ttft_scale, "unit": "1", "meaning": "measured TTFT per bound TTFT"},
-            {"name": "ttft_overhead", "value": calibration.ttft_overhead_s, "unit": "s",
-             "meaning": "queueing and scheduling before the first token beside the bound"}],
+            _overhead(calibration, "ttft_overhead", calibration.ttft_overhead_s,
+                      "queueing and scheduling before the first token beside the bound")],
         "fitted_on": calibration.fitted_on, "checked_on": calibration.checked_on, "checked_by": calibration.checked_by,
         "median_error": calibration.tpot_median_error, "p90_error": calibration.tpot_p90_error,
         "bound_median_error": calibration.bound_tpot_median_error, "source": calibration.source, "shapes": None,
@@ -136,7 +165,7 @@ def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of, 
     if found["origin"] != "measured":
         return {**found, "residuals": None, "run_residuals": None}
     if found["kind"] == "serving":
-        serving = next(c for c in catalog.measured_serving_calibrations() if f"serving:{c.id}" == calibration_id)
+        serving = next(c for c in catalog.measured_serving_calibrations() if c.address == calibration_id)
         key = (serving.device_id, serving.engine, serving.model, serving.precision, serving.speculative)
         return {**found, "residuals": None, "run_residuals": [_run_residual(serving, run) for run in runs_of(key)]}
     calibration = next(c for c in catalog.kernel_calibrations() if c.id == calibration_id)
@@ -191,7 +220,7 @@ def _shipped_serving_points(calibration_id: str, catalog: DeviceCatalog) -> list
     from service.translation import inferencex
     from service.translation.serving_analyses import analyze_serving_request
 
-    calibration = next(c for c in serving_calibrations().values() if f"serving:{c.id}" == calibration_id)
+    calibration = next(c for c in serving_calibrations().values() if c.address == calibration_id)
     points = []
     for row in shipped_runs():
         if inferencex.scope(row) != (calibration.device_id, calibration.engine, calibration.precision,

@@ -181,10 +181,15 @@ class _Group:
         matrix = np.stack([columns[name] for name in plan.numeric], axis=1).astype(np.float64)
         self.number_texts = json_bytes(matrix, numpy=True)[2:-2].split(b"],[")
         self.tiles_texts = json_bytes(numbers.tiles, numpy=True)[1:-1].split(b",")
-        spans = plan.calibration.shapes if plan.calibration is not None else None
+        calibration = plan.calibration
+        spans = calibration.shapes if calibration is not None else None
         outside = (np.zeros(len(requests), dtype=bool) if not spans else np.any(
             [(size < low) | (size > high) for size, (low, high) in zip((shapes.m, shapes.n, shapes.k), spans,
                                                                       strict=True)], axis=0))
+        if calibration is not None and calibration.unidentified:  # as roofline_fields says it, one by one
+            outside = np.array([calibration.outside(flops, moved, (m, n, k)) for flops, moved, m, n, k in zip(
+                numbers.flops.tolist(), numbers.bytes_total.tolist(), shapes.m.tolist(), shapes.n.tolist(),
+                shapes.k.tolist(), strict=True)], dtype=bool)
         self.extrapolated_texts = [b"true" if flag else b"false" for flag in outside.tolist()]
 
     def answer(self, at: int) -> bytes:

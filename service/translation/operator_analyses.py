@@ -97,7 +97,7 @@ def roofline_fields(device_id: str, result: RooflineResult, shape: dict | None =
     cost = result.cost
     expected = expected_fields(calibration, max(calibration.expected_time_s(cost.flops, cost.bytes_total, sizes),
                                                 result.time_s),
-                               bool(sizes and calibration.extrapolated(*sizes))) if calibration else None
+                               calibration.outside(cost.flops, cost.bytes_total, sizes)) if calibration else None
     return answer_fields(
         device_id, cost.kind, cost.flops, cost.bytes_read, cost.bytes_written, cost.bytes_total,
         result.arithmetic_intensity, result.ridge_point, str(result.bound), result.attainable_flops_per_s,

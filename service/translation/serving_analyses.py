@@ -123,6 +123,7 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
         expectation = serving_calibration.expect(calibration, bound, input_len=request.input_len,
                                                  output_len=request.output_len, concurrency=request.concurrency)
         expected = {**vars(expectation), "calibration": {**{name: getattr(calibration, name) for name in CALIBRATION_FIELDS},
+                                                          "id": calibration.address,
                                                           "extrapolated": expectation.extrapolated}}
     notes.append(_expected_note(request, calibration))
     return ServingAnalysis(
@@ -164,7 +165,7 @@ def _layout_notes(request: ServingAnalysisRequest, bound, topology: Topology) ->
     return notes
 
 
-CALIBRATION_FIELDS = ("id", "engine", "fitted_on", "checked_by", "checked_on", "tpot_median_error", "tpot_p90_error",
+CALIBRATION_FIELDS = ("engine", "fitted_on", "checked_by", "checked_on", "tpot_median_error", "tpot_p90_error",
                       "ttft_median_error", "basis")
 
 

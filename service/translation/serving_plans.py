@@ -152,7 +152,7 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
     for device_id, calibration in found.items():
         assert calibration is not None
         expectations[device_id] = serving.Expectation(
-            calibration.id, calibration.ttft_s, calibration.tpot_s,
+            calibration.address, calibration.ttft_s, calibration.tpot_s,
             partial(calibration.covers, request.input_len, request.output_len))
     bases = "; ".join(f"{device_id}: {calibration.basis}" for device_id, calibration in found.items() if calibration)
     return expectations, (f"slo basis: expected TTFT and TPOT (the request rate slowed as TPOT is), from the serving "

@@ -126,10 +126,12 @@ def points_of(runs: list[ServingRun]) -> list[ServingPoint]:
                          run.tpot_s, run.ttft_s, run.bound_prefill_share_s) for run in runs]
 
 
-def refit_serving(runs: list[ServingRun]) -> dict[str, Any] | None:
-    """The calibration of one scope's runs, as the calibrations table keeps it; None under three runs."""
+def refit_serving(runs: list[ServingRun]) -> dict[str, Any] | str:
+    """The calibration of one scope's runs, as the calibrations table keeps it, or why there is none (under three
+    runs)."""
     if len(runs) < 3:
-        return None
+        return (f"{len(runs)} run{'s' if len(runs) != 1 else ''} of this scope: a serving calibration needs at least 3 "
+                f"(a scale and an overhead for TPOT and TTFT each, and an error checked on runs it did not see)")
     first, points = runs[0], points_of(runs)
     key = tuple(getattr(first, name) for name in SERVING_KEY)
     sources = ", ".join(sorted({run.source for run in runs}))[:300]

@@ -189,3 +189,42 @@ def test_a_model_step_expects_its_matmuls_as_the_calibration_does_and_the_rest_a
     for item, result in zip(items, batch, strict=True):
         assert result["result"] == client.post("/v1/analyze/model", json=item["request"]).json()
     assert batch[0]["result"]["expected"] == answer["expected"]
+
+
+# Memory-bound shapes only (decode GEMVs and skinny GEMMs: arithmetic intensity far under the H100's ridge of 295).
+MEMORY_BOUND = [(1, 4096, 4096), (2, 8192, 8192), (4, 4096, 14336), (8, 14336, 4096), (1, 28672, 8192),
+                (16, 8192, 8192), (2, 1024, 1024), (8, 2048, 2048)]
+
+
+def test_too_few_or_too_alike_timings_say_why_nothing_was_fitted(client):
+    few = submit(client, SHAPES[:5])
+    assert few.status_code == 201 and few.json()["calibrations"] == []
+    [reason] = few.json()["not_fitted"]
+    assert reason["scope"] == f"{DEVICE}:ourlib:bf16" and reason["measurements"] == 5
+    assert "5 plain matmul timings of 5 distinct (m, n, k)" in reason["reason"] and "at least 6" in reason["reason"]
+    # Six timings of one shape fit three parameters to one point: no calibration, and the reason.
+    same = submit(client, [SHAPES[0]] * 6, engine="repeats")
+    assert same.json()["calibrations"] == []
+    assert "6 plain matmul timings of 1 distinct (m, n, k)" in same.json()["not_fitted"][0]["reason"]
+    assert client.get(f"/v1/calibrations/kernel:measured:{DEVICE}:repeats:bf16").status_code == 404
+
+
+def test_a_fit_of_memory_bound_timings_does_not_claim_a_compute_efficiency(client):
+    created = submit(client, MEMORY_BOUND)
+    assert created.status_code == 201, created.text
+    [fitted] = created.json()["calibrations"]
+    parameters = {p["name"]: p for p in fitted["parameters"]}
+    # t0 and e_m are what the timings were made with; e_c set no timing's time, so it has no value, and says so.
+    assert parameters["t0"]["value"] == pytest.approx(T0, rel=1e-6)
+    assert parameters["memory_efficiency"]["value"] == pytest.approx(E_M, rel=1e-6)
+    compute = parameters["compute_efficiency"]
+    assert compute["value"] is None and compute["identified"] is False and "compute-bound" in compute["note"]
+    assert parameters["memory_efficiency"]["identified"] is True
+    # A memory-bound matmul inside the fitted span is expected from the fit (and says how e_c was held); a
+    # compute-bound one (m = 4,096, outside the m fitted too) says it extrapolates.
+    gemv = analyze(client, 4, 8192, 8192, engine="ourlib")
+    assert not gemv["expected"]["extrapolated"] and gemv["expected"]["time_s"] == pytest.approx(by_hand(4, 8192, 8192)[2])
+    assert "compute_efficiency held at 1: no timing was compute-bound" in gemv["expected"]["basis"]
+    assert analyze(client, 4096, 8192, 8192, engine="ourlib")["expected"]["extrapolated"]
+    detail = client.get(f"/v1/calibrations/{fitted['id']}").json()
+    assert detail["parameters"][1]["name"] == "compute_efficiency" and detail["parameters"][1]["value"] is None

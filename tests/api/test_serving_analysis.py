@@ -175,7 +175,9 @@ def test_a_calibration_never_changes_the_bound(client):
     assert calibrated["bound"] == plain["bound"] == unnamed["bound"]
     assert calibrated["expected"] is not None and plain["expected"] is None and unnamed["expected"] is None
     assert "names no engine" in unnamed["assumptions"][-1]
-    assert calibrated["expected"]["calibration"]["id"] == "nvidia-b200:sglang:fp8:none"
+    # The id an answer names is the calibration's address.
+    assert calibrated["expected"]["calibration"]["id"] == "serving:nvidia-b200:sglang:fp8:none"
+    assert client.get(f"/v1/calibrations/{calibrated['expected']['calibration']['id']}").status_code == 200
 
 
 def test_the_shipped_serving_calibrations_are_fitted_to_todays_bounds(client):
@@ -188,10 +190,12 @@ def test_the_shipped_serving_calibrations_are_fitted_to_todays_bounds(client):
     again = {(c.device_id, c.engine, c.precision, c.speculative): c for c in calibrations(RUNS, lambda body: client.post(
         "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])}
     assert set(again) == set(shipped)
+    # To a millionth: the optimiser's last digits move between scipy releases (1.17.1 moved one scale by 1.3e-9 of
+    # itself), while a change of the bounds moves the fit by far more.
     for key, calibration in again.items():
         assert calibration.id == shipped[key].id and calibration.source == shipped[key].source
-        assert calibration.tpot_scale == pytest.approx(shipped[key].tpot_scale, rel=1e-9), key
-        assert calibration.tpot_overhead_s == pytest.approx(shipped[key].tpot_overhead_s, rel=1e-9, abs=1e-15), key
+        assert calibration.tpot_scale == pytest.approx(shipped[key].tpot_scale, rel=1e-6), key
+        assert calibration.tpot_overhead_s == pytest.approx(shipped[key].tpot_overhead_s, rel=1e-6, abs=1e-12), key
 
 
 def test_a_draft_model_drafts_and_sits_in_memory(client):

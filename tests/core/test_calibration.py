@@ -145,3 +145,28 @@ def test_a_fit_recovers_its_formula_and_its_error_is_measured_on_timings_it_did_
     # With 10 % noise the error on held-out timings reports it.
     noisy = measured * np.exp(rng.normal(0, 0.1, size=400))
     assert 0.05 < fit_kernel_terms(compute, memory, noisy, sizes).median_error < 0.2
+
+
+def test_an_efficiency_no_timing_binds_is_held_at_the_roof_and_said_to_be_unidentified():
+    import numpy as np
+
+    from service.core.calibration import COMPUTE, fit_kernel_terms
+
+    # GEMVs (m = 1): 2nk FLOPs against about 2nk bytes, an intensity of 1 against a ridge of 333 FLOP/byte.
+    sizes = np.array([[1, 2**n, 2**k] for n in range(10, 15) for k in range(10, 14)])
+    compute = 2 * sizes.prod(axis=1) / 1e15
+    memory = (sizes[:, 0] * sizes[:, 2] + sizes[:, 2] * sizes[:, 1] + sizes[:, 0] * sizes[:, 1]) * 2 / 3e12
+    measured = 3e-6 + memory / 0.6
+    fit = fit_kernel_terms(compute, memory, measured, sizes)
+    assert fit.unidentified == (COMPUTE,) and fit.compute_efficiency == 1.0
+    assert (fit.t0_s, fit.memory_efficiency) == pytest.approx((3e-6, 0.6), rel=1e-6)
+    fields = dict(device_id="d", dtype="bf16", engine="e", source="s", peak_flops_per_s=1e15, hbm_bytes_per_s=3e12,
+                  t0_s=fit.t0_s, compute_efficiency=1.0, memory_efficiency=fit.memory_efficiency, fitted_on=20,
+                  checked_on=20, median_error=0.0, p90_error=0.0, bound_median_error=0.5, unidentified=[COMPUTE])
+    calibration = KernelCalibration(**fields)
+    # A 4,096-cube is compute-bound (1.4e11 FLOPs take 137 us at the peak, its 100 MB 56 us at 0.6 of 3 TB/s): the
+    # fit knows nothing of it. A GEMV is memory-bound: the fit speaks for it.
+    cube = 2 * 4096**3, 3 * 4096 * 4096 * 2
+    gemv = 2 * 8192 * 8192, (8192 * 8192 + 2 * 8192) * 2
+    assert calibration.outside(*cube, None) and not calibration.outside(*gemv, None)
+    assert not KernelCalibration(**{**fields, "unidentified": []}).outside(*cube, None)

@@ -86,3 +86,14 @@ def test_the_prefill_share_takes_the_decode_scale_and_carries_it_to_a_longer_pro
     # 42 % short.
     without = fit_scale_and_overhead([r.bound_tpot_s for r in runs[:3]], [r.tpot_s for r in runs[:3]])
     assert without == pytest.approx((2.2, 1e-3))
+
+
+def test_runs_at_one_bound_fit_without_a_start_outside_the_bounds():
+    # Three runs at one bound: the plain line through them is any line through one point; numpy's least-norm one
+    # had a scale of 1e-15 here, under the fit's floor of 1e-12, and least_squares refused to start (a 500 on
+    # POST /v1/serving-runs). The fit now starts on the floor; the line still meets the runs.
+    from service.core.serving_calibration import fit_scale_and_overhead, separable
+
+    scale, overhead = fit_scale_and_overhead([1e-9] * 3, [1e-3] * 3)
+    assert scale * 1e-9 + overhead == pytest.approx(1e-3, rel=1e-6)
+    assert not separable([1e-9] * 3) and not separable([1.0, 1.05]) and separable([1.0, 1.1])

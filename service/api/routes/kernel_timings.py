@@ -28,16 +28,17 @@ TimingPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A kernel timin
              description="Stores up to 10,000 measured kernel times, all or none, each with the operator as POST "
                          "/v1/analyze/operator takes it, and refits the device's calibration of every engine and "
                          "compute dtype they touch (plain matmuls: t = t0 + max(T_compute / e_c, T_memory / e_m) at "
-                         "the nominal roofs, from 6 timings on). Operator analyses naming the engine then answer "
+                         "the nominal roofs, from 6 timings of 6 distinct shapes on; `not_fitted` says why a scope has none). Operator analyses naming the engine then answer "
                          "`expected` from it.")
 def create_kernel_timings(device_id: DevicePath, body: KernelTimingsCreate, session: SessionDep, catalog: CatalogDep,
                           writer: WriterDep) -> KernelTimingsCreated:
     device = catalog.get(device_id)
     records = timing_records(body, device)
-    ids, fitted = repository.add_kernel_timings(session, device_id=device_id, records=records, submitted_by=writer,
-                                                refit=refit_for(device))
+    ids, fitted, not_fitted = repository.add_kernel_timings(session, device_id=device_id, records=records,
+                                                            submitted_by=writer, refit=refit_for(device))
     return KernelTimingsCreated(created=ids, calibrations=[kernel_public(KernelCalibration(**row.fit))
-                                                           for row in fitted])
+                                                           for row in fitted],
+                                not_fitted=[reason._asdict() for reason in not_fitted])
 
 
 CSV_EXAMPLE = "kind,m,n,k,dtype,time_s\nmatmul,4096,4096,4096,bf16,1.86e-4\nmatmul,16,4096,4096,bf16,1.3e-5\n"

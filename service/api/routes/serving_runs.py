@@ -47,9 +47,11 @@ RunPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A serving run's i
 def create_serving_runs(body: Annotated[ServingRunsCreate, Body(openapi_examples=RUN_EXAMPLES)], session: SessionDep, catalog: CatalogDep,
                         writer: WriterDep) -> ServingRunsCreated:
     records = run_records(body, catalog)
-    ids, fitted = repository.add_serving_runs(session, records=records, submitted_by=writer, refit=refit_serving)
+    ids, fitted, not_fitted = repository.add_serving_runs(session, records=records, submitted_by=writer,
+                                                          refit=refit_serving)
     return ServingRunsCreated(created=ids, calibrations=[
-        CalibrationPublic.model_validate(serving_public(serving_calibration_of(row.fit))) for row in fitted])
+        CalibrationPublic.model_validate(serving_public(serving_calibration_of(row.fit))) for row in fitted],
+        not_fitted=[reason._asdict() for reason in not_fitted])
 
 
 @router.get("", summary="List measured serving runs", operation_id="list_serving_runs",
