@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -13,7 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
 
 from service.persistence.catalog import DeviceCatalog
-from service.runtime.config import Settings
+from service.runtime.config import Settings, token_label
 from service.runtime.errors import Unauthorized
 
 
@@ -58,12 +56,7 @@ def require_writer(
                            "(e.g. ROOFLINE_API_TOKENS='ops=<secret>') and send 'Authorization: Bearer <secret>'")
     if credentials is None:
         raise Unauthorized("this operation writes and needs 'Authorization: Bearer <token>'")
-    # Hashes of equal length compared in constant time: neither the time nor a log can reveal a token.
-    offered = hashlib.sha256(credentials.credentials.encode()).digest()
-    label = None
-    for digest, token_label in tokens.items():
-        if hmac.compare_digest(offered, digest):
-            label = token_label
+    label = token_label(tokens, credentials.credentials)
     if label is None:
         raise Unauthorized("the bearer token is not valid")
     return label

@@ -1,10 +1,13 @@
 """Idempotency-Key on writes: a client that retries a write whose answer it lost (a timeout, a worker killed after
 the commit) sends the same key, and gets the first answer again instead of a second write.
 
-The key is claimed (committed) before the write runs, per client (the bearer token's hash): the same key with the
-same method, path and body answers what the first answered; with anything else, a 409. A key whose write never
-finished (the worker died mid-way) is answered 409 too, since whether it was applied cannot be known: the client
-checks the resource and retries with a new key. A write that failed with a 5xx releases its key.
+The key is claimed (committed) before the write runs, per client (the bearer token's hash), and only for a request
+whose token is a writer's: an unauthenticated write goes to its 401 holding no key (clients without a token had
+grown the table by thousands of rows a minute). The same key with the same method, path and body answers what the
+first answered; with anything else, a 409. A key whose write never finished (the worker died mid-way) is answered
+409 too, since whether it was applied cannot be known: the client checks the resource and retries with a new key.
+A write that failed with a 5xx releases its key. A key expires ROOFLINE_IDEMPOTENCY_TTL_S after its claim (a day by
+default): a retry after that is a new write, and expired keys are deleted as new ones are claimed.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session
 
 from service.persistence import repository
+from service.runtime.config import token_label
 from service.runtime.limits import replaying, send_error, send_json
 
 HEADER = b"idempotency-key"
@@ -41,12 +45,17 @@ class IdempotencyMiddleware:
             await send_error(send, 400, "http_error", f"Idempotency-Key is limited to {MAX_KEY_LENGTH} characters",
                              [{"loc": "header.idempotency-key", "msg": "too long"}])
             return
+        authorization = headers.get(b"authorization", b"")
+        if not _writer(scope["app"].state.writer_tokens, authorization):
+            await self.app(scope, receive, send)  # its 401, with no key claimed
+            return
         body, messages = await _body(receive)
-        client = hashlib.sha256(headers.get(b"authorization", b"")).hexdigest()
+        client = hashlib.sha256(authorization).hexdigest()
         fingerprint = hashlib.sha256(b"\0".join([scope["method"].encode(), scope["path"].encode(),
                                                  scope.get("query_string", b""), body])).hexdigest()
         engine = scope["app"].state.engine
-        held = await run_in_threadpool(_claim, engine, client, key, fingerprint)
+        ttl_s = scope["app"].state.settings.idempotency_ttl_s
+        held = await run_in_threadpool(_claim, engine, client, key, fingerprint, ttl_s)
         if held is not None:
             await _replay(send, held, fingerprint)
             return
@@ -79,9 +88,14 @@ async def _body(receive) -> tuple[bytes, list[dict]]:
     return b"".join(parts), messages
 
 
-def _claim(engine, client: str, key: str, fingerprint: str):
+def _writer(tokens: dict[bytes, str], authorization: bytes) -> bool:
+    scheme, _, offered = authorization.decode("latin-1").partition(" ")
+    return scheme.lower() == "bearer" and bool(offered.strip()) and token_label(tokens, offered.strip()) is not None
+
+
+def _claim(engine, client: str, key: str, fingerprint: str, ttl_s: float):
     with Session(engine) as session:
-        return repository.claim_idempotency_key(session, client=client, key=key, fingerprint=fingerprint)
+        return repository.claim_idempotency_key(session, client=client, key=key, fingerprint=fingerprint, ttl_s=ttl_s)
 
 
 def _complete(engine, client: str, key: str, status: int, response: str) -> None:

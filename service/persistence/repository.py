@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Engine, insert, text, update
+from sqlalchemy import Engine, delete, func, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -352,9 +353,13 @@ def delete_model(session: Session, *, model_id: str) -> None:
     _delete(session, get_model(session, model_id=model_id))
 
 
-def claim_idempotency_key(session: Session, *, client: str, key: str, fingerprint: str) -> IdempotencyKey | None:
-    """Claims `key` for a write about to run: None when it is new (the claim is committed), else what holds it."""
-    session.add(IdempotencyKey(client=client, key=key, fingerprint=fingerprint, created_at=utcnow()))
+def claim_idempotency_key(session: Session, *, client: str, key: str, fingerprint: str,
+                          ttl_s: float) -> IdempotencyKey | None:
+    """Claims `key` for a write about to run: None when it is new or its claim has expired (the claim is committed),
+    else what holds it. Deletes the keys claimed more than `ttl_s` ago first."""
+    now = utcnow()
+    session.execute(delete(IdempotencyKey).where(col(IdempotencyKey.created_at) < now - timedelta(seconds=ttl_s)))
+    session.add(IdempotencyKey(client=client, key=key, fingerprint=fingerprint, created_at=now))
     try:
         session.commit()
         return None
@@ -362,8 +367,12 @@ def claim_idempotency_key(session: Session, *, client: str, key: str, fingerprin
         session.rollback()
         found = session.get(IdempotencyKey, (client, key))
         if found is None:  # released in between: claim it again
-            return claim_idempotency_key(session, client=client, key=key, fingerprint=fingerprint)
+            return claim_idempotency_key(session, client=client, key=key, fingerprint=fingerprint, ttl_s=ttl_s)
         return found
+
+
+def count_idempotency_keys(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(IdempotencyKey)) or 0)
 
 
 def complete_idempotency_key(session: Session, *, client: str, key: str, status: int, response: str | None) -> None:

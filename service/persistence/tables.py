@@ -144,7 +144,8 @@ class IdempotencyKey(SQLModel, table=True):
     fingerprint: str = Field(max_length=64)  # SHA-256 of the method, path and body
     status: int | None = None  # None while the write runs (or if it never finished)
     response: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
-    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    # Indexed: each claim deletes the keys past their time to live (ROOFLINE_IDEMPOTENCY_TTL_S).
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False, index=True))
 
 
 class KernelTiming(SQLModel, table=True):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 from functools import lru_cache
 
@@ -78,6 +79,9 @@ class Settings(BaseSettings):
     # The hot analyses' valid requests answered without FastAPI's routing (service/api/hot_path.py); off, every
     # request takes the routes' path.
     hot_path: bool = True
+    # How long a write's Idempotency-Key holds its answer: a retry after this is a new write, and the key's row is
+    # deleted (service/api/idempotency.py).
+    idempotency_ttl_s: float = Field(86_400.0, gt=0, le=30 * 86_400)
 
     @field_validator("api_tokens")
     @classmethod
@@ -88,6 +92,17 @@ class Settings(BaseSettings):
     def writer_tokens(self) -> dict[bytes, str]:
         """SHA-256 of each writer token -> its label."""
         return parse_tokens(self.api_tokens)
+
+
+def token_label(tokens: dict[bytes, str], offered: str) -> str | None:
+    """The label of the writer token `offered` is, or None. Every configured token is compared in constant time
+    (hashes of equal length), so neither the time taken nor a log reveals how much of a guess was right."""
+    digest = hashlib.sha256(offered.encode()).digest()
+    label = None
+    for known, known_label in tokens.items():
+        if hmac.compare_digest(digest, known):
+            label = known_label
+    return label
 
 
 @lru_cache

@@ -28,8 +28,8 @@ TimingPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A kernel timin
              description="Stores up to 10,000 measured kernel times, all or none, each with the operator as POST "
                          "/v1/analyze/operator takes it, and refits the device's calibration of every engine and "
                          "compute dtype they touch (plain matmuls: t = t0 + max(T_compute / e_c, T_memory / e_m) at "
-                         "the nominal roofs, from 6 timings of 6 distinct shapes on; `not_fitted` says why a scope has none). Operator analyses naming the engine then answer "
-                         "`expected` from it.")
+                         "the nominal roofs, from 6 timings of 6 distinct shapes on; `not_fitted` says why a scope "
+                         "has none). Operator analyses naming the engine then answer `expected` from it.")
 def create_kernel_timings(device_id: DevicePath, body: KernelTimingsCreate, session: SessionDep, catalog: CatalogDep,
                           writer: WriterDep) -> KernelTimingsCreated:
     device = catalog.get(device_id)
