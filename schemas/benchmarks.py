@@ -12,8 +12,8 @@ from schemas.common import (
     MAX_FLOPS_PER_S,
     MIN_BYTES_PER_S,
     MIN_FLOPS_PER_S,
-    DTypeName,
     MemoryLevelName,
+    PeakDTypeName,
     PositiveFinite,
     RoofSourceName,
     StrictModel,
@@ -70,7 +70,8 @@ class ComputeBenchmarkCreate(BenchmarkMetadata):
         {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 7.2e14, "tool": "cublasLt gemm 8192^3",
          "host": "cluster-a/node-17", "power_limit_w": 700}]})
     kind: Literal["compute"]
-    dtype: DTypeName
+    dtype: PeakDTypeName = Field(description="The dtype of the peak (fp8 for fp8_e4m3 and fp8_e5m2 alike: they "
+                                             "compute at one peak)")
     unit: UnitName
     flops_per_s: FlopsPerSecond
 

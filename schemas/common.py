@@ -10,6 +10,9 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 DTypeName = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "fp4"]
+# The dtypes a compute peak (nominal or measured) is declared in: fp8_e4m3 and fp8_e5m2 compute at the fp8 peak, so a
+# peak declared in either would never be found (service.core.dtypes.PEAK_DTYPE_ALIASES).
+PeakDTypeName = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 IndexDTypeName = Literal["int32", "int64"]
 UnitName = Literal["tensor", "vector"]
 MemoryLevelName = Literal["hbm", "l2", "smem"]

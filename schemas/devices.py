@@ -14,6 +14,7 @@ from schemas.common import (
     FlopRate,
     MemoryLevelName,
     NonNegativeFinite,
+    PeakDTypeName,
     PositiveFinite,
     StrictModel,
     UnitName,
@@ -37,7 +38,8 @@ CITED_SCALARS = ("memory_capacity_bytes", "usable_memory_bytes", "sm_count", "bo
 
 
 class ComputePeak(StrictModel):
-    dtype: DTypeName
+    dtype: PeakDTypeName = Field(description="The dtype of the peak (fp8 for fp8_e4m3 and fp8_e5m2 alike: they "
+                                             "compute at one peak)")
     unit: UnitName
     flops_per_s: FlopRate = Field(description="Dense peak, FLOP/s (never a sparsity figure), 1e6 to 1e21")
     citation: Citation

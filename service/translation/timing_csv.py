@@ -31,7 +31,7 @@ def _value(cell: str) -> Any:
     if text[:1] in "[{":
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # a cell nested past the parser's depth (20,000 '[') is text too
             return text
     return text
 

@@ -78,6 +78,8 @@ def test_create_analyze_replace_delete(client):
     (lambda d: d.update(citations={}), "citations"),
     (lambda d: d.update(id="Has Spaces"), "id"),
     (lambda d: d["compute_peaks"].append(dict(d["compute_peaks"][0])), "duplicate"),
+    # fp8_e4m3 computes at the fp8 peak: a peak declared in it was stored and never found (/roofs answered 500).
+    (lambda d: d["compute_peaks"][0].update(dtype="fp8_e4m3"), "compute_peaks.0.dtype"),
 ])
 def test_invalid_devices_are_422(client, mutate, loc_fragment):
     device = copy.deepcopy(NEW_DEVICE)
@@ -197,3 +199,10 @@ def test_an_unknown_id_suggests_the_nearest_known_ones(client):
     assert "did you mean llama-3.1-8b" in detail  # a close reading
     detail = client.post("/v1/analyze/operator", json={**body, "device_id": "zzzz"}).json()["detail"]
     assert "did you mean" not in detail and "GET /v1/devices lists the known ids" in detail
+
+
+def test_a_measured_peak_is_declared_in_the_dtype_it_is_looked_up_by(client):
+    refused = client.post("/v1/devices/nvidia-h100-sxm/benchmarks", headers=AUTH, json={
+        "kind": "compute", "dtype": "fp8_e5m2", "unit": "tensor", "flops_per_s": 1.5e15, "tool": "cublasLt"})
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.dtype"
+    assert client.get("/v1/devices/nvidia-h100-sxm/roofs").status_code == 200

@@ -228,3 +228,12 @@ def test_a_fit_of_memory_bound_timings_does_not_claim_a_compute_efficiency(clien
     assert analyze(client, 4096, 8192, 8192, engine="ourlib")["expected"]["extrapolated"]
     detail = client.get(f"/v1/calibrations/{fitted['id']}").json()
     assert detail["parameters"][1]["name"] == "compute_efficiency" and detail["parameters"][1]["value"] is None
+
+
+def test_a_csv_cell_nested_past_the_parser_is_refused_by_name(client):
+    # 20,000 '[' made json.loads raise RecursionError: a 500. The cell is text, which m refuses as a number.
+    csv = "kind,m,n,k,dtype,time_s\nmatmul," + "[" * 20_000 + ",4096,4096,bf16,1e-4\n"
+    refused = client.post(f"/v1/devices/{DEVICE}/kernel-timings/csv", headers={**AUTH, "Content-Type": "text/csv"},
+                          params={"engine": "csvlib", "source": "fuzz"}, content=csv)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["fields"][0]["loc"].startswith("body.timings.0.operator")
