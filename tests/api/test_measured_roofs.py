@@ -301,8 +301,8 @@ def test_a_value_far_below_nominal_is_refused_unless_explained(client):
 
 
 def test_a_compute_roof_the_device_lacks_is_refused_unless_explained_and_never_breaks_reads(client):
-    """The A100 has no fp8 tensor peak: an fp8_e5m2 measurement is most likely a wrong dtype."""
-    fp8 = {"kind": "compute", "dtype": "fp8_e5m2", "unit": "tensor", "flops_per_s": 6e14, "tool": "gemm"}
+    """The A100 has no fp8 tensor peak: an fp8 measurement is most likely a wrong dtype."""
+    fp8 = {"kind": "compute", "dtype": "fp8", "unit": "tensor", "flops_per_s": 6e14, "tool": "gemm"}
     refused = client.post("/v1/devices/nvidia-a100-80gb-sxm/benchmarks", headers=AUTH, json=fp8)
     assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.flops_per_s"
     explained = client.post("/v1/devices/nvidia-a100-80gb-sxm/benchmarks", headers=AUTH,
