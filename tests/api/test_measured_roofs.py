@@ -351,7 +351,7 @@ def test_the_largest_accepted_values_keep_every_read_finite(client):
 def test_a_measured_time_on_a_roof_without_a_nominal_peak_answers_with_mfu_undefined(client):
     """With only a measured fp8 roof on the A100 (no fp8 datasheet peak), MFU has no denominator: the answer
     says so (null and a note) instead of failing its finiteness check on the missing value (that was a 500)."""
-    fp8 = {"kind": "compute", "dtype": "fp8_e5m2", "unit": "tensor", "flops_per_s": 6e14, "tool": "gemm",
+    fp8 = {"kind": "compute", "dtype": "fp8", "unit": "tensor", "flops_per_s": 6e14, "tool": "gemm",
            "off_nominal_reason": "emulated fp8 kernel, recorded for comparison"}
     assert client.post("/v1/devices/nvidia-a100-80gb-sxm/benchmarks", headers=AUTH, json=fp8).status_code == 201
     # 2 * 4096^3 FLOPs = 137,438,953,472; in 1 ms that is 1.374e14 FLOP/s achieved.

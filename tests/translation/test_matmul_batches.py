@@ -60,7 +60,7 @@ def catalog(client):
                  {"kind": "compute", "dtype": "bf16", "unit": "tensor", "flops_per_s": 7.0e14, "tool": "cublas"}):
         assert client.post("/v1/devices/nvidia-h100-sxm/benchmarks", json=body, headers=AUTH).status_code == 201
     # A measured fp8 roof on the A100, which has no fp8 datasheet peak: its answers have no MFU, and say why.
-    fp8 = {"kind": "compute", "dtype": "fp8_e5m2", "unit": "tensor", "flops_per_s": 6e14, "tool": "gemm",
+    fp8 = {"kind": "compute", "dtype": "fp8", "unit": "tensor", "flops_per_s": 6e14, "tool": "gemm",
            "off_nominal_reason": "emulated fp8 kernel, recorded for comparison"}
     assert client.post("/v1/devices/nvidia-a100-80gb-sxm/benchmarks", json=fp8, headers=AUTH).status_code == 201
     catalog = client.app.state.catalog
