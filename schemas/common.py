@@ -88,6 +88,7 @@ ErrorCode = Literal[
     "unauthorized", "not_found", "device_not_found", "model_not_found", "benchmark_not_found", "kernel_timing_not_found",
     "serving_run_not_found", "calibration_not_found", "already_exists",
     "method_not_allowed", "database_unavailable", "overloaded", "deadline_exceeded", "request_timeout",
+    "too_many_requests", "headers_too_large", "shutting_down",
     "idempotency_conflict", "http_error", "internal_error",
 ]
 

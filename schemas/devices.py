@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from schemas.common import (
     ByteRate,
     DeviceId,
-    DTypeName,
     FlopRate,
     MemoryLevelName,
     NonNegativeFinite,
@@ -62,8 +61,8 @@ class Microarchitecture(StrictModel):
 
     units: int = Field(ge=1, le=100_000, description="SMs / compute units")
     clock_hz: Annotated[FiniteFloat, Field(ge=1e6, le=1e11)] = Field(description="Hz, 1 MHz to 100 GHz")
-    tensor_fma_per_unit_per_cycle: dict[DTypeName, FmaRate] = Field(default_factory=dict)
-    vector_fma_per_unit_per_cycle: dict[DTypeName, FmaRate] = Field(default_factory=dict)
+    tensor_fma_per_unit_per_cycle: dict[PeakDTypeName, FmaRate] = Field(default_factory=dict)
+    vector_fma_per_unit_per_cycle: dict[PeakDTypeName, FmaRate] = Field(default_factory=dict)
     memory_bus_width_bits: int | None = Field(None, ge=1, le=1_000_000)
     memory_transfers_per_s_per_pin: Annotated[FiniteFloat, Field(ge=8e3, le=8e12)] | None = None
 

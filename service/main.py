@@ -7,13 +7,14 @@ import inspect
 import logging
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from service.api import openapi
 from service.api.hot_path import HotPathMiddleware
 from service.api.idempotency import IdempotencyMiddleware
-from service.api.responses import INVALID, UNAVAILABLE
+from service.api.responses import INVALID, THROTTLED, UNAVAILABLE
 from service.api.routes import (
     analyze,
     benchmarks,
@@ -33,7 +34,14 @@ from service.persistence.db import make_engine
 from service.persistence.migrate import at_head, pending_migration, upgrade
 from service.runtime.config import Settings, get_settings
 from service.runtime.errors import install_error_handlers
-from service.runtime.limits import Admission, AdmissionMiddleware, BodySizeLimitMiddleware, GZipWhenAccepted
+from service.runtime.limits import (
+    Admission,
+    AdmissionMiddleware,
+    AnonymousBudgetMiddleware,
+    BodySizeLimitMiddleware,
+    ClientBudgets,
+    GZipWhenAccepted,
+)
 from service.runtime.observability import ObservabilityMiddleware, configure_logging
 
 log = logging.getLogger("roofline.startup")
@@ -80,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         if settings.migrate_on_start:
             if not at_head(settings.database_url):  # read without alembic: see service.persistence.migrate
                 upgrade(settings.database_url)
@@ -124,11 +133,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Large answers (a 4,096-point sweep is about a megabyte) travel compressed to clients that accept it;
     # small ones are not worth the CPU.
     app.add_middleware(GZipWhenAccepted, minimum_size=GZIP_MINIMUM_BYTES)
-    app.state.admission = Admission(settings.max_in_flight)
+    app.state.admission = Admission(settings.max_in_flight, settings.max_queued_work)
     app.add_middleware(AdmissionMiddleware, admission=app.state.admission)
+    # Outside admission (a client in debt takes no slot), inside the budget it charges from.
+    if settings.anonymous_cpu_s_per_s > 0:
+        app.add_middleware(AnonymousBudgetMiddleware, writer_tokens=app.state.writer_tokens,
+                           budgets=ClientBudgets(settings.anonymous_cpu_s_per_s, settings.anonymous_burst_s))
     # Outside admission: a request takes a slot only once its whole body has arrived.
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes,
-                       body_timeout_s=settings.body_timeout_s, deadline_s=settings.request_deadline_s)
+                       body_timeout_s=settings.body_timeout_s, deadline_s=settings.request_deadline_s,
+                       cpu_s=settings.request_cpu_s)
     app.add_middleware(ObservabilityMiddleware, access_log_sample=settings.access_log_sample)
     install_error_handlers(app)
     openapi.install(app)
@@ -137,7 +151,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                    plots):
         # Every 422 of the API has the service's one error shape, not FastAPI's default one.
         app.include_router(module.router, responses={**INVALID, **UNAVAILABLE})
-    app.include_router(health.conventions_router)
+    app.include_router(health.conventions_router, responses=THROTTLED)
     app.include_router(docs.router)
     app.include_router(explorer.router)
     return app

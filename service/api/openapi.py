@@ -4,8 +4,10 @@ Routers declare the body and database errors once for all their routes; which of
 answer follows from its own signature, so the trimming is derived, not listed by hand:
 - 400 (malformed JSON), 413 (too large) and 415 (not JSON) need a request body;
 - 422 needs something to validate: a body, a query parameter, or a typed (non-string) path parameter;
-- 503 needs the database: an operation that depends on a session or on the catalog it feeds (readiness,
-  every resource and analysis), not liveness, metrics, the conventions or the docs.
+- 503 needs the database: an operation that depends on a session or on the catalog it feeds (every resource and
+  analysis), or readiness (which answers it when the worker or the database cannot serve), not liveness, metrics,
+  the conventions or the docs;
+- 429 (an anonymous client's compute budget spent) is every operation's but the probes', which are never charged.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from fastapi.routing import APIRoute
 from schemas.field_docs import describe
 from service.api.deps import get_catalog, get_session
 from service.api.responses import BAD_BODY
+from service.runtime.limits import UNLIMITED_PATHS
 
 BODY_ONLY = set(BAD_BODY)
 
@@ -65,8 +68,10 @@ def trimmed_document(app: FastAPI) -> dict[str, Any]:
                 drop |= {str(code) for code in BODY_ONLY}
             if not _validates(operation):
                 drop.add("422")
-            if (path, method) not in database:
+            if (path, method) not in database and path != "/readyz":
                 drop.add("503")
+            if path in UNLIMITED_PATHS:
+                drop.add("429")
             for code in drop:
                 responses.pop(code, None)
     return document

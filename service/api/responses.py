@@ -20,5 +20,10 @@ INVALID: Responses = {
 }
 UNAUTHORIZED: Responses = {401: {"model": ErrorResponse, "description": "Missing, malformed or wrong bearer token"}}
 CONFLICT: Responses = {409: {"model": ErrorResponse, "description": "A resource with that id already exists"}}
-UNAVAILABLE: Responses = {503: {"model": ErrorResponse,
-                     "description": "The database was busy or unreachable; retry after the `Retry-After` seconds"}}
+THROTTLED: Responses = {
+    429: {"model": ErrorResponse, "description": "`too_many_requests`: this client's anonymous compute budget is "
+                                                 "spent (ROOFLINE_ANONYMOUS_CPU_S_PER_S); retry after `Retry-After`"}}
+UNAVAILABLE: Responses = {
+    **THROTTLED,
+    503: {"model": ErrorResponse,
+          "description": "The database was busy or unreachable, or the worker saturated; retry after `Retry-After`"}}

@@ -8,6 +8,7 @@ request (the CLI, tests) nothing is set and `check()` costs a lookup.
 
 from __future__ import annotations
 
+import threading
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -23,15 +24,30 @@ class BudgetSpent(Exception):
 
 @dataclass
 class Budget:
+    """A request's deadline and, where `cpu_limit_s` is set, its CPU: each check adds the CPU its thread spent since
+    the thread's previous check (time.thread_time), so the work between checks is what is charged, wherever in the
+    loops it ran (a serving plan's split scan as much as its step analyses), and waiting for the interpreter is not."""
+
     deadline: float  # time.monotonic() by which the work must be done
     seconds: float
     client_gone: bool = False  # set by the HTTP layer when the client disconnects
+    cpu_limit_s: float | None = None
+    cpu_s: float = 0.0  # measured so far
+    _mark: tuple[int, float] | None = None  # (thread, its CPU time) at the last check
 
     def check(self) -> None:
         if self.client_gone:
             raise BudgetSpent("the client went away before the answer was ready")
         if time.monotonic() > self.deadline:
             raise BudgetSpent(f"the request ran past its deadline of {self.seconds:g} s")
+        if self.cpu_limit_s is None:
+            return
+        thread, now = threading.get_ident(), time.thread_time()
+        if self._mark is not None and self._mark[0] == thread:
+            self.cpu_s += now - self._mark[1]
+        self._mark = (thread, now)
+        if self.cpu_s > self.cpu_limit_s:
+            raise BudgetSpent(f"the request used its {self.cpu_limit_s:g} s of CPU (ROOFLINE_REQUEST_CPU_S)")
 
 
 CURRENT_BUDGET: ContextVar[Budget | None] = ContextVar("request_budget", default=None)

@@ -64,11 +64,29 @@ class Settings(BaseSettings):
     # Requests one worker serves at once (probes and metrics aside); more get 503 `overloaded`. A request counts
     # once its body has arrived.
     max_in_flight: int = Field(64, ge=1, le=100_000)
+    # The threads a worker computes its analyses and database calls in (AnyIO's pool, 40 by default). The
+    # interpreter runs one at a time, and each thread more makes the event loop wait longer for its turn: under 48
+    # heavy requests on one worker /healthz took up to 6.6 s with 8 threads, 2.0 s with 4 and 0.14 s with 2
+    # (tests/reliability/test_probes_under_saturation.py). Two keep one computing while the other waits on the
+    # database; scale with workers, not threads.
+    worker_threads: int = Field(2, ge=1, le=256)
+    # Calls that may wait for one of those threads before the worker is saturated (503 `overloaded`, and /readyz
+    # 503): a queue of a few turns, not of seconds.
+    max_queued_work: int = Field(16, ge=1, le=100_000)
     # A body still arriving after this long is answered 408: a slow upload holds a connection, not a slot.
     body_timeout_s: float = Field(10.0, gt=0, le=3600)
     # What one request may compute: the long loops stop past it with 503 `deadline_exceeded` (and when the client
     # has gone, they stop at once).
     request_deadline_s: float = Field(30.0, gt=0, le=3600)
+    # What one request may compute, in CPU seconds measured between the loops' checks (a batch's items, a plan's
+    # search): past it the work stops as at the deadline. A batch's units are an estimate before it runs; this is
+    # what it spends.
+    request_cpu_s: float = Field(10.0, gt=0, le=3600)
+    # Anonymous reads (no writer token) of one client address share a budget of CPU seconds that refills at this
+    # many a second, up to anonymous_burst_s; past it, 429 with Retry-After. 0 turns it off (behind a proxy every
+    # client has the proxy's address: rate-limit there instead).
+    anonymous_cpu_s_per_s: float = Field(1.0, ge=0, le=1e6)
+    anonymous_burst_s: float = Field(60.0, gt=0, le=1e6)
     # The share of successful (1xx-3xx) requests that get an access-log line; errors always do. 1 logs every
     # request; a scheduler's hot path can set 0.01 (one line in a hundred) and read /metrics for the rest.
     access_log_sample: float = Field(1.0, ge=0.0, le=1.0)

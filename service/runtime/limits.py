@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 
 from service.core.budget import CURRENT_BUDGET, Budget
@@ -42,11 +43,13 @@ class BodySizeLimitMiddleware:
     `body_timeout_s` with 408; then gives the request its deadline (service.core.budget) and, for the requests that
     may compute for long, watches for its client leaving."""
 
-    def __init__(self, app, max_bytes: int, body_timeout_s: float = 10.0, deadline_s: float = 30.0):
+    def __init__(self, app, max_bytes: int, body_timeout_s: float = 10.0, deadline_s: float = 30.0,
+                 cpu_s: float | None = None):
         self.app = app
         self.max_bytes = max_bytes
         self.body_timeout_s = body_timeout_s
         self.deadline_s = deadline_s
+        self.cpu_s = cpu_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -66,7 +69,7 @@ class BodySizeLimitMiddleware:
         if chunks is None:
             await self._refuse(send)
             return
-        spent = Budget(time.monotonic() + self.deadline_s, self.deadline_s)
+        spent = Budget(time.monotonic() + self.deadline_s, self.deadline_s, cpu_limit_s=self.cpu_s)
         token = CURRENT_BUDGET.set(spent)
         try:
             if not scope["path"].startswith(WATCHED_PREFIXES) or chunks[-1]["type"] != "http.request":
@@ -168,21 +171,36 @@ async def send_error(send, status: int, error: str, detail: str, fields: list[di
 UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
-class Admission:
-    """How many requests this worker serves now, against its limit: the admission middleware counts, and the
-    readiness probe reads it, so a saturated worker is taken out of a load balancer's rotation before its
-    clients see 503s."""
+def waiting_for_a_thread() -> int:
+    """Calls waiting for a thread of the pool the routes' work runs in (AnyIO's default), on this event loop."""
+    import anyio.to_thread
 
-    def __init__(self, max_in_flight: int):
+    try:
+        return anyio.to_thread.current_default_thread_limiter().statistics().tasks_waiting
+    except RuntimeError:  # no event loop: nothing waits
+        return 0
+
+
+class Admission:
+    """How many requests this worker serves now, against its limits: the admission middleware counts, and the
+    readiness probe reads it, so a saturated worker is taken out of a load balancer's rotation before its
+    clients see 503s. Saturated at `max_in_flight` requests, or once `max_queued` calls wait for a thread of the
+    work pool: below the in-flight limit, 48 heavy requests had queued there for 18-30 s, refused by nothing."""
+
+    def __init__(self, max_in_flight: int, max_queued: int | None = None):
         self.max_in_flight = max_in_flight
+        self.max_queued = max_queued if max_queued is not None else max_in_flight
         self.in_flight = 0
 
     @property
     def saturated(self) -> bool:
-        return self.in_flight >= self.max_in_flight
+        return self.in_flight >= self.max_in_flight or waiting_for_a_thread() >= self.max_queued
 
     def refusal(self) -> str:
-        return f"this worker is serving its limit of {self.max_in_flight} requests; retry shortly"
+        if self.in_flight >= self.max_in_flight:
+            return f"this worker is serving its limit of {self.max_in_flight} requests; retry shortly"
+        return (f"this worker's {self.max_queued} places in the queue for its work threads are taken; retry "
+                f"shortly")
 
 
 class AdmissionMiddleware:
@@ -208,6 +226,77 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
         finally:
             admission.in_flight -= 1
+
+
+class ClientBudgets:
+    """Each anonymous client's budget of compute seconds: it refills at `rate` a second up to `burst`, each request
+    is charged what it spent, and a client in debt is refused until the debt has refilled. Clients at a full budget
+    are not kept, and at most MAX_CLIENTS are (the fullest dropped first), so a flood of addresses cannot grow it."""
+
+    MAX_CLIENTS = 10_000
+
+    def __init__(self, rate: float, burst: float):
+        self.rate, self.burst = rate, burst
+        self._balances: dict[str, tuple[float, float]] = {}  # client -> (balance, when)
+
+    def _balance(self, client: str, now: float) -> float:
+        balance, when = self._balances.get(client, (self.burst, now))
+        return min(self.burst, balance + (now - when) * self.rate)
+
+    def retry_after(self, client: str, now: float) -> float | None:
+        """Seconds until the client may send again, or None when it may now."""
+        balance = self._balance(client, now)
+        return None if balance >= 0 else -balance / self.rate
+
+    def charge(self, client: str, seconds: float, now: float) -> None:
+        balance = self._balance(client, now) - seconds
+        if balance >= self.burst:
+            self._balances.pop(client, None)
+            return
+        self._balances[client] = (balance, now)
+        if len(self._balances) > self.MAX_CLIENTS:
+            fullest = sorted(self._balances, key=lambda name: -self._balance(name, now))[:len(self._balances) // 10]
+            for name in fullest:
+                del self._balances[name]
+
+
+class AnonymousBudgetMiddleware:
+    """Anonymous requests (no writer token) are charged per client address what they computed (the CPU the
+    request's budget measured, or its time where no loop measured it), and a client in debt gets 429 with
+    Retry-After: eight clients without a token had kept both cores of a two-worker server busy indefinitely. A
+    writer's requests and the probes are not charged."""
+
+    def __init__(self, app, budgets: ClientBudgets, writer_tokens: dict[bytes, str]):
+        self.app, self.budgets, self.writer_tokens = app, budgets, writer_tokens
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS or self._writer(scope):
+            await self.app(scope, receive, send)
+            return
+        client = (scope.get("client") or ("unknown",))[0]
+        started = time.monotonic()
+        wait = self.budgets.retry_after(client, started)
+        if wait is not None:
+            seconds = max(1, math.ceil(wait))
+            await send_error(send, 429, "too_many_requests", f"this client's anonymous compute budget is spent; "
+                             f"retry in {seconds} s, or send a writer token (ROOFLINE_ANONYMOUS_CPU_S_PER_S)",
+                             headers=((b"retry-after", str(seconds).encode()),))
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            budget = CURRENT_BUDGET.get()
+            spent = budget.cpu_s if budget is not None and budget.cpu_s > 0 else time.monotonic() - started
+            self.budgets.charge(client, spent, time.monotonic())
+
+    def _writer(self, scope) -> bool:
+        from service.runtime.config import token_label
+
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, offered = value.decode("latin-1").partition(" ")
+                return scheme.lower() == "bearer" and token_label(self.writer_tokens, offered.strip()) is not None
+        return False
 
 
 class GZipWhenAccepted:

@@ -37,12 +37,14 @@ def test_a_typo_in_a_sweep_parameter_is_reported_at_the_parameter(client):
 
 def test_operations_document_only_the_errors_they_can_return(client):
     paths = client.get("/openapi.json").json()["paths"]
+    # The probes are never charged to an anonymous budget (no 429); readiness answers 503 when it cannot serve.
     assert set(paths["/healthz"]["get"]["responses"]) == {"200"}
-    assert set(paths["/v1/conventions"]["get"]["responses"]) == {"200"}
     assert set(paths["/readyz"]["get"]["responses"]) == {"200", "503"}
+    assert set(paths["/v1/conventions"]["get"]["responses"]) == {"200", "429"}
     # No body, no parameters: nothing to be malformed or invalid, but the database may be busy.
-    assert set(paths["/v1/devices"]["get"]["responses"]) == {"200", "503"}
-    assert set(paths["/v1/analyze/operator"]["post"]["responses"]) == {"200", "400", "404", "413", "415", "422", "503"}
+    assert set(paths["/v1/devices"]["get"]["responses"]) == {"200", "429", "503"}
+    assert set(paths["/v1/analyze/operator"]["post"]["responses"]) == {"200", "400", "404", "413", "415", "422", "429",
+                                                                       "503"}
     # /v1/conventions is listed once, under one tag.
     assert paths["/v1/conventions"]["get"]["tags"] == ["conventions"]
 
