@@ -41,6 +41,7 @@ from service.runtime.limits import (
     BodySizeLimitMiddleware,
     ClientBudgets,
     GZipWhenAccepted,
+    ShutdownAnswerMiddleware,
 )
 from service.runtime.observability import ObservabilityMiddleware, configure_logging
 
@@ -144,6 +145,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        body_timeout_s=settings.body_timeout_s, deadline_s=settings.request_deadline_s,
                        cpu_s=settings.request_cpu_s)
     app.add_middleware(ObservabilityMiddleware, access_log_sample=settings.access_log_sample)
+    # Outermost: what a request cancelled by the end of a graceful shutdown is answered.
+    app.add_middleware(ShutdownAnswerMiddleware)
     install_error_handlers(app)
     openapi.install(app)
     # Routes are matched in order: the hot analysis paths first.

@@ -299,6 +299,35 @@ class AnonymousBudgetMiddleware:
         return False
 
 
+class ShutdownAnswerMiddleware:
+    """A request still computing when the server's graceful shutdown runs out (uvicorn then cancels it) is answered
+    503 `shutting_down` with Retry-After, so its client retries on another replica: uvicorn's own answer was a
+    plain-text 500, which reads as a defect and is not retried."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watching(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watching)
+        except asyncio.CancelledError:
+            if not started:
+                await send_error(send, 503, "shutting_down", "the server is shutting down and stopped this request; "
+                                 "retry it (another replica will answer)", headers=((b"retry-after", b"1"),))
+            raise
+
+
 class GZipWhenAccepted:
     """Starlette's GZipMiddleware for clients that accept gzip; the others go straight to the app (the
     middleware would otherwise wrap every response to inspect its headers, about 5 % of a small answer)."""

@@ -5,10 +5,14 @@ it); a writer and the probes are not charged."""
 
 import time
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
 from tests.conftest import AUTH
+
+# The worker's limits, not the database's: run once, on SQLite.
+pytestmark = pytest.mark.dialect_free
 
 # A layout search over 4,096 H100s for DeepSeek-V3: 2,048 layouts, about 4 s of CPU here.
 SEARCH = {"device_id": "nvidia-h100-sxm", "model_id": "deepseek-v3", "num_devices": 4096, "total_tokens": 1e13,

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from service.main import create_app
 from service.runtime.limits import Admission, AdmissionMiddleware
-from tests.conftest import TOKEN
+from tests.conftest import AUTH, TOKEN
 
 
 @pytest.mark.parametrize("size", [2 * 1024 * 1024, 8 * 1024 * 1024])
@@ -233,3 +233,30 @@ def test_an_overload_is_counted_and_labelled_before_routing_and_a_vanished_clien
     finally:
         observability._children = original
     assert statuses == [499]
+
+
+@pytest.mark.dialect_free
+def test_a_request_stopped_by_the_end_of_a_graceful_shutdown_is_a_503_to_retry(database_url, tmp_path, monkeypatch):
+    import signal
+    import time
+
+    from tests.reliability.test_compute_budgets import SEARCH
+    from tests.reliability.test_writers import free_port, start_server, stop
+
+    monkeypatch.setenv("ROOFLINE_GRACEFUL_SHUTDOWN_S", "0.5")
+    port = free_port()
+    server = start_server(database_url, port, tmp_path / "server.log", workers=1)
+    answers = []
+    try:
+        # A layout search of about 4 s, still computing when the half-second of grace runs out.
+        request = threading.Thread(target=lambda: answers.append(httpx.post(
+            f"http://127.0.0.1:{port}/v1/plan/training", json=SEARCH, headers=AUTH, timeout=60)))
+        request.start()
+        time.sleep(1.0)
+        server.send_signal(signal.SIGTERM)
+        request.join(60)
+    finally:
+        stop(server)
+    [answer] = answers
+    assert answer.status_code == 503, answer.text  # uvicorn's own was a plain-text 500
+    assert answer.json()["error"] == "shutting_down" and answer.headers["retry-after"] == "1"

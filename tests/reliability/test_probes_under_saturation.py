@@ -7,9 +7,13 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from tests.conftest import AUTH
 from tests.reliability.test_writers import free_port, start_server, stop
+
+# The worker's limits, not the database's: run once, on SQLite.
+pytestmark = pytest.mark.dialect_free
 
 HEAVY = 48
 SWEEP = {"endpoint": "operator", "parameter": "operator.m", "range": {"start": 1, "stop": 4096, "step": 1},
