@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     request_cpu_s: float = Field(10.0, gt=0, le=3600)
     # On SIGTERM, how long requests in flight may take to finish before they are stopped (answered 503
     # `shutting_down` with Retry-After).
-    graceful_shutdown_s: float = Field(10.0, ge=0, le=3600)
+    graceful_shutdown_s: int = Field(10, ge=0, le=3600)
     # Anonymous reads (no writer token) of one client address share a budget of CPU seconds that refills at this
     # many a second, up to anonymous_burst_s; past it, 429 with Retry-After. 0 turns it off (behind a proxy every
     # client has the proxy's address: rate-limit there instead).

@@ -29,7 +29,7 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
     _in_headers = True  # from the connection's start, and again after each request, until its headers end
     _deadline: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._arm("the request line and headers")
 

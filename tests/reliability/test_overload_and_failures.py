@@ -243,12 +243,12 @@ def test_a_request_stopped_by_the_end_of_a_graceful_shutdown_is_a_503_to_retry(d
     from tests.reliability.test_compute_budgets import SEARCH
     from tests.reliability.test_writers import free_port, start_server, stop
 
-    monkeypatch.setenv("ROOFLINE_GRACEFUL_SHUTDOWN_S", "0.5")
+    monkeypatch.setenv("ROOFLINE_GRACEFUL_SHUTDOWN_S", "1")
     port = free_port()
     server = start_server(database_url, port, tmp_path / "server.log", workers=1)
     answers = []
     try:
-        # A layout search of about 4 s, still computing when the half-second of grace runs out.
+        # A layout search of about 4 s, still computing when the second of grace runs out.
         request = threading.Thread(target=lambda: answers.append(httpx.post(
             f"http://127.0.0.1:{port}/v1/plan/training", json=SEARCH, headers=AUTH, timeout=60)))
         request.start()
