@@ -18,8 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session
 
 from service.persistence import repository
-from service.runtime.config import token_label
-from service.runtime.limits import replaying, send_error, send_json
+from service.runtime.limits import replaying, send_error, send_json, writer_of
 
 HEADER = b"idempotency-key"
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -46,7 +45,7 @@ class IdempotencyMiddleware:
                              [{"loc": "header.idempotency-key", "msg": "too long"}])
             return
         authorization = headers.get(b"authorization", b"")
-        if not _writer(scope["app"].state.writer_tokens, authorization):
+        if not writer_of(scope["app"].state.writer_tokens, authorization):
             await self.app(scope, receive, send)  # its 401, with no key claimed
             return
         body, messages = await _body(receive)
@@ -86,11 +85,6 @@ async def _body(receive) -> tuple[bytes, list[dict]]:
         if not message.get("more_body", False):
             break
     return b"".join(parts), messages
-
-
-def _writer(tokens: dict[bytes, str], authorization: bytes) -> bool:
-    scheme, _, offered = authorization.decode("latin-1").partition(" ")
-    return scheme.lower() == "bearer" and bool(offered.strip()) and token_label(tokens, offered.strip()) is not None
 
 
 def _claim(engine, client: str, key: str, fingerprint: str, ttl_s: float):

@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Large enough for a 4,096-point sweep or a 64-operator fusion graph, small enough to stay harmless.
     max_body_bytes: int = 1_048_576
+    # The bulk writes' bodies (kernel timings, JSON or CSV; serving runs), a writer's only: 10,000 timings as JSON
+    # are about 1.6 MB, past the limit above.
+    max_bulk_body_bytes: int = Field(16 * 1_048_576, ge=1024, le=1 << 30)
     # Requests one worker serves at once (probes and metrics aside); more get 503 `overloaded`. A request counts
     # once its body has arrived.
     max_in_flight: int = Field(64, ge=1, le=100_000)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 
 from service.core.budget import CURRENT_BUDGET, Budget
@@ -37,6 +38,18 @@ WATCHED_PREFIXES = ("/v1/plan/", "/v1/plot/", "/v1/analyze/batch", "/v1/analyze/
                     "/v1/analyze/training", "/v1/analyze/fusion")
 
 
+# The bulk writes, whose bodies may reach ROOFLINE_MAX_BULK_BODY_BYTES for a writer.
+BULK_WRITES = re.compile(r"^/v1/(devices/[^/]+/kernel-timings(/csv)?|serving-runs)$")
+
+
+def writer_of(tokens: dict[bytes, str], authorization: bytes) -> bool:
+    """Whether an Authorization header carries one of the writer tokens."""
+    from service.runtime.config import token_label
+
+    scheme, _, offered = authorization.decode("latin-1").partition(" ")
+    return scheme.lower() == "bearer" and bool(offered.strip()) and token_label(tokens, offered.strip()) is not None
+
+
 class BodySizeLimitMiddleware:
     """Reads each request's whole body before anything else runs (so a slow upload holds a connection, never one of
     the admission slots inside it), refusing one over `max_bytes` with 413 and one still arriving after
@@ -44,9 +57,11 @@ class BodySizeLimitMiddleware:
     may compute for long, watches for its client leaving."""
 
     def __init__(self, app, max_bytes: int, body_timeout_s: float = 10.0, deadline_s: float = 30.0,
-                 cpu_s: float | None = None):
+                 cpu_s: float | None = None, bulk_bytes: int | None = None, writer_tokens: dict[bytes, str] | None = None):
         self.app = app
         self.max_bytes = max_bytes
+        # A writer's bulk writes may be larger (BULK_WRITES); anyone else's are held to max_bytes before their 401.
+        self.bulk_bytes, self.writer_tokens = bulk_bytes or max_bytes, writer_tokens or {}
         self.body_timeout_s = body_timeout_s
         self.deadline_s = deadline_s
         self.cpu_s = cpu_s
@@ -55,19 +70,20 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self._limit(scope)
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await self._drain(receive)
-            await self._refuse(send)
+            await self._refuse(send, limit)
             return
         try:
-            chunks = await self._read(receive)
+            chunks = await self._read(receive, limit)
         except TimeoutError:
             await send_error(send, 408, "request_timeout", f"the request body did not arrive within "
                           f"{self.body_timeout_s:g} s (ROOFLINE_BODY_TIMEOUT_S)")
             return
         if chunks is None:
-            await self._refuse(send)
+            await self._refuse(send, limit)
             return
         spent = Budget(time.monotonic() + self.deadline_s, self.deadline_s, cpu_limit_s=self.cpu_s)
         token = CURRENT_BUDGET.set(spent)
@@ -105,22 +121,30 @@ class BodySizeLimitMiddleware:
         finally:
             watcher.cancel()
 
-    async def _read(self, receive) -> list[dict] | None:
-        """The body's messages, or None when it outgrows max_bytes (the rest is drained). The first message comes
+    def _limit(self, scope) -> int:
+        if scope["method"] != "POST" or not BULK_WRITES.match(scope["path"]) or self.bulk_bytes == self.max_bytes:
+            return self.max_bytes
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                return self.bulk_bytes if writer_of(self.writer_tokens, value) else self.max_bytes
+        return self.max_bytes
+
+    async def _read(self, receive, limit: int) -> list[dict] | None:
+        """The body's messages, or None when it outgrows `limit` (the rest is drained). The first message comes
         without a timer (almost every body is one message, and a timer costs each request microseconds); a body
         still arriving after it must be whole within body_timeout_s (asyncio.timeout raises TimeoutError). A client
         that sends nothing at all holds its connection, never an admission slot."""
         first = await receive()
         if first["type"] != "http.request" or not first.get("more_body", False):
-            if len(first.get("body", b"")) > self.max_bytes:
+            if len(first.get("body", b"")) > limit:
                 return None
             return [first]
         async with asyncio.timeout(self.body_timeout_s):
-            return await self._read_rest(receive, first)
+            return await self._read_rest(receive, first, limit)
 
-    async def _read_rest(self, receive, first: dict) -> list[dict] | None:
+    async def _read_rest(self, receive, first: dict, limit: int) -> list[dict] | None:
         chunks, size = [first], len(first.get("body", b""))
-        if size > self.max_bytes:
+        if size > limit:
             await self._drain(receive, already=size)
             return None
         while True:
@@ -129,7 +153,7 @@ class BodySizeLimitMiddleware:
                 chunks.append(message)
                 return chunks
             size += len(message.get("body", b""))
-            if size > self.max_bytes:
+            if size > limit:
                 if message.get("more_body", False):
                     await self._drain(receive, already=size)
                 return None
@@ -148,8 +172,9 @@ class BodySizeLimitMiddleware:
             if not message.get("more_body", False):
                 return
 
-    async def _refuse(self, send):
-        await send_error(send, 413, "payload_too_large", f"request bodies are limited to {self.max_bytes} bytes")
+    async def _refuse(self, send, limit: int):
+        await send_error(send, 413, "payload_too_large", f"request bodies are limited to {limit} bytes"
+                         + (f" ({self.bulk_bytes} for a writer's bulk write)" if limit != self.bulk_bytes else ""))
 
 
 async def send_json(send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -290,13 +315,7 @@ class AnonymousBudgetMiddleware:
             self.budgets.charge(client, spent, time.monotonic())
 
     def _writer(self, scope) -> bool:
-        from service.runtime.config import token_label
-
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, offered = value.decode("latin-1").partition(" ")
-                return scheme.lower() == "bearer" and token_label(self.writer_tokens, offered.strip()) is not None
-        return False
+        return any(name == b"authorization" and writer_of(self.writer_tokens, value) for name, value in scope["headers"])
 
 
 class ShutdownAnswerMiddleware:

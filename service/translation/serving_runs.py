@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from schemas.serving import ServingAnalysisRequest
 from schemas.serving_runs import InferenceXServingRuns, NativeServingRuns, VllmBenchServingRuns
+from service.core import budget
 from service.core.serving_calibration import ServingPoint, fit_serving_calibration, most_common_shape
 from service.persistence.catalog import DeviceCatalog
 from service.persistence.repository import SERVING_KEY
@@ -91,6 +92,7 @@ def run_records(body, catalog: DeviceCatalog) -> list[dict[str, Any]]:
     without the body's exceeds_bound_reason, is a 422 naming it, and nothing is stored."""
     records = []
     for index, run in enumerate(MAPPINGS[body.format](body)):
+        budget.check()  # each run is a serving analysis (1,000 inline configs were 28 s of CPU, unchecked)
         try:
             request = ServingAnalysisRequest.model_validate({**run.request, "calibration": "none"})
         except ValidationError as exc:

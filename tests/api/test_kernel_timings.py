@@ -237,3 +237,23 @@ def test_a_csv_cell_nested_past_the_parser_is_refused_by_name(client):
                           params={"engine": "csvlib", "source": "fuzz"}, content=csv)
     assert refused.status_code == 422, refused.text
     assert refused.json()["fields"][0]["loc"].startswith("body.timings.0.operator")
+
+
+def test_ten_thousand_timings_fit_a_writers_json_body(client):
+    # 10,000 timings as JSON are about 1.3 MB, past the 1 MiB every other body is held to; a writer's bulk write
+    # may reach ROOFLINE_MAX_BULK_BODY_BYTES. The same body without a token is refused at the smaller limit.
+    shapes = [(m, n, k) for m in (1, 4, 16, 64, 256, 1024, 4096, 8192, 16, 32) for n in range(1024, 1024 * 41, 1024)
+              for k in range(1024, 1024 * 26, 1024)][:10_000]
+    import json
+
+    body = {"engine": "bulk", "source": "a full sweep", "timings": [
+        {"operator": {"kind": "matmul", "m": m, "n": n, "k": k, "dtype": "bf16"}, "time_s": by_hand(m, n, k)[2]}
+        for m, n, k in shapes]}
+    raw = json.dumps(body).encode()
+    assert len(shapes) == 10_000 and len(raw) > client.app.state.settings.max_body_bytes
+    headers = {"content-type": "application/json"}
+    refused = client.post(f"/v1/devices/{DEVICE}/kernel-timings", content=raw, headers=headers)
+    assert refused.status_code == 413
+    created = client.post(f"/v1/devices/{DEVICE}/kernel-timings", content=raw, headers={**headers, **AUTH})
+    assert created.status_code == 201, created.text[:300]
+    assert len(created.json()["created"]) == 10_000 and created.json()["calibrations"][0]["fitted_on"] == 10_000

@@ -11,6 +11,8 @@ from typing import Any
 from service.core.errors import CostModelError
 
 MAX_DIMENSION = 2**24
+# A model's positions (max_position_embeddings) bound no work, only the lengths it may be asked about.
+MAX_POSITIONS = 2**40
 MAX_LAYERS = 2**16
 
 

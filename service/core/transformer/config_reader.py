@@ -22,11 +22,13 @@ class ConfigReader:
         self.missing: list[str] = []
         self.defaults: list[str] = []
 
-    def int(self, key: str, default: int | None = None, *, minimum: int = 1, note: str = "") -> int:
+    def int(self, key: str, default: int | None = None, *, minimum: int = 1, maximum: int | None = None,
+            note: str = "") -> int:
         """An integer within [minimum, MAX_DIMENSION] (MAX_LAYERS for layer counts): bounds far above any real
         model that keep the per-layer bookkeeping and the counts small. A missing or invalid key reads as 0 and is
         recorded: fail_if_missing refuses the config before any such 0 reaches a cost."""
-        maximum = MAX_LAYERS if key in LAYER_KEYS else MAX_DIMENSION
+        if maximum is None:
+            maximum = MAX_LAYERS if key in LAYER_KEYS else MAX_DIMENSION
         value = self.config.get(key)
         if value is None:
             if default is None:
@@ -40,10 +42,11 @@ class ConfigReader:
         return value
 
     # Inside the class `int` names the method above: the annotations below spell the type as builtins.int.
-    def optional_int(self, key: str, *, minimum: builtins.int = 1) -> builtins.int | None:
+    def optional_int(self, key: str, *, minimum: builtins.int = 1,
+                     maximum: builtins.int | None = None) -> builtins.int | None:
         if self.config.get(key) is None:
             return None
-        return self.int(key, minimum=minimum)
+        return self.int(key, minimum=minimum, maximum=maximum)
 
     def int_list(self, key: str) -> list[builtins.int]:
         value = self.config.get(key) or []

@@ -15,6 +15,7 @@ from typing import Any
 
 from service.core.transformer import vision
 from service.core.transformer.architecture import (
+    MAX_POSITIONS,
     Architecture,
     ConfigError,
     LatentAttention,
@@ -481,6 +482,9 @@ def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architec
                  else None)
     qk_norm = family.qk_norm or bool(family.qk_norm_flag and r.flag(family.qk_norm_flag, False))
     sparse_index = family.sparse_index(r) if family.sparse_index is not None else None
+    # Read before the check: an invalid value is refused with the rest, never kept as 0. A count of positions
+    # drives no work, so it may exceed the dimensions' bound (2^25 was read as 0, and refused every prompt).
+    max_positions = r.optional_int("max_position_embeddings", maximum=MAX_POSITIONS)
     r.fail_if_missing()
     moe = _check_layers(moe, moe_layers, intermediate, prefix)
     return Architecture(
@@ -491,7 +495,7 @@ def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architec
         qk_norm=qk_norm, qk_norm_weights=family.qk_norm_weights, latent=latent, moe=moe,
         groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes, mixers, mlps),
         attention_sinks=family.attention_sinks, defaults_applied=tuple(r.defaults),
-        max_positions=r.optional_int("max_position_embeddings"), recurrent=recurrent,
+        max_positions=max_positions, recurrent=recurrent,
         attention_output_gate=family.attention_output_gate, rotary_fraction=rotary_fraction(config),
         sparse_index=sparse_index,
     )

@@ -170,3 +170,16 @@ def test_gemma3_layer_flops_equal_flop_counter():
     matmuls = sum(r.flops / r.layers for r in global_rows if r.kind == "matmul")
     scores = attention_cost(batch=batch, heads=4, kv_heads=2, head_dim=16, q_len=length, kv_len=length)
     assert matmuls + scores.flops - batch * 4 * length * length * 5 == counted["total"]
+
+
+def test_positions_past_the_dimension_bound_are_read_and_invalid_ones_refused():
+    # 2^25 positions (a 32M-token context) is past the 2^24 bound on dimensions, which drive work; positions do not.
+    # It was read as 0, which then refused every prompt as too long.
+    import pytest
+
+    from service.core.transformer.architecture import ConfigError
+
+    config = dict(next(e for e in model_catalog() if e["id"] == "llama-3.1-8b")["config"])
+    assert from_hf_config({**config, "max_position_embeddings": 2**25}).max_positions == 2**25
+    with pytest.raises(ConfigError, match="max_position_embeddings"):
+        from_hf_config({**config, "max_position_embeddings": 0})
