@@ -12,11 +12,13 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from service.api import openapi
+from service.api.audit import AuditMiddleware
 from service.api.hot_path import HotPathMiddleware
 from service.api.idempotency import IdempotencyMiddleware
 from service.api.responses import INVALID, THROTTLED, UNAVAILABLE
 from service.api.routes import (
     analyze,
+    audit,
     benchmarks,
     calibrations,
     devices,
@@ -80,6 +82,7 @@ TAGS = [
     {"name": "plans", "description": "Deployment plans: what serves a model best on a budget, within SLOs"},
     {"name": "plots", "description": "Roofline charts (SVG, PNG)"},
     {"name": "conventions", "description": "The counting conventions in force"},
+    {"name": "audit", "description": "Who wrote what, when"},
     {"name": "health", "description": "Liveness, readiness, metrics"},
 ]
 
@@ -131,6 +134,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(HotPathMiddleware, enabled=settings.hot_path)
     # A retried write with the same Idempotency-Key answers the first answer again (service/api/idempotency.py).
     app.add_middleware(IdempotencyMiddleware)
+    # Each write a writer's token sent, recorded once answered (replays of an Idempotency-Key included).
+    app.add_middleware(AuditMiddleware)
     # Large answers (a 4,096-point sweep is about a megabyte) travel compressed to clients that accept it;
     # small ones are not worth the CPU.
     app.add_middleware(GZipWhenAccepted, minimum_size=GZIP_MINIMUM_BYTES)
@@ -152,7 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     openapi.install(app)
     # Routes are matched in order: the hot analysis paths first.
     for module in (analyze, health, plans, devices, benchmarks, kernel_timings, serving_runs, calibrations, models,
-                   plots):
+                   plots, audit):
         # Every 422 of the API has the service's one error shape, not FastAPI's default one.
         app.include_router(module.router, responses={**INVALID, **UNAVAILABLE})
     app.include_router(health.conventions_router, responses=THROTTLED)

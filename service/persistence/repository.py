@@ -13,6 +13,7 @@ from sqlmodel import Session, col, select
 
 from service.persistence.db import database_file_intact
 from service.persistence.tables import (
+    AuditEntry,
     Benchmark,
     CatalogState,
     Device,
@@ -385,3 +386,17 @@ def complete_idempotency_key(session: Session, *, client: str, key: str, status:
     else:
         found.status, found.response = status, response
     session.commit()
+
+
+def record_write(session: Session, *, writer: str, method: str, path: str, status: int, request_id: str) -> None:
+    session.add(AuditEntry(at=utcnow(), writer=writer, method=method, path=path[:300], status=status,
+                           request_id=request_id[:128]))
+    session.commit()
+
+
+def audit_entries(session: Session, *, writer: str | None = None, limit: int = 100, offset: int = 0) -> list[AuditEntry]:
+    """The writes recorded, newest first."""
+    query = select(AuditEntry)
+    if writer is not None:
+        query = query.where(AuditEntry.writer == writer)
+    return list(session.exec(query.order_by(col(AuditEntry.id).desc()).offset(offset).limit(limit)))

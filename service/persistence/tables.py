@@ -225,3 +225,18 @@ class StoredServingCalibration(SQLModel, table=True):
     speculative: str = Field(sa_column=Column(String(16), primary_key=True))
     fit: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))  # ServingCalibration's fields
     fitted_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class AuditEntry(SQLModel, table=True):
+    """One write a writer's token sent (who, what, when, and how it was answered): kept after the write, in a
+    transaction of its own, so an answer is never held back by its record."""
+
+    __tablename__ = "audit_log"
+
+    id: int | None = Field(default=None, sa_column=Column(Integer, primary_key=True, autoincrement=True))
+    at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False, index=True))
+    writer: str = Field(max_length=100)  # the token's label, never the token
+    method: str = Field(max_length=8)
+    path: str = Field(max_length=300)
+    status: int
+    request_id: str = Field(max_length=128)

@@ -118,6 +118,13 @@ class Settings(BaseSettings):
         return parse_tokens(self.api_tokens)
 
 
+def bearer_label(tokens: dict[bytes, str], authorization: bytes) -> str | None:
+    """The label of the writer token an Authorization header's bearer credentials are, or None."""
+    scheme, _, offered = authorization.decode("latin-1").partition(" ")
+    offered = offered.strip()
+    return token_label(tokens, offered) if scheme.lower() == "bearer" and offered else None
+
+
 def token_label(tokens: dict[bytes, str], offered: str) -> str | None:
     """The label of the writer token `offered` is, or None. Every configured token is compared in constant time
     (hashes of equal length), so neither the time taken nor a log reveals how much of a guess was right."""

@@ -44,10 +44,9 @@ BULK_WRITES = re.compile(r"^/v1/(devices/[^/]+/kernel-timings(/csv)?|serving-run
 
 def writer_of(tokens: dict[bytes, str], authorization: bytes) -> bool:
     """Whether an Authorization header carries one of the writer tokens."""
-    from service.runtime.config import token_label
+    from service.runtime.config import bearer_label
 
-    scheme, _, offered = authorization.decode("latin-1").partition(" ")
-    return scheme.lower() == "bearer" and bool(offered.strip()) and token_label(tokens, offered.strip()) is not None
+    return bearer_label(tokens, authorization) is not None
 
 
 class BodySizeLimitMiddleware:
