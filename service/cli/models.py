@@ -22,12 +22,17 @@ def _read_config(path: Path) -> dict[str, Any]:
 
 
 def _cached_config(repo_id: str) -> Path | None:
-    """The repo's config.json in the local Hugging Face cache, or None; never a download."""
+    """The repo's config.json in the local Hugging Face cache, or None (also for a name that cannot be a repo id:
+    a mistyped path such as ./models/x/config.json); never a download."""
     try:
         from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.errors import HFValidationError
     except ImportError:  # pragma: no cover - a dependency of the project
         return None
-    found = try_to_load_from_cache(repo_id, "config.json")
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except HFValidationError:
+        return None
     return Path(found) if isinstance(found, str) else None
 
 
@@ -43,7 +48,8 @@ def model_choice(name: str) -> dict[str, Any]:
     if "/" in name:
         cached = _cached_config(name)
         if cached is None:
-            raise SystemExit(f"--model {name}: not a file or folder, and not in the local Hugging Face cache "
-                             "(nothing is downloaded: fetch it with `huggingface-cli download` first, or give a path)")
+            raise SystemExit(f"--model {name}: no such file or folder, and not a Hugging Face repo id (org/name) in "
+                             "the local Hugging Face cache (nothing is downloaded: check the path, or fetch the repo "
+                             "with `huggingface-cli download` first)")
         return {"model": _read_config(cached)}
     return {"model_id": name}

@@ -235,8 +235,12 @@ def test_model_from_a_config_file_a_folder_and_the_hugging_face_cache(local_data
 
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(cache))
     assert json.loads(run(capsys, *args, "--model", "openai/gpt-oss-20b").out) == by_file
-    with pytest.raises(SystemExit, match="not in the local Hugging Face cache"):
+    with pytest.raises(SystemExit, match="not a Hugging Face repo id .org/name. in the local Hugging Face cache"):
         run(capsys, *args, "--model", "openai/not-there")
+    # A mistyped path is no repo id either: the same message, not huggingface_hub's HFValidationError traceback.
+    for mistyped in ("./models/llama/config.json", "~/checkpoints/x/y", "org/na me"):
+        with pytest.raises(SystemExit, match="no such file or folder"):
+            run(capsys, *args, "--model", mistyped)
 
 
 def test_tables_say_when_a_step_does_not_fit(local_database, capsys):
