@@ -97,7 +97,13 @@ class ServingConfig(BaseModel):
     tokens_per_s_per_device: float
     tokens_per_s_per_user: float = Field(description="1 / tpot_s")
     memory: StepMemoryOut = Field(description="Per device of a (decode) replica at its concurrency")
-    binding_slo: str | None = Field(description="The SLO closest to its limit")
+    binding_slo: str | None = Field(description="The SLO closest to its limit (not necessarily what stops more "
+                                                "concurrency: see limited_by)")
+    limited_by: str | None = Field(
+        None, description="What stops this shape serving more requests at once: 'slo.<field>' (the next concurrency "
+                          "searched misses that SLO), 'memory' (no more requests' caches fit), 'search cap (<n>)' (the "
+                          "search's concurrency limit), 'concurrency' (the request fixed it); null on the Pareto "
+                          "points that miss an SLO")
     cost_per_million_output_tokens: float | None = Field(
         description="With price_per_device_hour; at the expected rate where slo_basis is 'expected'")
     expected: ServingConfigExpected | None = Field(

@@ -226,13 +226,15 @@ def plan_table(r: dict) -> str:
              replicas(c), c["concurrency_per_replica"], si(judged(c)["ttft_s"], "s"), si(judged(c)["tpot_s"], "s"),
              *([si(c["tpot_s"], "s")] if expected else []), f"{judged(c)['requests_per_s']:,.3g}",
              f"{judged(c)['tokens_per_s']:,.0f}", f"{judged(c)['tokens_per_s_per_device']:,.0f}", cost(c),
-             c["binding_slo"] or "-"] for c in r["configs"]]
+             c.get("limited_by") or "-", *(["yes" if c["expected"]["extrapolated"] else "no"] if expected else [])]
+            for c in r["configs"]]
     basis = ("expected figures (a serving calibration's), the TPOT bound beside them" if expected
              else "bounds (lower bounds on times, upper bounds on rates)")
     return (table(rows, ["mode", "device", "TP", "EP", "DP", "replicas", "concurrency", "TTFT", "TPOT",
                          *(["TPOT bound"] if expected else []), "requests/s", "tokens/s", "per device", "cost/1M tok",
-                         "binds"])
+                         "limited by", *(["extrapolated"] if expected else [])])
             + f"\nSLOs and ranking judged on {basis}; {r['searched']:,} configurations searched"
+            + ("; extrapolated: the calibration was not fitted at that shape or concurrency" if expected else "")
             + "".join(f"\nskipped: {s}" for s in r["skipped"]))
 
 

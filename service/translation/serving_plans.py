@@ -8,7 +8,6 @@ concurrencies costs a handful of analyses, not thousands.
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 from schemas.models import StepMemoryOut
@@ -88,7 +87,8 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     slo = serving.Slo(**request.slo.model_dump())
     workload = serving.Workload(request.input_len, request.output_len, request.target_requests_per_s,
                                 request.concurrency)
-    configs, fitting, skipped, searched, best_rate = [], [], [], 0, 0.0
+    configs, fitting, skipped, searched, best_rate, best_within_slos = [], [], [], 0, 0.0, 0.0
+    devices_for_target: int | None = None
     dtypes = core_dtypes(request, arch)
     speculative = speculative_of(request, catalog)
     expectations, basis_note = _expectations(request, catalog, name, dtypes.weights)
@@ -119,8 +119,12 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         fitting += result.fitting
         searched += result.searched
         best_rate = max(best_rate, result.best_rate)
+        best_within_slos = max(best_within_slos, result.best_rate_within_slos)
+        if result.devices_for_target is not None:
+            devices_for_target = min(result.devices_for_target, devices_for_target or result.devices_for_target)
     if not configs:
-        _refuse(fitting, slo, request, best_rate, "expected" if expectations else "bound")
+        _refuse(fitting, slo, request, best_rate, (best_within_slos, devices_for_target),
+                "expected" if expectations else "bound")
     configs.sort(key=serving.rank_key)
     # Neighbouring concurrencies of one shape differ by a fraction of a percent: the best of each shape.
     best = list({(c.mode, c.device_id, c.tensor_parallel, c.expert_parallel, c.attention_data_parallel): c
@@ -178,15 +182,23 @@ def _out(config: serving.Config) -> ServingConfig:
 
 
 def _refuse(fitting: list[serving.Config], slo: serving.Slo, request: ServingPlanRequest, best_rate: float,
-            basis: str) -> None:
+            within_slos: tuple[float, int | None], basis: str) -> None:
     target = request.target_requests_per_s
-    if not fitting and target is not None and best_rate > 0:
-        devices = math.ceil(request.total_devices * target / best_rate) if target / best_rate < 2**53 else None
-        reason = (f"{request.total_devices} devices reach at most {best_rate:.4g} requests/s ({basis}, before any SLO), "
-                  f"short of "
-                  f"the target "
-                  f"{target:.4g}: " + (f"it needs about {devices:,} devices of the best shape (total_devices)"
-                                       if devices else "no number of devices within reason reaches it"))
+    # Short of the target: where no shape reaches it, or where those that do miss an SLO while others meeting it
+    # fall short (then what to change is the devices, not the SLO).
+    if target is not None and best_rate > 0 and (not fitting or within_slos[0] > 0):
+        # The devices a planner can act on: the fewest whole replicas of a shape that meets the SLOs and reaches the
+        # target. The best shape of all may miss the SLOs (a hint of 14 devices that was then refused, three times,
+        # up to 20), and devices come in replicas (13 where the shape takes 2 at a time).
+        rate, devices = within_slos
+        if rate > 0:
+            reason = (f"{request.total_devices} devices reach at most {rate:.4g} requests/s ({basis}, "
+                      + ("meeting the SLOs" if slo.limits() else "no SLO given") + f"), short of the target "
+                      f"{target:.4g}: " + (f"{devices:,} devices of the best shape that does reach it (total_devices)"
+                                           if devices else "no number of devices within reason reaches it"))
+        else:
+            reason = (f"{request.total_devices} devices reach at most {best_rate:.4g} requests/s ({basis}), short of "
+                      f"the target {target:.4g}, and no shape that could scale to it meets the SLOs: relax them")
         raise Unprocessable(reason, [{"loc": "body.target_requests_per_s", "msg": reason}])
     found = serving.unmet(fitting, slo)
     if found is None:

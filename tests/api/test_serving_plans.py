@@ -1,6 +1,8 @@
 """POST /v1/plan/serving: every configuration it returns is consistent with /v1/analyze/model, fits, meets
 the SLOs, and follows the documented continuous-batching formulas."""
 
+import re
+
 import pytest
 
 H100 = "nvidia-h100-sxm"
@@ -78,15 +80,46 @@ def test_a_traffic_target_uses_the_fewest_replicas_that_reach_it(client):
 
 def test_an_unreachable_target_says_what_the_budget_reaches_and_what_it_needs(client):
     # 8 H100s serve Llama-3.1-8B (it fits one with room to spare) but not 100 requests/s: the refusal says the most
-    # any shape reaches on the 8 (with no SLO, the best plan's requests/s on the whole budget) and the devices the
-    # target needs at that rate, ceil(8 x 100 / best); never "no configuration fits in memory".
+    # any shape reaches on the 8 (with no SLO, the best plan's requests/s on the whole budget) and the devices that
+    # reach the target, which a plan on that many then finds (and one fewer does not); never "no configuration fits".
     best = max(c["requests_per_s"] for c in plan(client, slo={}, top_n=50).json()["configs"])
     response = plan(client, slo={}, target_requests_per_s=100)
     assert response.status_code == 422
     detail = response.json()["detail"]
-    assert f"8 devices reach at most {best:.4g} requests/s" in detail
-    assert f"about {-(-800 // best):,.0f} devices" in detail and "memory" not in detail
+    assert f"8 devices reach at most {best:.4g} requests/s" in detail and "memory" not in detail
     assert response.json()["fields"][0]["loc"] == "body.target_requests_per_s"
+    needed = int(re.search(r"([0-9,]+) devices of the best shape that does reach it", detail).group(1).replace(",", ""))
+    assert needed >= -(-800 // best)  # at least the budget scaled by the rate
+    assert plan(client, slo={}, target_requests_per_s=100, total_devices=needed).status_code == 200
+    assert plan(client, slo={}, target_requests_per_s=100, total_devices=needed - 1).status_code == 422
+
+
+def test_the_devices_a_refusal_names_meet_the_slos_in_whole_replicas(client):
+    # With a 10 ms TPOT the best shape that meets it (tensor parallel 2) reaches 125 requests/s on 8 H100s: 200
+    # requests/s take 13 devices' worth, in whole replicas of 2: 14. The hint used to ignore the SLOs (the fastest
+    # shape of all misses them) and so named too few, refused again on the next try.
+    body = {"slo": {"tpot_s": 0.01}, "target_requests_per_s": 200, "input_len": 1000, "output_len": 500}
+    first = plan(client, **body)
+    assert first.status_code == 422 and "meeting the SLOs" in first.json()["detail"]
+    needed = int(re.search(r"([0-9,]+) devices of the best shape", first.json()["detail"]).group(1))
+    again = plan(client, **body, total_devices=needed - 1)
+    assert again.status_code == 422 and f"{needed} devices of the best shape" in again.json()["detail"]
+    found = plan(client, **body, total_devices=needed)
+    assert found.status_code == 200 and found.json()["configs"][0]["tpot_s"] <= 0.01
+
+
+def test_each_configuration_says_what_stops_it_serving_more(client):
+    # Llama-3.1-8B on H100s at a 30 ms TPOT: one device reaches the SLO near 292 requests at once (the next
+    # concurrency searched misses it); two or more stay under it up to the search's 512 with memory to spare, so the
+    # search's cap, not the SLO, is what limits them. "binds tpot_s" had been said of all of them.
+    configs = plan(client, slo={"tpot_s": 0.03}, input_len=1000, output_len=500, top_n=10).json()["configs"]
+    by_tp = {c["tensor_parallel"]: c for c in configs}
+    assert by_tp[1]["limited_by"] == "slo.tpot_s" and by_tp[1]["concurrency_per_replica"] < 512
+    for t in (2, 4, 8):
+        assert by_tp[t]["concurrency_per_replica"] == 512 and by_tp[t]["limited_by"] == "search cap (512)"
+        assert by_tp[t]["tpot_s"] < 0.03 and by_tp[t]["memory"]["fits"]
+    fixed = plan(client, slo={"tpot_s": 0.03}, concurrency=64).json()["configs"]
+    assert {c["limited_by"] for c in fixed} == {"concurrency"}
 
 
 def test_an_overflowing_target_is_a_422_not_a_500(client):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from service.core import budget
@@ -115,6 +115,10 @@ class Config:
     expert_parallel: int = 1
     attention_data_parallel: int = 1
     expected: Expected | None = None  # what a calibration expects; then the SLOs and the ranking go by it
+    # What stops this shape serving more at once: "slo.<field>" (the next concurrency searched misses it), "memory"
+    # (no more requests' caches fit), "search cap (<n>)" (the search's concurrency limit), or "concurrency" (the
+    # request fixed it). Set by search() for the configurations that meet the SLOs.
+    limited_by: str | None = None
 
     def value(self, slo_field: str) -> float:
         return getattr(self.expected or self, slo_field)
@@ -138,8 +142,12 @@ class SearchResult:
     configs: list[Config]  # fitting and meeting every SLO, best first
     fitting: list[Config]  # every configuration that fits (for the frontier and the refusal)
     searched: int
-    # The most requests/s any shape that fits reaches on the whole budget, where none reaches the target.
+    # The most requests/s any shape that fits reaches on the whole budget, where none reaches the target: of those
+    # that meet the SLOs (what a planner can act on), and of all (0 where none meets them).
     best_rate: float = 0.0
+    best_rate_within_slos: float = 0.0
+    # The fewest devices that reach the target with a shape meeting the SLOs (whole replicas of it); None: none does.
+    devices_for_target: int | None = None
 
 
 def _binding(config_values: dict[str, float], limits: dict[str, float]) -> str | None:
@@ -165,11 +173,33 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
     output = workload.output_len
     fitting: list[Config] = []
     searched = 0
-    best_rate = 0.0
+    best_rate = best_rate_within_slos = 0.0
+    devices_for_target: int | None = None
+
+    def short_of_target(rate: float, ttft: float, tpot: float, groups: int, prefill_groups: int | None,
+                        t: int) -> None:
+        """Remembers what the whole budget reaches at a shape that cannot reach the target, and the devices that
+        shape would need (whole replicas, each pool's rounded up), for the refusal."""
+        nonlocal best_rate, best_rate_within_slos, devices_for_target
+        best_rate = max(best_rate, rate)
+        if expectation is not None:
+            ttft, tpot = expectation.ttft_s(ttft), expectation.tpot_s(tpot)
+        values = {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": ttft + (output - 1) * tpot}
+        if not all(values[name] <= limit for name, limit in limits.items()):
+            return
+        best_rate_within_slos = max(best_rate_within_slos, rate)
+        scale = workload.target_requests_per_s / rate
+        if groups * scale * t >= 2**53:
+            return
+        if prefill_groups is None:
+            needed = math.ceil(groups * scale - 1e-9)
+        else:
+            prefill = max(1, math.ceil(prefill_groups * scale - 1e-9))
+            needed = prefill + max(1, math.ceil(groups * scale - 1e-9) - prefill)
+        devices_for_target = min(needed * t, devices_for_target or needed * t)
 
     def make(mode, replica, groups, prefill_groups, decode_groups, c, ttft, tpot, rate, memory):
         t = replica.tensor_parallel
-        nonlocal best_rate
         e2e = ttft + (output - 1) * tpot
         # The request rate the SLOs and the target go by: the bound's, or slowed as TPOT is.
         slowdown = expectation.tpot_s(tpot) / tpot if expectation else 1.0
@@ -177,19 +207,20 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
             # The fewest replicas (of this shape) that reach the target; None when the budget cannot (then what the
             # whole budget reaches is remembered, for the refusal). `rate` is the whole budget's here.
             scale = workload.target_requests_per_s / (rate / slowdown)
+            unscaled_prefill = prefill_groups
             if not groups * scale <= total_devices:  # more replicas than devices (or an overflowing target)
-                best_rate = max(best_rate, rate / slowdown)
+                short_of_target(rate / slowdown, ttft, tpot, groups, unscaled_prefill, t)
                 return None
             needed = math.ceil(groups * scale - 1e-9)
             if needed * t > total_devices:
-                best_rate = max(best_rate, rate / slowdown)
+                short_of_target(rate / slowdown, ttft, tpot, groups, unscaled_prefill, t)
                 return None
             if prefill_groups is not None:
                 prefill_groups = max(1, math.ceil(prefill_groups * scale - 1e-9))
                 decode_groups = max(1, needed - prefill_groups)
                 needed = prefill_groups + decode_groups
                 if needed * t > total_devices:
-                    best_rate = max(best_rate, rate / slowdown)
+                    short_of_target(rate / slowdown, ttft, tpot, groups, unscaled_prefill, t)
                     return None
             rate, groups = rate * needed / groups, needed
         devices = groups * t
@@ -229,8 +260,35 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
                 if config is not None:
                     fitting.append(config)
     meeting = [c for c in fitting if all(c.value(name) <= limit for name, limit in limits.items())]
+    _say_what_limits(meeting, fitting, replicas, workload, limits, max_concurrency)
     meeting.sort(key=rank_key)
-    return SearchResult(meeting, fitting, searched, best_rate)
+    return SearchResult(meeting, fitting, searched, best_rate, best_rate_within_slos, devices_for_target)
+
+
+def _shape(config: Config) -> tuple:
+    return config.mode, config.tensor_parallel, config.expert_parallel, config.attention_data_parallel
+
+
+def _say_what_limits(meeting: list[Config], fitting: list[Config], replicas: Sequence[ReplicaModel],
+                     workload: Workload, limits: dict[str, float], cap: int) -> None:
+    """Each meeting configuration's limited_by, from the next concurrency searched of its shape: the SLO that one
+    misses, else (none searched) the memory or the search's cap."""
+    by_concurrency = {(*_shape(c), c.concurrency_per_replica): c for c in fitting}
+    shapes = {(r.tensor_parallel, r.expert_parallel, r.attention_data_parallel): r for r in replicas}
+
+    def limit_of(config: Config) -> str | None:
+        if workload.concurrency is not None:
+            return "concurrency"
+        following = by_concurrency.get((*_shape(config), config.concurrency_per_replica + config.attention_data_parallel))
+        if following is not None:
+            missed = [name for name, limit in limits.items() if following.value(name) > limit]
+            return f"slo.{missed[0]}" if missed else None
+        replica = shapes[(config.tensor_parallel, config.expert_parallel, config.attention_data_parallel)]
+        # The replica's max_concurrency is what fits up to the cap: at the cap, one more request tells which.
+        at_cap = replica.max_concurrency >= cap and replica.memory_at(cap + replica.attention_data_parallel)["fits"]
+        return f"search cap ({cap})" if at_cap else "memory"
+
+    meeting[:] = [replace(config, limited_by=limit_of(config)) for config in meeting]
 
 
 def _expected(expectation: Expectation | None, ttft: float, tpot: float, rate: float, output: int, devices: int,
