@@ -108,7 +108,8 @@ def model_table(r: dict) -> str:
     if expected:
         summary.append(f"expected {si(expected['time_s'], 's')} ({expected['engine']} kernels: the matmuls, "
                        f"{expected['calibrated_share']:.0%} of the bound's time, as calibrated; the rest at their bounds)")
-    summary += [memory_line(r["memory"]),
+    advice = next((note[note.index("would fit:"):].rstrip(")") for note in r["assumptions"] if "would fit:" in note), None)
+    summary += [memory_line(r["memory"]) + (f"; {advice}" if advice and not r["memory"]["fits"] else ""),
                 f"roofs: compute {r['compute_roof_source']}, memory {r['memory_roof_source']}"]
     return table(rows, ["row", "layers", "instances", "FLOPs", "bytes", "bound", "time", "total"]) + "\n" + "\n".join(summary)
 

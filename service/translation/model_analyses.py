@@ -28,6 +28,7 @@ from schemas.models import (
 from service.core.dtypes import bytes_per_element, weight_group_size
 from service.core.errors import CostModelError
 from service.core.memo import ByIdentity, by_identity
+from service.core.planning.deployment import largest_fitting
 from service.core.roofs import RoofMode
 from service.core.transformer import layers
 from service.core.transformer.analysis import Evaluator, RowResult, analyze_model
@@ -277,6 +278,30 @@ def step_memory_for(request: ModelAnalysisRequest, arch: Architecture, device) -
     return step_memory_at(budget, request), peak_context(request)[0], basis
 
 
+def what_would_fit(request: ModelAnalysisRequest, arch: Architecture, device) -> str:
+    """For a step that does not fit: the smallest tensor-parallel size within the device's node (8 where it names
+    none) at which it does, fp8 weights at the request's own size, or the largest batch that fits."""
+    node = device.node_size or 8
+    dtypes = core_dtypes(request, arch)
+    options = []
+    for t in (2**i for i in range(1, 11)):
+        if t <= request.tensor_parallel or t > node:
+            continue
+        if arch.heads % t == 0 and step_memory_at(memory_budget_of(arch, device, dtypes, request, t)[0], request).fits:
+            options.append(f"tensor_parallel {t}")
+            break
+    if bytes_per_element(dtypes.weights) > 1:
+        fp8 = dtypes._replace(weights="fp8", weight_group_size=None, experts=None, experts_group_size=None)
+        if step_memory_at(memory_budget_of(arch, device, fp8, request, request.tensor_parallel)[0], request).fits:
+            options.append(f"fp8 weights at tensor_parallel {request.tensor_parallel}")
+    budget = memory_budget_for(request, arch, device)[0]
+    batch = largest_fitting(lambda b: step_memory_at(budget, request, batch_size=b).fits, request.batch_size - 1)
+    if batch:
+        options.append(f"batch_size {batch} as it is")
+    return ("would fit: " + " or ".join(options)) if options else (
+        f"fits neither at any tensor_parallel up to {node} (the node) nor with fp8 weights, nor at batch_size 1")
+
+
 def _row_fields(row) -> dict:
     """A RowOut's fields from an evaluated row."""
     return dict(zip(ROW_FIELDS, row))
@@ -296,7 +321,8 @@ def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog,
     memory_notes = [
         f"memory: weights + batch x KV({context} tokens, in blocks of {request.block_size}) + activations + workspace "
         f"= {memory.required_bytes:.4g} bytes per device against {memory.usable_bytes:.4g} usable: "
-        + ("fits" if memory.fits else f"DOES NOT FIT, short by {memory.shortfall_bytes:.4g} bytes (answered as a what-if)"),
+        + ("fits" if memory.fits else f"DOES NOT FIT, short by {memory.shortfall_bytes:.4g} bytes (answered as a what-if; "
+                                      f"{what_would_fit(request, arch, catalog.get(request.device_id))})"),
         basis,
         "activations: an estimate (residual stream and one layer's widest buffer for the step's tokens, fp32 logits), "
         "not a profile",

@@ -250,6 +250,11 @@ def test_tables_say_when_a_step_does_not_fit(local_database, capsys):
     out = run(capsys, "analyze", "model", "--device", "amd-mi300x", "--model", "llama-3.1-70b", "--phase", "decode",
               "--batch-size", "256", "--seq-len", "4096").out
     assert "memory: DOES NOT FIT, needs 487 GB of 186 GB usable per device (short by 302 GB)" in out
+    # What would: split over 2 devices it still needs 487 / 2 = 244 GB each, over 4 about 122 GB (the weights and
+    # the cache divide, the activations about so); fp8 weights halve only the 141 GB (416 GB remain); the batch
+    # that fits beside the weights is ~48 sequences less the activations' reserve.
+    advice = next(line for line in out.splitlines() if line.startswith("memory: DOES NOT FIT"))
+    assert "would fit: tensor_parallel 4 or batch_size " in advice and "fp8" not in advice
     assert "roofs: compute nominal, memory nominal" in out
     out = run(capsys, "sweep", "--device", "amd-mi300x", "--model", "llama-3.1-70b", "--phase", "decode",
               "--seq-len", "4096", "--parameter", "batch_size", "--start", "1", "--stop", "201", "--step", "100").out

@@ -188,6 +188,7 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
         if not all(values[name] <= limit for name, limit in limits.items()):
             return
         best_rate_within_slos = max(best_rate_within_slos, rate)
+        assert workload.target_requests_per_s is not None  # called only where a target is set
         scale = workload.target_requests_per_s / rate
         if groups * scale * t >= 2**53:
             return
