@@ -8,7 +8,7 @@ from __future__ import annotations
 from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session
 
-from service.api.idempotency import READ_ONLY_PREFIXES, WRITES
+from service.api.idempotency import is_write
 from service.persistence import repository
 from service.runtime.config import bearer_label
 from service.runtime.observability import request_id_var
@@ -19,10 +19,7 @@ class AuditMiddleware:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] not in WRITES or scope["path"].startswith(READ_ONLY_PREFIXES):
-            await self.app(scope, receive, send)
-            return
-        writer = _writer(scope)
+        writer = _writer(scope) if is_write(scope) else None
         if writer is None:
             await self.app(scope, receive, send)
             return

@@ -27,12 +27,17 @@ READ_ONLY_PREFIXES = ("/v1/analyze/", "/v1/plan/", "/v1/plot/")
 MAX_KEY_LENGTH = 200
 
 
+def is_write(scope) -> bool:
+    """Whether a request may write: an HTTP request with a writing method, not an analysis."""
+    return scope["type"] == "http" and scope["method"] in WRITES and not scope["path"].startswith(READ_ONLY_PREFIXES)
+
+
 class IdempotencyMiddleware:
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] not in WRITES or scope["path"].startswith(READ_ONLY_PREFIXES):
+        if not is_write(scope):
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
