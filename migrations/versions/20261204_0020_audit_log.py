@@ -1,5 +1,5 @@
-"""An audit trail of writes: who (the writer token's label), what (method and path), when, how it was answered,
-and the request's id to find its log lines.
+"""An audit trail of writes: who (the writer token's label), what (method and path), when, and the request's id
+to find its log lines; one row per write committed, in the write's own transaction.
 
 Revision ID: 0020
 Revises: 0019
@@ -23,7 +23,6 @@ def upgrade() -> None:
         sa.Column("writer", sa.String(100), nullable=False),
         sa.Column("method", sa.String(8), nullable=False),
         sa.Column("path", sa.String(300), nullable=False),
-        sa.Column("status", sa.Integer(), nullable=False),
         sa.Column("request_id", sa.String(128), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_audit_log")),
     )

@@ -1,15 +1,12 @@
-"""The audit trail of writes: each request a writer's token sends with a writing method is recorded once
-answered (the token's label, method, path, status, when, and its request id), whatever the answer was: a refused
-write is part of who tried what. Requests without a writer's token are not recorded (they wrote nothing, and a
-flood of them must not grow the table); their 401s are in the access log."""
+"""The audit trail of writes: around each request a writer's token sends with a writing method, the writer, method,
+path and request id are set where the persistence layer reads them, and every write transaction the request commits
+records them in the same transaction (service/persistence/repository.py). A refused write commits nothing and
+records nothing (its 4xx is in the access log); requests without a writer's token are not recorded."""
 
 from __future__ import annotations
 
-from fastapi.concurrency import run_in_threadpool
-from sqlmodel import Session
-
 from service.api.idempotency import is_write
-from service.persistence import repository
+from service.persistence.repository import CURRENT_WRITE, WriteRecord
 from service.runtime.config import bearer_label
 from service.runtime.observability import request_id_var
 
@@ -23,26 +20,13 @@ class AuditMiddleware:
         if writer is None:
             await self.app(scope, receive, send)
             return
-        status = 500
-
-        async def watching(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        token = CURRENT_WRITE.set(WriteRecord(writer, scope["method"], scope["path"], request_id_var.get()))
         try:
-            await self.app(scope, receive, watching)
+            await self.app(scope, receive, send)
         finally:
-            await run_in_threadpool(_record, scope["app"].state.engine, writer, scope["method"], scope["path"], status,
-                                    request_id_var.get())
+            CURRENT_WRITE.reset(token)
 
 
 def _writer(scope) -> str | None:
     authorization = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
     return bearer_label(scope["app"].state.writer_tokens, authorization)
-
-
-def _record(engine, writer: str, method: str, path: str, status: int, request_id: str) -> None:
-    with Session(engine) as session:
-        repository.record_write(session, writer=writer, method=method, path=path, status=status, request_id=request_id)

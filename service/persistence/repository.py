@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any, NamedTuple, cast
 
@@ -42,10 +43,28 @@ def _require_intact_file(session: Session) -> None:
                                   "written. Restart the service against the right file")
 
 
+class WriteRecord(NamedTuple):
+    """Who writes what: the audit trail's row for the write being made."""
+
+    writer: str  # the token's label
+    method: str
+    path: str
+    request_id: str
+
+
+# Set by the HTTP layer (service/api/audit.py) around a writer's write; every write's transaction records it.
+CURRENT_WRITE: ContextVar[WriteRecord | None] = ContextVar("current_write", default=None)
+
+
 def _bump_version(session: Session) -> None:
     """Every write to the catalog bumps its version in the same transaction (see catalog.py), after
-    checking that the SQLite file is still the one the service opened."""
+    checking that the SQLite file is still the one the service opened, and records who made it (the audit trail),
+    so a write and its record commit together."""
     _require_intact_file(session)
+    write = CURRENT_WRITE.get()
+    if write is not None:
+        session.add(AuditEntry(at=utcnow(), writer=write.writer, method=write.method, path=write.path[:300],
+                               request_id=write.request_id[:128]))
     session.exec(update(CatalogState).where(col(CatalogState.id) == 1).values(version=col(CatalogState.version) + 1))
 
 
@@ -385,12 +404,6 @@ def complete_idempotency_key(session: Session, *, client: str, key: str, status:
         session.delete(found)
     else:
         found.status, found.response = status, response
-    session.commit()
-
-
-def record_write(session: Session, *, writer: str, method: str, path: str, status: int, request_id: str) -> None:
-    session.add(AuditEntry(at=utcnow(), writer=writer, method=method, path=path[:300], status=status,
-                           request_id=request_id[:128]))
     session.commit()
 
 

@@ -228,8 +228,8 @@ class StoredServingCalibration(SQLModel, table=True):
 
 
 class AuditEntry(SQLModel, table=True):
-    """One write a writer's token sent (who, what, when, and how it was answered): kept after the write, in a
-    transaction of its own, so an answer is never held back by its record."""
+    """One write committed (who, what, when): added to the write's own transaction, so a write and its record are
+    committed together or not at all."""
 
     __tablename__ = "audit_log"
 
@@ -238,5 +238,4 @@ class AuditEntry(SQLModel, table=True):
     writer: str = Field(max_length=100)  # the token's label, never the token
     method: str = Field(max_length=8)
     path: str = Field(max_length=300)
-    status: int
     request_id: str = Field(max_length=128)

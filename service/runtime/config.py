@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     worker_threads: int = Field(2, ge=1, le=256)
     # Calls that may wait for one of those threads before the worker is saturated (503 `overloaded`, and /readyz
     # 503): a queue of a few turns, not of seconds.
-    max_queued_work: int = Field(16, ge=1, le=100_000)
+    max_queued_work: int = Field(32, ge=1, le=100_000)
     # A body still arriving after this long is answered 408: a slow upload holds a connection, not a slot.
     body_timeout_s: float = Field(10.0, gt=0, le=3600)
     # What one request may compute: the long loops stop past it with 503 `deadline_exceeded` (and when the client

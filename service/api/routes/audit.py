@@ -14,9 +14,9 @@ router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
 
 @router.get("", summary="The writes made", operation_id="list_audit",
-            description="Every request a writer's token sent with a writing method, newest first: the token's label, "
-                        "method, path, answer status, time and request id. Refused writes are listed too; requests "
-                        "with no writer's token are not (their 401s are in the access log).")
+            description="Every write committed, newest first: the label of the writer token that sent it, method, "
+                        "path, time and request id, recorded in the write's own transaction. A refused write committed "
+                        "nothing and is not listed (its 4xx is in the access log).")
 def list_audit(
     session: SessionDep,
     writer: Annotated[str | None, Query(min_length=1, max_length=100, description="Only this token label's")] = None,
