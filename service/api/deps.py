@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
+import anyio.to_thread
 from fastapi import Depends, Path, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
 
@@ -24,13 +24,20 @@ def get_app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+# The catalog's freshness query (PostgreSQL's) runs on threads of its own: a quick query each request makes, which in
+# the analyses' two-thread pool would queue a burst of requests behind the work and count against its queue (48
+# charts at once answered an analysis 503 on PostgreSQL). The catalog has one connection: more threads would wait.
+CATALOG_LIMITER = anyio.CapacityLimiter(2)
+
+
 async def fresh_catalog(app) -> tuple[DeviceCatalog, bool]:
     """(the catalog, whether it is served as last loaded): reloaded first if anything was committed since it was
     loaded (by this worker, another worker or another replica). The SQLite check is inline; a query or reload
     (PostgreSQL's check) runs off the event loop. When the database is unreachable but a catalog was loaded,
     analyses go on from it, and say so."""
     catalog = app.state.catalog
-    stale = not catalog.is_known_current() and await run_in_threadpool(catalog.refresh_or_go_stale)
+    stale = not catalog.is_known_current() and await anyio.to_thread.run_sync(catalog.refresh_or_go_stale,
+                                                                              limiter=CATALOG_LIMITER)
     return catalog, stale
 
 
