@@ -134,7 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(HotPathMiddleware, enabled=settings.hot_path)
     # A retried write with the same Idempotency-Key answers the first answer again (service/api/idempotency.py).
     app.add_middleware(IdempotencyMiddleware)
-    # Each write a writer's token sent, recorded once answered (replays of an Idempotency-Key included).
+    # Who writes: set around a writer's write, recorded in each transaction it commits (service/api/audit.py).
     app.add_middleware(AuditMiddleware)
     # Large answers (a 4,096-point sweep is about a megabyte) travel compressed to clients that accept it;
     # small ones are not worth the CPU.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from service.api.idempotency import is_write
 from service.persistence.repository import CURRENT_WRITE, WriteRecord
-from service.runtime.config import bearer_label
+from service.runtime.config import scope_writer
 from service.runtime.observability import request_id_var
 
 
@@ -16,7 +16,7 @@ class AuditMiddleware:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        writer = _writer(scope) if is_write(scope) else None
+        writer = scope_writer(scope["app"].state.writer_tokens, scope) if is_write(scope) else None
         if writer is None:
             await self.app(scope, receive, send)
             return
@@ -25,8 +25,3 @@ class AuditMiddleware:
             await self.app(scope, receive, send)
         finally:
             CURRENT_WRITE.reset(token)
-
-
-def _writer(scope) -> str | None:
-    authorization = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
-    return bearer_label(scope["app"].state.writer_tokens, authorization)

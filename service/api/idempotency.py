@@ -18,7 +18,8 @@ from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session
 
 from service.persistence import repository
-from service.runtime.limits import replaying, send_error, send_json, writer_of
+from service.runtime.config import scope_writer
+from service.runtime.limits import replaying, send_error, send_json
 
 HEADER = b"idempotency-key"
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -49,12 +50,11 @@ class IdempotencyMiddleware:
             await send_error(send, 400, "http_error", f"Idempotency-Key is limited to {MAX_KEY_LENGTH} characters",
                              [{"loc": "header.idempotency-key", "msg": "too long"}])
             return
-        authorization = headers.get(b"authorization", b"")
-        if not writer_of(scope["app"].state.writer_tokens, authorization):
+        if scope_writer(scope["app"].state.writer_tokens, scope) is None:
             await self.app(scope, receive, send)  # its 401, with no key claimed
             return
         body, messages = await _body(receive)
-        client = hashlib.sha256(authorization).hexdigest()
+        client = hashlib.sha256(headers.get(b"authorization", b"")).hexdigest()
         fingerprint = hashlib.sha256(b"\0".join([scope["method"].encode(), scope["path"].encode(),
                                                  scope.get("query_string", b""), body])).hexdigest()
         engine = scope["app"].state.engine

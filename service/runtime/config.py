@@ -118,6 +118,12 @@ class Settings(BaseSettings):
         return parse_tokens(self.api_tokens)
 
 
+def scope_writer(tokens: dict[bytes, str], scope) -> str | None:
+    """The label of the writer token an ASGI request's Authorization header carries, or None."""
+    authorization = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+    return bearer_label(tokens, authorization)
+
+
 def bearer_label(tokens: dict[bytes, str], authorization: bytes) -> str | None:
     """The label of the writer token an Authorization header's bearer credentials are, or None."""
     scheme, _, offered = authorization.decode("latin-1").partition(" ")

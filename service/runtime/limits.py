@@ -15,6 +15,7 @@ import re
 import time
 
 from service.core.budget import CURRENT_BUDGET, Budget
+from service.runtime.config import scope_writer
 from service.runtime.observability import OVERLOADED
 
 # Reading and dropping a too-large body costs the bandwidth, not the CPU of parsing it; past this much the
@@ -40,13 +41,6 @@ WATCHED_PREFIXES = ("/v1/plan/", "/v1/plot/", "/v1/analyze/batch", "/v1/analyze/
 
 # The bulk writes, whose bodies may reach ROOFLINE_MAX_BULK_BODY_BYTES for a writer.
 BULK_WRITES = re.compile(r"^/v1/(devices/[^/]+/kernel-timings(/csv)?|serving-runs)$")
-
-
-def writer_of(tokens: dict[bytes, str], authorization: bytes) -> bool:
-    """Whether an Authorization header carries one of the writer tokens."""
-    from service.runtime.config import bearer_label
-
-    return bearer_label(tokens, authorization) is not None
 
 
 class BodySizeLimitMiddleware:
@@ -123,10 +117,7 @@ class BodySizeLimitMiddleware:
     def _limit(self, scope) -> int:
         if scope["method"] != "POST" or not BULK_WRITES.match(scope["path"]) or self.bulk_bytes == self.max_bytes:
             return self.max_bytes
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                return self.bulk_bytes if writer_of(self.writer_tokens, value) else self.max_bytes
-        return self.max_bytes
+        return self.bulk_bytes if scope_writer(self.writer_tokens, scope) is not None else self.max_bytes
 
     async def _read(self, receive, limit: int) -> list[dict] | None:
         """The body's messages, or None when it outgrows `limit` (the rest is drained). The first message comes
@@ -294,7 +285,8 @@ class AnonymousBudgetMiddleware:
         self.app, self.budgets, self.writer_tokens = app, budgets, writer_tokens
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS or self._writer(scope):
+        if (scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS
+                or scope_writer(self.writer_tokens, scope) is not None):
             await self.app(scope, receive, send)
             return
         client = (scope.get("client") or ("unknown",))[0]
@@ -312,9 +304,6 @@ class AnonymousBudgetMiddleware:
             budget = CURRENT_BUDGET.get()
             spent = budget.cpu_s if budget is not None and budget.cpu_s > 0 else time.monotonic() - started
             self.budgets.charge(client, spent, time.monotonic())
-
-    def _writer(self, scope) -> bool:
-        return any(name == b"authorization" and writer_of(self.writer_tokens, value) for name, value in scope["headers"])
 
 
 class ShutdownAnswerMiddleware:
