@@ -39,8 +39,8 @@ def _plain_line(b: np.ndarray, m: np.ndarray) -> tuple[float, float]:
 
 
 # Runs whose bounds span less than this factor (largest over smallest) cannot tell a scale from an overhead (every
-# line through their one point fits them alike): the calibration says its overhead is not identified, and an
-# expectation at a bound outside that span says it extrapolates.
+# line through their one point fits them alike): the calibration reports its overhead as not identified. The fit
+# itself is the same line as for any runs.
 MIN_SPREAD = 1.1
 
 
@@ -99,7 +99,8 @@ class ServingCalibration:
     concurrency: tuple[int, int]  # the smallest and largest
     model: str | None = None  # the model its runs served, where the calibration is kept per model
     origin: str = "shipped"  # or "measured": fitted to runs submitted to the service
-    # The overheads its runs could not tell from a scale (their bounds too alike: see separable), held at 0.
+    # The overheads its runs could not tell from a scale (their bounds too alike: see separable); the fitted split
+    # stands, reported without a value.
     unidentified: tuple[str, ...] = ()
 
     def __post_init__(self):

@@ -88,15 +88,20 @@ def refit_for(device: DeviceSpec) -> Refit:
     return refit
 
 
+def _parameter(name: str, value: float, unit: str, meaning: str, unidentified: tuple[str, ...], why: str) -> dict:
+    """A fitted parameter; one its measurements could not tell has no value, and says why (`why`)."""
+    if name not in unidentified:
+        return {"name": name, "value": value, "unit": unit, "meaning": meaning}
+    return {"name": name, "value": None, "unit": unit, "meaning": meaning, "identified": False,
+            "note": f"not identified: {why}"}
+
+
 def _efficiency(calibration: KernelCalibration, name: str, meaning: str) -> dict:
-    """An efficiency parameter; one the timings could not tell has no value, and says why."""
-    if name not in calibration.unidentified:
-        return {"name": name, "value": getattr(calibration, name), "unit": "1", "meaning": meaning}
     side = name.split("_")[0]
-    return {"name": name, "value": None, "unit": "1", "meaning": meaning, "identified": False,
-            "note": f"not identified: no timing fitted was {side}-bound, so the fit holds it at 1 (the roof) and "
-                    f"the errors reported say nothing of {side}-bound matmuls, whose expectations say extrapolated; "
-                    f"submit {side}-bound shapes to fit it"}
+    return _parameter(name, getattr(calibration, name), "1", meaning, calibration.unidentified,
+                      f"no timing fitted was {side}-bound, so the fit holds it at 1 (the roof) and the errors reported "
+                      f"say nothing of {side}-bound matmuls, whose expectations say extrapolated; submit {side}-bound "
+                      f"shapes to fit it")
 
 
 def kernel_public(calibration: KernelCalibration) -> dict:
@@ -117,13 +122,11 @@ def kernel_public(calibration: KernelCalibration) -> dict:
 
 
 def _overhead(calibration: ServingCalibration, name: str, value: float, meaning: str) -> dict:
-    """An overhead parameter; one the runs could not tell from the scale has no value, and says why."""
-    if name not in calibration.unidentified:
-        return {"name": name, "value": value, "unit": "s", "meaning": meaning}
-    return {"name": name, "value": None, "unit": "s", "meaning": meaning, "identified": False,
-            "note": f"not identified: the runs' bounds lie within a factor {MIN_SPREAD} of each other, so a scale and "
-                    f"an overhead fit them alike; the fit is the scale alone (the overhead held at 0), and its error "
-                    f"says nothing of other bounds: submit runs at other lengths or concurrencies to fit it"}
+    return _parameter(name, value, "s", meaning, calibration.unidentified,
+                      f"the runs' bounds lie within a factor {MIN_SPREAD} of each other, so a scale and an overhead "
+                      f"fit them alike and the split the fit reports is arbitrary: its expectations at those bounds "
+                      f"stand, at others they are the fit carried where it saw nothing; submit runs at other lengths "
+                      f"or concurrencies to fit it")
 
 
 def serving_public(calibration: ServingCalibration) -> dict:
