@@ -98,7 +98,7 @@ async def main() -> None:
 def held_out_expectations(answers: list[tuple[dict, dict]]) -> dict[int, float]:
     """Each run's expected TPOT from a calibration fitted to its device, engine, precision and method's runs at
     1,024 / 1,024 alone (at least three), for the runs at the other shapes: what the calibration never saw."""
-    from service.core.serving_calibration import ServingPoint, fit_scale_and_overhead, on_line
+    from service.core.expectations.serving_runs import ServingPoint, fit_scale_and_overhead, on_line
 
     groups: dict[tuple, list[int]] = defaultdict(list)
     for index, (row, _) in enumerate(answers):
@@ -161,7 +161,7 @@ async def time_fits_and_writes(runs: list[dict]) -> None:
     bounds, the insert and every refit)."""
     import numpy as np
 
-    from service.core.serving_calibration import ServingPoint, fit_serving_calibration
+    from service.core.expectations.serving_runs import ServingPoint, fit_serving_calibration
     from service.main import create_app
     from service.runtime.config import Settings
 

@@ -37,7 +37,7 @@ def shapes(count: int, seed: int) -> list[tuple[int, int, int]]:
 
 async def main() -> None:
     os.environ.setdefault("ROOFLINE_LOG_LEVEL", "WARNING")
-    from service.core.calibration import fit_kernel_terms
+    from service.core.expectations.kernels import fit_kernel_terms
     from service.main import create_app
     from service.runtime.config import Settings
 

@@ -11,7 +11,7 @@ developer refreshes the shipped fit by hand,
 which rewrites service/data/calibrations/gemm.json (TensorRT-LLM's tables, the shipped calibrations) and
 tests/data/aiconfigurator_gemm_sample.csv, and prints the same fit's error on every engine's tables.
 
-Per (device, engine, dtype): the calibration of service/core/calibration.py (the formula at the catalog's nominal
+Per (device, engine, dtype): the calibration of service/core/expectations/kernels.py (the formula at the catalog's nominal
 roofs, corrected by the nearest fitted shapes) fitted to a random 10 % of the table, its error reported on the
 other 90 %, beside the bare bound's error on the same rows.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from service.core.calibration import KernelCalibration, fit_kernel_terms
+from service.core.expectations.kernels import KernelCalibration, fit_kernel_terms
 from service.persistence.catalog import nominal_device
 from service.translation.aiconfigurator import DEVICES, DTYPES, PACKAGE
 

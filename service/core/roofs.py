@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from service.core.calibration import KernelCalibration
+from service.core.expectations.kernels import KernelCalibration
 from service.core.dtypes import DType, peak_dtype
 from service.core.errors import CostModelError, NoComputePeakError
 from service.core.hardware import DEFAULT_INTER_NODE_LATENCY_S, DeviceSpec, Unit

@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
-from service.core.calibration import KernelCalibration
+from service.core.expectations.kernels import KernelCalibration
 from service.core.dtypes import peak_dtype
 from service.core.hardware import (
     DEFAULT_COLLECTIVE_LATENCY_S,
@@ -36,7 +36,7 @@ from service.core.hardware import (
     Unit,
 )
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
-from service.core.serving_calibration import ServingCalibration
+from service.core.expectations.serving_runs import ServingCalibration
 from service.persistence import repository
 from service.persistence.change_probe import SqliteCommitProbe
 from service.persistence.tables import Benchmark, ModelConfig, StoredKernelCalibration

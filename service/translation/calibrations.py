@@ -1,5 +1,5 @@
 """Kernel timings in, calibrations out: each submitted timing costed on its device, the matmul timings of one
-engine and compute dtype fitted (service/core/calibration.py), and every calibration, shipped or fitted, described
+engine and compute dtype fitted (service/core/expectations/kernels.py), and every calibration, shipped or fitted, described
 with its parameters, what it was fitted on and how wrong it was."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from collections.abc import Iterable
 import numpy as np
 
 from schemas.calibrations import KernelTimingsCreate
-from service.core.calibration import MIN_POINTS, KernelCalibration, fit_kernel_terms
+from service.core.expectations.kernels import MIN_POINTS, KernelCalibration, fit_kernel_terms
 from service.core.dtypes import peak_dtype
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
-from service.core.serving_calibration import MIN_SPREAD, ServingCalibration
+from service.core.expectations.serving_runs import MIN_SPREAD, ServingCalibration
 from service.persistence.catalog import DeviceCatalog, gemm_calibrations, serving_calibrations, shipped_runs
 from service.persistence.repository import Refit
 from service.persistence.tables import KernelTiming

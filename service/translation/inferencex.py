@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from service.core.serving_calibration import ServingCalibration, ServingPoint, fit_serving_calibration
+from service.core.expectations.serving_runs import ServingCalibration, ServingPoint, fit_serving_calibration
 
 DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
               "mi355x": "amd-mi355x", "mi300x": "amd-mi300x", "h100": "nvidia-h100-sxm", "h200": "nvidia-h200-sxm"}

@@ -6,10 +6,10 @@ from typing import NamedTuple
 
 from schemas.models import StepMemoryOut
 from schemas.serving import ServingAnalysis, ServingAnalysisRequest, ServingPool
-from service.core import serving_calibration
+from service.core.expectations import serving_runs
 from service.core.errors import CostModelError
 from service.core.planning import deployment
-from service.core.serving_calibration import ServingCalibration
+from service.core.expectations.serving_runs import ServingCalibration
 from service.core.training.collectives import Link, Topology
 from service.core.transformer.analysis import first_matmul, step_rows
 from service.core.transformer.architecture import Architecture
@@ -120,7 +120,7 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
     calibration = _calibration(request, catalog, name, dtypes.weights)
     expected = None
     if calibration is not None:
-        expectation = serving_calibration.expect(calibration, bound, input_len=request.input_len,
+        expectation = serving_runs.expect(calibration, bound, input_len=request.input_len,
                                                  output_len=request.output_len, concurrency=request.concurrency)
         expected = {**vars(expectation), "calibration": {**{name: getattr(calibration, name) for name in CALIBRATION_FIELDS},
                                                           "id": calibration.address,

@@ -1,6 +1,6 @@
 """Measured serving runs in, serving calibrations out: each run of whatever form mapped to the deployment the serving
 analysis takes, held against the service's bound there (a run faster than its bound is refused unless the submission
-says why), stored beside that bound; the runs of one scope fitted (service/core/serving_calibration.py)."""
+says why), stored beside that bound; the runs of one scope fitted (service/core/expectations/serving_runs.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from schemas.serving import ServingAnalysisRequest
 from schemas.serving_runs import InferenceXServingRuns, NativeServingRuns, VllmBenchServingRuns
 from service.core import budget
-from service.core.serving_calibration import ServingPoint, fit_serving_calibration, most_common_shape
+from service.core.expectations.serving_runs import ServingPoint, fit_serving_calibration, most_common_shape
 from service.persistence.catalog import DeviceCatalog
 from service.persistence.repository import SERVING_KEY
 from service.persistence.tables import ServingRun

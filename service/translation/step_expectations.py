@@ -1,5 +1,5 @@
 """A model step's expected time: each matmul row at what the kernel calibration of its device, engine and compute
-dtype expects of it (service/core/calibration.py), every other row at its bound, none below its bound. The rows
+dtype expects of it (service/core/expectations/kernels.py), every other row at its bound, none below its bound. The rows
 carry no (m, n, k), so the calibration's formula answers without its nearest-shapes correction."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from service.core.calibration import KernelCalibration
+from service.core.expectations.kernels import KernelCalibration
 from service.core.roofs import MeasuredRoofs
 from service.core.transformer.analysis import RowExpectation, RowResult
 from service.translation.operator_analyses import calibration_for

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from service.core.calibration import KernelCalibration
+from service.core.expectations.kernels import KernelCalibration
 from service.persistence.catalog import gemm_calibrations
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "aiconfigurator_gemm_sample.csv"
@@ -132,7 +132,7 @@ def test_the_nearest_shapes_correct_the_formula_by_hand():
 def test_a_fit_recovers_its_formula_and_its_error_is_measured_on_timings_it_did_not_see():
     import numpy as np
 
-    from service.core.calibration import fit_kernel_terms
+    from service.core.expectations.kernels import fit_kernel_terms
 
     rng = np.random.default_rng(7)
     sizes = 2 ** rng.integers(4, 14, size=(400, 3))
@@ -150,7 +150,7 @@ def test_a_fit_recovers_its_formula_and_its_error_is_measured_on_timings_it_did_
 def test_an_efficiency_no_timing_binds_is_held_at_the_roof_and_said_to_be_unidentified():
     import numpy as np
 
-    from service.core.calibration import COMPUTE, fit_kernel_terms
+    from service.core.expectations.kernels import COMPUTE, fit_kernel_terms
 
     # GEMVs (m = 1): 2nk FLOPs against about 2nk bytes, an intensity of 1 against a ridge of 333 FLOP/byte.
     sizes = np.array([[1, 2**n, 2**k] for n in range(10, 15) for k in range(10, 14)])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from service.core.serving_calibration import ServingPoint, fit_scale_and_overhead, fit_serving_calibration
+from service.core.expectations.serving_runs import ServingPoint, fit_scale_and_overhead, fit_serving_calibration
 
 
 def test_three_runs_fit_a_scale_and_an_overhead_by_hand():
@@ -21,7 +21,7 @@ def test_an_overhead_that_would_be_negative_is_held_at_zero():
     positive."""
     from scipy.optimize import brentq
 
-    from service.core.serving_calibration import ROBUST_SCALE
+    from service.core.expectations.serving_runs import ROBUST_SCALE
 
     scale, overhead = fit_scale_and_overhead([1.0, 2.0, 3.0], [1.0, 2.0, 4.0])
     ratios, measured = [1.0, 1.0, 0.75], [1.0, 2.0, 4.0]
@@ -92,7 +92,7 @@ def test_runs_at_one_bound_fit_without_a_start_outside_the_bounds():
     # Three runs at one bound: the plain line through them is any line through one point; numpy's least-norm one
     # had a scale of 1e-15 here, under the fit's floor of 1e-12, and least_squares refused to start (a 500 on
     # POST /v1/serving-runs). The fit now starts on the floor; the line still meets the runs.
-    from service.core.serving_calibration import fit_scale_and_overhead, separable
+    from service.core.expectations.serving_runs import fit_scale_and_overhead, separable
 
     scale, overhead = fit_scale_and_overhead([1e-9] * 3, [1e-3] * 3)
     assert scale * 1e-9 + overhead == pytest.approx(1e-3, rel=1e-6)

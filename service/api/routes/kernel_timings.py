@@ -12,7 +12,7 @@ from schemas.calibrations import KernelTimingPublic, KernelTimingsCreate, Kernel
 from schemas.common import DTypeName, EngineName
 from service.api.deps import CatalogDep, DevicePath, SessionDep, WriterDep
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
-from service.core.calibration import KernelCalibration
+from service.core.expectations.kernels import KernelCalibration
 from service.core.operators.registry import KINDS
 from service.persistence import repository
 from service.translation.calibrations import kernel_public, refit_for, timing_records
