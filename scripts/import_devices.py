@@ -97,6 +97,7 @@ DGX_1 = ("NVIDIA DGX-1 with Tesla V100 System Architecture white paper, WP-08437
          "(https://images.nvidia.com/content/pdf/dgx1-v100-system-architecture-whitepaper.pdf)")
 # Nodes as NVIDIA's DGX servers build them: eight SXM GPUs on one NVLink/NVSwitch fabric, and one compute-fabric
 # NIC per GPU (DGX-1: four 100 Gb/s EDR NICs for eight GPUs). Bandwidth per device per direction, bytes/s.
+MI300X_PLATFORM = "gpu.blog, Instinct MI300X (https://gpu.blog/gpus/instinct-mi300x-mi300x)"
 NODE_TOPOLOGY = {
     "nvidia-b200": (8, 50e9, f"{DGX_BASEPOD}: DGX B200, eight B200, 8x single-port ConnectX-7 up to 400 Gb/s"),
     "nvidia-h200-sxm": (8, 50e9, f"{DGX_BASEPOD}: DGX H200, eight Hopper GPUs, eight single-port ConnectX-7 up to "
@@ -107,6 +108,8 @@ NODE_TOPOLOGY = {
     "nvidia-a100-40gb-sxm": (8, 25e9, f"{DGX_A100}: eight A100, 8x single-port ConnectX-6 VPI 200 Gb/s HDR InfiniBand"),
     "nvidia-v100-sxm2-32gb": (8, 6.25e9, f"{DGX_1}: eight V100 in a hybrid cube-mesh, four 100 Gb/s EDR InfiniBand "
                                          "ports (50 GB/s for eight GPUs)"),
+    "amd-mi300x": (8, 50e9, f"{MI300X_PLATFORM}: a fully connected eight-GPU xGMI mesh (the MI300X platform), at most "
+                            "eight GPUs a node, scale-out over InfiniBand NDR or RoCE v2 (400 Gb/s a port, a NIC a GPU)"),
 }
 
 

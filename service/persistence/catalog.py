@@ -125,14 +125,15 @@ def seed_catalog_devices(connection: Connection, ids: tuple[str, ...]) -> None:
         connection.execute(devices.insert(), rows)
 
 
-def backfill_catalog_fields(connection: Connection, fields: tuple[str, ...]) -> None:
-    """For a migration that adds columns: the shipped catalog's values of `fields`, with their citations, onto
-    the catalog devices still as they shipped (a device deleted or replaced through the API is left alone)."""
+def backfill_catalog_fields(connection: Connection, fields: tuple[str, ...], ids: tuple[str, ...] | None = None) -> None:
+    """For a migration that adds columns (or ships new values of them: `ids`, those devices only): the shipped
+    catalog's values of `fields`, with their citations, onto the catalog devices still as they shipped (a device
+    deleted or replaced through the API is left alone)."""
     structured = {"compute_peaks", "memory_levels", "citations", "default_matmul_tile", "microarchitecture"}
     devices = sa.table("devices", sa.column("id"), sa.column("origin"), sa.column("citations", sa.JSON),
                        *(sa.column(name, sa.JSON) if name in structured else sa.column(name) for name in fields))
     for entry in nominal_catalog():
-        if all(entry.get(name) is None for name in fields):
+        if all(entry.get(name) is None for name in fields) or (ids is not None and entry["id"] not in ids):
             continue
         found = connection.execute(sa.select(devices.c.citations).where(
             devices.c.id == entry["id"], devices.c.origin == "catalog")).first()

@@ -27,7 +27,8 @@ from typing import Any
 from service.core.expectations.serving_runs import ServingCalibration, ServingPoint, fit_serving_calibration
 
 DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
-              "mi355x": "amd-mi355x", "mi300x": "amd-mi300x", "h100": "nvidia-h100-sxm", "h200": "nvidia-h200-sxm"}
+              "mi355x": "amd-mi355x", "mi300x": "amd-mi300x", "mi325x": "amd-mi325x", "h100": "nvidia-h100-sxm",
+              "h200": "nvidia-h200-sxm"}
 MODEL_IDS = {"dsr1": "deepseek-v3"}
 MTP_DRAFT_TOKENS = 3
 

@@ -220,3 +220,17 @@ def test_a_pool_layout_refused_names_its_pool(client):
     response = deepseek(client, disaggregated=pools)
     assert response.status_code == 422
     assert response.json()["fields"][0]["loc"] == "body.disaggregated.prefill.attention_data_parallel"
+
+
+def test_an_eight_gpu_mi300x_deployment_is_placed_on_its_node(client):
+    """The MI300X platform is eight GPUs on one xGMI mesh (devices.json cites it): DeepSeek-V3 in fp8 on TP 8 is
+    answered, its all-reduces on the 448 GB/s scale-up link, not refused for want of a node. An InferenceX row of an
+    MI325X maps to the catalog's amd-mi325x."""
+    answer = deepseek(client, device_id="amd-mi300x", tensor_parallel=8, concurrency=16)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["bound"]["devices"] == 8
+    assert any("8 device(s) share the scale-up link" in note for note in answer.json()["assumptions"])
+    row = {**next(r for r in RUNS if r["hardware"] == "mi355x" and not r["disagg"] and r["precision"] == "fp8"),
+           "hardware": "mi325x"}
+    assert serving_request(row)["device_id"] == "amd-mi325x"
+    assert deepseek(client, **{**serving_request(row), "engine": None}).status_code == 200
