@@ -13,8 +13,12 @@ PACKAGE = "aiconfigurator-core 0.12.0 (PyPI, Apache-2.0)"
 # Their system names and the catalog's devices. Not the L40S: 3 % of its timings run faster than its GDDR6 allows
 # (up to 3.5x, working sets up to 104 MB), so they were taken with operands left in its 96 MB L2, and a fit to them
 # would expect less than the bound.
-DEVICES = {"h100_sxm": "nvidia-h100-sxm", "h200_sxm": "nvidia-h200-sxm", "b200_sxm": "nvidia-b200"}
-DTYPES = {"bfloat16": ("bf16", 2), "fp8": ("fp8", 1)}  # their name: (the service's, operand bytes)
+DEVICES = {"h100_sxm": "nvidia-h100-sxm", "h200_sxm": "nvidia-h200-sxm", "b200_sxm": "nvidia-b200",
+           "b300_sxm": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300"}
+# Their name: (the service's, operand bytes an element, its scale's included: NVFP4 has an fp8 scale per 16). Their
+# fp8_block (DeepSeek's 128 x 128 scales) is left out: one table a (device, dtype) is shipped, and the per-tensor
+# fp8 one covers the most shapes.
+DTYPES = {"bfloat16": ("bf16", 2), "fp8": ("fp8", 1), "nvfp4": ("fp4", 0.5 + 1 / 16)}
 COLUMNS = ("kind", "m", "n", "k", "dtype", "c_dtype", "time_s")
 
 
@@ -28,6 +32,6 @@ def timings_csv(rows: Iterable[tuple[int, int, int, str, float]]) -> str:
         if theirs not in DTYPES:
             continue
         dtype = DTYPES[theirs][0]
-        writer.writerow(["matmul", int(m), int(n), int(k), dtype, "bf16" if dtype == "fp8" else "",
+        writer.writerow(["matmul", int(m), int(n), int(k), dtype, "bf16" if dtype != "bf16" else "",
                          f"{latency_ms * 1e-3:.6g}"])
     return out.getvalue()

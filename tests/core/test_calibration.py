@@ -9,7 +9,7 @@ from service.core.expectations.kernels import KernelCalibration
 from service.persistence.catalog import gemm_calibrations
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "aiconfigurator_gemm_sample.csv"
-OPERAND_BYTES = {"bf16": 2, "fp8": 1}
+OPERAND_BYTES = {"bf16": 2, "fp8": 1, "fp4": 0.5 + 1 / 16}
 
 
 def sample_rows():
@@ -76,7 +76,7 @@ def test_an_expectation_by_hand_over_http(client):
     assert 0.5 < correction < 2
     assert "held out" in body["expected"]["basis"] and body["expected"]["engine"] == "trtllm"
     # A device without a calibration says so with null, and the bound stands alone.
-    other = client.post("/v1/analyze/operator", json={"device_id": "amd-mi300x",
+    other = client.post("/v1/analyze/operator", json={"device_id": "nvidia-l40s",
                                                       "operator": {"kind": "matmul", "m": 1, "n": 8192, "k": 8192}})
     assert other.json()["expected"] is None
 
@@ -89,6 +89,11 @@ def test_a_calibration_that_would_expect_less_than_the_bound_is_refused():
         KernelCalibration(**fields)
 
 
+# The sample's first tables (H100, H200 and B200 in bf16 and fp8): what the count of 142 below was made on.
+FIRST_NINE_HUNDRED = {(device, dtype) for device in ("nvidia-h100-sxm", "nvidia-h200-sxm", "nvidia-b200")
+                      for dtype in ("bf16", "fp8")}
+
+
 def test_apply_efficiency_stays_a_bound_on_the_measurements():
     """The padding slows the bound by the work padded tiles execute; the waves would not (stream-K and split-K fill
     the SMs): over the 900 measured GEMMs the padded bound exceeds no more measurements than the bare one, while
@@ -98,6 +103,8 @@ def test_apply_efficiency_stays_a_bound_on_the_measurements():
 
     padded_above = waves_above = bare_above = 0
     for row in sample_rows():
+        if (row["device_id"], row["dtype"]) not in FIRST_NINE_HUNDRED:
+            continue
         calibration = gemm_calibrations()[(row["device_id"], row["dtype"])]
         device = nominal_device(row["device_id"])
         flops, hbm = terms(row)
