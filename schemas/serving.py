@@ -118,8 +118,11 @@ class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions, ServingLay
         description="Requests the client keeps in flight over the whole deployment")
     engine: EngineName | None = Field(
         None, description="A free label of the serving engine (sglang, vllm, trt, ...): what a calibration is fitted for")
-    calibration: Literal["auto", "none"] = Field(
-        "auto", description="auto: answer `expected` where a serving calibration exists for the device and engine")
+    calibration: Literal["auto", "kernels", "none"] = Field(
+        "auto", description="auto: answer `expected` from this device's own serving runs where a calibration of the "
+                            "device and engine exists, else from its kernel tables and the engine's costs carried "
+                            "over from the devices it was measured on (basis 'kernels'); kernels: the latter even "
+                            "where runs exist (devices compared like with like); none: no `expected`")
     collective_latency_s: NonNegativeFinite | None = Field(
         None, description="What-if: the fixed cost of one collective inside a node, seconds (default: measured or the device's)")
 
@@ -179,8 +182,10 @@ class ServingBound(ServingFigures):
 
 
 class ServingCalibrationOut(BaseModel):
-    id: str = Field(description="device:engine:precision:speculative (shipped), or "
-                                "measured:device:engine:model:precision:speculative (fitted to runs submitted)")
+    id: str = Field(description="serving:device:engine:precision:speculative (shipped), "
+                                "serving:measured:device:engine:model:precision:speculative (fitted to runs submitted), "
+                                "or engine:engine:precision:speculative (an engine's costs over every device with runs, "
+                                "basis 'kernels'); GET /v1/calibrations/{id} answers it")
     engine: str = Field(description="The engine whose runs it was fitted to")
     fitted_on: int = Field(description="Measured runs fitted")
     checked_by: str = Field(description="'other workload shapes' (fitted on one, checked on the rest) or 'leave-one-out'")
@@ -189,12 +194,34 @@ class ServingCalibrationOut(BaseModel):
     tpot_p90_error: float = Field(description="The same, 90th percentile")
     ttft_median_error: float = Field(description="|expected / measured - 1| of TTFT, median (measured TTFTs include "
                                                  "queueing, which no bound holds)")
-    extrapolated: bool = Field(description="The request's workload shape or concurrency lies outside those fitted")
+    extrapolated: bool = Field(description="The request's workload shape or concurrency lies outside those fitted (for "
+                                           "basis 'kernels', its layout too: expert parallelism, attention data "
+                                           "parallelism, disaggregation, speculative decoding)")
     basis: str = Field(description="What it was fitted on, the fit, and how wrong it was")
 
 
+class KernelCompositionOut(BaseModel):
+    tables: list[str] = Field(description="The kernel calibrations the deployment's rows were composed from")
+    stand_in_for: str | None = Field(description="The device whose tables these are, where the request's device has "
+                                                 "none of its own (the nearest measured part of its vendor, at the "
+                                                 "request's device's roofs); null where they are its own")
+    basis: str = Field(description="Which fit each kind of row took")
+    ttft_s: float = Field(description="TTFT of the deployment as its kernels compose it, before the engine's costs")
+    tpot_s: float = Field(description="TPOT the same way")
+    prefill_share_s: float = Field(description="The prefill share the same way (bound.prefill_share_s's meaning)")
+    decode_step_s: float = Field(description="One decode (or verification) step the same way")
+    prefill_s: float = Field(description="One request's prefill the same way")
+
+
 class ServingExpected(ServingFigures):
-    calibration: ServingCalibrationOut = Field(description="The calibration the expectation comes from")
+    basis: Literal["runs", "kernels"] = Field(
+        description="runs: a fit to measured serving runs of this device and engine; kernels: the deployment composed "
+                    "from this device's measured kernel tables (or a stand-in's, see kernels.stand_in_for) and the "
+                    "engine's costs fitted over the other devices it was measured on")
+    calibration: ServingCalibrationOut = Field(description="The calibration the expectation comes from: its error is "
+                                                           "measured on runs it did not see (for basis 'kernels', on "
+                                                           "devices left out of its fit)")
+    kernels: KernelCompositionOut | None = Field(description="basis 'kernels': the composed deployment and its tables")
 
 
 class ServingAnalysis(BaseModel):
@@ -203,8 +230,9 @@ class ServingAnalysis(BaseModel):
     engine: str | None = Field(description="The request's engine label")
     bound: ServingBound = Field(description="Bounds: every time a lower bound, every rate an upper bound")
     expected: ServingExpected | None = Field(
-        description="What the deployment is expected to measure, from a serving calibration of this device and engine; "
-                    "null where none applies (`assumptions` says why)")
+        description="What the deployment is expected to measure: from a serving calibration of this device and engine "
+                    "(basis 'runs') or from its kernel tables and the engine's carried-over costs (basis 'kernels'); "
+                    "null where neither applies (`assumptions` says why)")
     compute_roof_source: str = Field(description="'nominal' or 'measured': the matmuls' compute roof")
     memory_roof_source: str = Field(description="'nominal' or 'measured': the HBM bandwidth")
     assumptions: list[str] = Field(description="The layout, scheduling model, roofs and dtypes behind the figures")

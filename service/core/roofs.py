@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from service.core.expectations.kernels import KernelCalibration
 from service.core.dtypes import DType, peak_dtype
 from service.core.errors import CostModelError, NoComputePeakError
+from service.core.expectations.kernels import KernelCalibration
 from service.core.hardware import DEFAULT_INTER_NODE_LATENCY_S, DeviceSpec, Unit
 from service.core.memo import by_identity, read_only
 

@@ -23,8 +23,10 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
-from service.core.expectations.kernels import KernelCalibration
 from service.core.dtypes import peak_dtype
+from service.core.expectations.engines import EngineCalibration
+from service.core.expectations.kernels import KernelCalibration
+from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import (
     DEFAULT_COLLECTIVE_LATENCY_S,
     DEFAULT_LAUNCH_OVERHEAD_S,
@@ -36,7 +38,6 @@ from service.core.hardware import (
     Unit,
 )
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
-from service.core.expectations.serving_runs import ServingCalibration
 from service.persistence import repository
 from service.persistence.change_probe import SqliteCommitProbe
 from service.persistence.tables import Benchmark, ModelConfig, StoredKernelCalibration
@@ -52,6 +53,7 @@ NOMINAL_CATALOG_PATH = DATA_DIR / "devices.json"
 MODEL_CATALOG_DIR = DATA_DIR / "models"
 GEMM_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "gemm.json"
 SERVING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "serving.json"
+ENGINE_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "engines.json"
 
 
 @lru_cache
@@ -77,6 +79,16 @@ def serving_calibrations() -> dict[tuple[str, str, str, str], ServingCalibration
         calibration = serving_calibration_of(entry)
         found[(calibration.device_id, calibration.engine, calibration.precision, calibration.speculative)] = calibration
     return found
+
+
+@lru_cache
+def engine_calibrations() -> dict[tuple[str, str, str], EngineCalibration]:
+    """The engines' costs shipped with the service (scripts/fit_engine_calibration.py), by (engine, precision,
+    speculative method); none before that script has run."""
+    if not ENGINE_CALIBRATIONS_PATH.exists():
+        return {}
+    entries = json.loads(ENGINE_CALIBRATIONS_PATH.read_text())["calibrations"]
+    return {(c.engine, c.precision, c.speculative): c for c in (EngineCalibration(**entry) for entry in entries)}
 
 
 def serving_calibration_of(fields: dict[str, Any]) -> ServingCalibration:

@@ -9,12 +9,12 @@ from collections.abc import Iterable
 import numpy as np
 
 from schemas.calibrations import KernelTimingsCreate
-from service.core.expectations.kernels import MIN_POINTS, KernelCalibration, fit_kernel_terms
 from service.core.dtypes import peak_dtype
 from service.core.errors import CostModelError
+from service.core.expectations.kernels import MIN_POINTS, KernelCalibration, fit_kernel_terms
+from service.core.expectations.serving_runs import MIN_SPREAD, ServingCalibration
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
-from service.core.expectations.serving_runs import MIN_SPREAD, ServingCalibration
 from service.persistence.catalog import DeviceCatalog, gemm_calibrations, serving_calibrations, shipped_runs
 from service.persistence.repository import Refit
 from service.persistence.tables import KernelTiming

@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from service.core.expectations.engines import EngineCalibration, EnginePoint, fit_engine_calibration, layout_signature
 from service.core.expectations.serving_runs import ServingCalibration, ServingPoint, fit_serving_calibration
 
 DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
@@ -118,3 +119,33 @@ def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, A
     return [fit_serving_calibration(points, id=":".join(key), device_id=key[0], engine=key[1], precision=key[2],
                                     speculative=key[3], source=source)
             for key, points in sorted(groups.items()) if len(points) >= 3]
+
+
+def engine_points(rows: Iterable[dict[str, Any]], deployments_of: Callable[[dict[str, Any]], tuple[Any, Any]]) -> dict[
+        tuple[str, str, str], list[EnginePoint]]:
+    """Each run beside `deployments_of(its serving request)`: (its bound, its deployment as its device's kernel
+    tables compose it or None where the device has none: the run is left out), each with ttft_s, tpot_s and
+    prefill_share_s; by (engine, precision, speculative method)."""
+    groups: dict[tuple[str, str, str], list[EnginePoint]] = defaultdict(list)
+    for row in rows:
+        body = serving_request(row)
+        bound, composed = deployments_of(body)
+        if composed is None:
+            continue
+        pools = body.get("disaggregated", {}).get("decode", body)
+        layout = layout_signature(expert_parallel=pools["expert_parallel"] > 1,
+                                  attention_data_parallel=pools["attention_data_parallel"] > 1,
+                                  disaggregated="disaggregated" in body, speculative=row["spec_method"])
+        metrics = row["metrics"]
+        groups[(row["framework"], row["precision"], row["spec_method"])].append(EnginePoint(
+            body["device_id"], layout, ServingPoint(row["isl"], row["osl"], row["conc"], composed.tpot_s,
+                                                    composed.ttft_s, metrics["median_tpot"], metrics["median_ttft"],
+                                                    composed.prefill_share_s), bound.tpot_s, bound.ttft_s))
+    return groups
+
+
+def engine_calibrations(groups: dict[tuple[str, str, str], list[EnginePoint]],
+                        source: str = SOURCE) -> list[EngineCalibration]:
+    """One engine calibration per engine, precision and speculative method with at least three runs."""
+    return [fit_engine_calibration(points, engine=engine, precision=precision, speculative=method, source=source)
+            for (engine, precision, method), points in sorted(groups.items()) if len(points) >= 3]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import cast
 
 from schemas.analysis import OperatorAnalysis, OperatorAnalysisRequest
-from service.core.expectations.kernels import KernelCalibration
 from service.core.dtypes import bytes_per_element, peak_dtype, quantized_bytes_per_element, weight_group_size
 from service.core.efficiency import grouped_rows, matmul_efficiency
 from service.core.errors import CostModelError
+from service.core.expectations.kernels import KernelCalibration
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
 from service.core.roofline import RooflineResult, analyze

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from typing import NamedTuple
 
 from schemas.models import StepMemoryOut
 from schemas.serving import ServingAnalysis, ServingAnalysisRequest, ServingPool
-from service.core.expectations import serving_runs
 from service.core.errors import CostModelError
-from service.core.planning import deployment
+from service.core.expectations import serving_runs
+from service.core.expectations.engines import EngineCalibration, layout_signature
+from service.core.expectations.kernel_steps import KernelEvaluator, KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
+from service.core.hardware import DeviceSpec
+from service.core.planning import deployment
 from service.core.training.collectives import Link, Topology
-from service.core.transformer.analysis import first_matmul, step_rows
+from service.core.transformer.analysis import Evaluator, first_matmul, step_rows
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
-from service.core.transformer.layers import Step
-from service.persistence.catalog import DeviceCatalog
+from service.core.transformer.layers import ModelDTypes, Step
+from service.persistence.catalog import DeviceCatalog, engine_calibrations
+from service.translation.kernel_tables import kernel_tables
 from service.translation.model_analyses import (
     SERVING_UTILIZATION,
     catalog_model,
@@ -74,9 +81,23 @@ def pool_budgets(request, arch, dtypes, device) -> tuple[deployment.BudgetFor, s
     return budget_for, basis
 
 
-def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCatalog,
-                            resolved: tuple[str, Architecture] | None = None) -> ServingAnalysis:
-    """`resolved`: the request's (model name, architecture), where the caller has resolved them already."""
+class ServingSetup(NamedTuple):
+    """A request resolved: its model, device and layout, and its deployment analysed on any step evaluator."""
+
+    name: str
+    arch: Architecture
+    device: DeviceSpec
+    dtypes: ModelDTypes
+    decode: deployment.Pool
+    evaluator: Evaluator  # the bound's
+    topology: Topology
+    memory_basis: str
+    deployment_on: Callable[[Evaluator], deployment.ServingBound]
+
+
+def serving_setup(request: ServingAnalysisRequest, catalog: DeviceCatalog,
+                  resolved: tuple[str, Architecture] | None = None) -> ServingSetup:
+    """The request checked (a 422 naming the field otherwise) and resolved."""
     name, arch = resolved or resolve_model(request, catalog)
     device = catalog.get(request.device_id)
     measured = catalog.measured(device.id)
@@ -89,20 +110,48 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
     topology = topology_for(device, measured, LinkOptions(request.roofs, request.collective_latency_s))
     budget_for, basis = pool_budgets(request, arch, dtypes, device)
 
+    def deployment_on(step_evaluator: Evaluator) -> deployment.ServingBound:
+        try:
+            return deployment.analyze_deployment(
+                arch, step_evaluator, topology, dtypes,
+                workload=deployment.Workload(request.input_len, request.output_len, request.concurrency),
+                decode=decode, prefill=prefill, speculative=speculative, budget_for=budget_for,
+                block_size=request.block_size,
+                kv_link=_kv_link(topology, decode.devices + prefill.devices) if prefill else None)
+        except CostModelError as exc:
+            raise unprocessable(exc, "body") from None
+
     try:
         longest = request.input_len + request.output_len - 1 + (speculative.draft_tokens if speculative else 0)
         check_positions(arch, longest, "output_len")
         deployment.check_pool(arch, decode, "disaggregated.decode." if prefill else "")
         if prefill is not None:
             deployment.check_pool(arch, prefill, "disaggregated.prefill.")
-        bound = deployment.analyze_deployment(
-            arch, evaluator, topology, dtypes,
-            workload=deployment.Workload(request.input_len, request.output_len, request.concurrency),
-            decode=decode, prefill=prefill, speculative=speculative, budget_for=budget_for,
-            block_size=request.block_size,
-            kv_link=_kv_link(topology, decode.devices + prefill.devices) if prefill else None)
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
+    return ServingSetup(name, arch, device, dtypes, decode, evaluator, topology, basis, deployment_on)
+
+
+def composed_on(setup: ServingSetup, tables: KernelTables) -> deployment.ServingBound:
+    """The deployment with every row as the device's kernel tables expect it (at its nominal roofs)."""
+    return setup.deployment_on(KernelEvaluator(setup.device, tables=tables))
+
+
+def bound_and_composed(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> tuple[
+        deployment.ServingBound, deployment.ServingBound | None]:
+    """The request's bound and its deployment composed from its device's kernel tables (None where the device has
+    none): what an engine calibration is fitted against (scripts/fit_engine_calibration.py)."""
+    setup = serving_setup(request, catalog)
+    tables = kernel_tables(setup.device, catalog.measured(setup.device.id))
+    return setup.deployment_on(setup.evaluator), composed_on(setup, tables) if tables is not None else None
+
+
+def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCatalog,
+                            resolved: tuple[str, Architecture] | None = None) -> ServingAnalysis:
+    """`resolved`: the request's (model name, architecture), where the caller has resolved them already."""
+    setup = serving_setup(request, catalog, resolved)
+    name, arch, device, dtypes, decode, evaluator, topology, basis, _ = setup
+    bound = setup.deployment_on(evaluator)
     pools = [{**plain_fields_of_pool(state), "memory": plain_fields(StepMemoryOut, state.memory, context_len=state.context_len)}
              for state in bound.pools]
     fits = all(state.memory.fits for state in bound.pools)
@@ -117,15 +166,9 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
     if not fits:
         notes.insert(0, "DOES NOT FIT: a pool's devices cannot hold their weights, caches and activations "
                         "(see bound.pools[].memory); the figures are a what-if")
-    calibration = _calibration(request, catalog, name, dtypes.weights)
-    expected = None
-    if calibration is not None:
-        expectation = serving_runs.expect(calibration, bound, input_len=request.input_len,
-                                                 output_len=request.output_len, concurrency=request.concurrency)
-        expected = {**vars(expectation), "calibration": {**{name: getattr(calibration, name) for name in CALIBRATION_FIELDS},
-                                                          "id": calibration.address,
-                                                          "extrapolated": expectation.extrapolated}}
-    notes.append(_expected_note(request, calibration))
+    expected, note = expected_of(request, catalog, name, dtypes.weights, bound, partial(composed_on, setup),
+                                 layout_of(request))
+    notes.append(note)
     return ServingAnalysis(
         model=name, device_id=device.id, engine=request.engine, bound=bound_fields, expected=expected,
         compute_roof_source=compute_source, memory_roof_source=evaluator.hbm.source.value, assumptions=notes,
@@ -169,28 +212,66 @@ CALIBRATION_FIELDS = ("engine", "fitted_on", "checked_by", "checked_on", "tpot_m
                       "ttft_median_error", "basis")
 
 
-def _calibration(request: ServingAnalysisRequest, catalog: DeviceCatalog, model: str,
-                 precision: str) -> ServingCalibration | None:
-    """The calibration of the device, engine, model, weights' type and speculative method (fitted to runs submitted,
-    else shipped), if any and asked for."""
-    if request.calibration == "none" or request.engine is None:
-        return None
-    return catalog.serving_calibration(request.device_id, request.engine, model, precision, speculative_method(request))
+def layout_of(request: ServingAnalysisRequest) -> str:
+    """The request's layout as engine calibrations record the layouts they were fitted on."""
+    decode, prefill = request.pools()
+    return layout_signature(expert_parallel=decode.expert_parallel > 1,
+                            attention_data_parallel=decode.attention_data_parallel > 1,
+                            disaggregated=prefill is not None, speculative=speculative_method(request))
 
 
-def speculative_method(request: ServingAnalysisRequest) -> str:
+def speculative_method(request) -> str:
     return request.speculative.method if request.speculative else "none"
 
 
-def _expected_note(request: ServingAnalysisRequest, calibration: ServingCalibration | None) -> str:
+def calibration_fields(calibration: ServingCalibration | EngineCalibration, extrapolated: bool) -> dict:
+    return {**{name: getattr(calibration, name) for name in CALIBRATION_FIELDS}, "id": calibration.address,
+            "extrapolated": extrapolated}
+
+
+COMPOSED_FIELDS = ("ttft_s", "tpot_s", "prefill_share_s", "decode_step_s", "prefill_s")
+
+
+def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, model: str, precision: str,
+                bound: deployment.ServingBound, compose: Callable[[KernelTables], deployment.ServingBound],
+                layout: str) -> tuple[dict | None, str]:
+    """(the answer's `expected`, the assumption saying where it came from or why there is none): from the
+    device's own serving runs where asked ('auto') and fitted, else from its kernel tables composed into the
+    deployment (`compose`) and the engine's costs carried over from the devices it was measured on."""
     if request.calibration == "none":
-        return "expected: not asked for (calibration 'none')"
-    if calibration is not None:
-        return f"expected: {calibration.basis}; the bound is unchanged by it"
+        return None, "expected: not asked for (calibration 'none')"
     if request.engine is None:
-        return "expected: null, the request names no engine (calibrations are fitted per engine)"
-    return (f"expected: null, no serving calibration exists for {request.device_id} with engine {request.engine} in "
-            "these weights and speculative method (POST /v1/serving-runs calibrates it)")
+        return None, "expected: null, the request names no engine (calibrations are fitted per engine)"
+    workload = {"input_len": request.input_len, "output_len": request.output_len, "concurrency": request.concurrency}
+    method = speculative_method(request)
+    if request.calibration == "auto":
+        runs = catalog.serving_calibration(request.device_id, request.engine, model, precision, method)
+        if runs is not None:
+            expectation = serving_runs.expect(runs, bound, **workload)
+            return ({**vars(expectation), "basis": "runs", "kernels": None,
+                     "calibration": calibration_fields(runs, expectation.extrapolated)},
+                    f"expected (basis: runs): {runs.basis}; the bound is unchanged by it")
+    engine = engine_calibrations().get((request.engine, precision, method))
+    device = catalog.get(request.device_id)
+    tables = kernel_tables(device, catalog.measured(device.id))
+    if engine is None or tables is None:
+        missing = ([] if tables else [f"{device.id} has no kernel tables (POST /v1/devices/{device.id}/kernel-timings "
+                                      "gives it some)"])
+        if engine is None:
+            missing.append(f"no engine calibration exists for {request.engine} in {precision}, speculative {method}")
+        runs_note = ("" if request.calibration == "kernels" else
+                     f"no serving calibration exists for {device.id} with engine {request.engine} in these weights "
+                     "and speculative method (POST /v1/serving-runs calibrates it), and ")
+        return None, f"expected: null, {runs_note}{' and '.join(missing)}"
+    composed = compose(tables)
+    expectation = replace(serving_runs.expect(engine, bound, basis=composed, **workload), extrapolated=not engine.covers(
+        request.input_len, request.output_len, request.concurrency, layout))
+    kernels = {"tables": tables.ids, "stand_in_for": tables.stand_in_for, "basis": tables.describe(),
+               **{name: getattr(composed, name) for name in COMPOSED_FIELDS}}
+    return ({**vars(expectation), "basis": "kernels", "kernels": kernels,
+             "calibration": calibration_fields(engine, expectation.extrapolated)},
+            f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}; the bound is "
+            "unchanged by it")
 
 
 def plain_fields_of_pool(state: deployment.PoolState) -> dict:

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 import numpy as np
 
@@ -223,12 +224,27 @@ class ServingExpectation:
     extrapolated: bool  # the workload lies outside the shapes or concurrencies fitted
 
 
-def expect(calibration: ServingCalibration, bound, *, input_len: int, output_len: int,
-           concurrency: int) -> ServingExpectation:
-    """TPOT (with the bound's prefill share) and TTFT from the fit; the step between tokens in the bound's proportion
-    to TPOT; the end-to-end time from those (never below the bound's); requests/s no more than the bound's nor than
-    Little's law allows."""
-    tpot, ttft = calibration.tpot_s(bound.tpot_s, bound.prefill_share_s), calibration.ttft_s(bound.ttft_s)
+class FittedLine(Protocol):
+    """What expect() reads of a calibration: its two lines, and the workloads it covers."""
+
+    tpot_scale: float
+    tpot_overhead_s: float
+    ttft_scale: float
+    ttft_overhead_s: float
+
+    def covers(self, input_len: int, output_len: int, concurrency: int) -> bool: ...
+
+
+def expect(calibration: FittedLine, bound, *, input_len: int, output_len: int, concurrency: int,
+           basis=None) -> ServingExpectation:
+    """TPOT and TTFT from the fit's lines over `basis` (its TPOT with its prefill share, its TTFT: the bound itself
+    by default; the deployment its kernels compose for an engine calibration), never below the bound's; the step
+    between tokens in the bound's proportion to TPOT; the end-to-end time from those (never below the bound's);
+    requests/s no more than the bound's nor than Little's law allows."""
+    basis = bound if basis is None else basis
+    tpot = on_line(calibration.tpot_scale, calibration.tpot_overhead_s, bound.tpot_s,
+                   basis.tpot_s + basis.prefill_share_s)
+    ttft = on_line(calibration.ttft_scale, calibration.ttft_overhead_s, bound.ttft_s, basis.ttft_s)
     e2e = max(bound.e2e_latency_s, ttft + (output_len - 1) * tpot)
     rate = min(bound.requests_per_s, concurrency / e2e)
     return ServingExpectation(

@@ -1,0 +1,56 @@
+"""Fit the engines' costs shipped in service/data/calibrations/engines.json from the measured runs shipped in
+service/data/serving-runs/inferencex-dsr1.json (SemiAnalysis InferenceX): one per engine, precision and speculative
+method with at least three runs, each run against its deployment as its device's kernel tables compose it
+(service/core/expectations/kernel_steps.py), over every device with tables.
+
+    .venv/bin/python scripts/fit_engine_calibration.py > service/data/calibrations/engines.json
+
+Re-run it when the bounds or the kernel tables change. It prints, on stderr, how wrong each was on each device left
+out of its fit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> None:
+    os.environ.setdefault("ROOFLINE_LOG_LEVEL", "WARNING")
+    from fastapi.testclient import TestClient
+
+    from schemas.serving import ServingAnalysisRequest
+    from service.main import create_app
+    from service.persistence.catalog import DATA_DIR
+    from service.runtime.config import Settings
+    from service.translation.inferencex import engine_calibrations, engine_points
+    from service.translation.serving_analyses import bound_and_composed
+
+    shipped = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())
+    with tempfile.TemporaryDirectory() as folder:
+        app = create_app(Settings(database_url=f"sqlite:///{folder}/fit.db", log_level="WARNING"))
+        with TestClient(app):
+            catalog = app.state.catalog
+            groups = engine_points(shipped["rows"], lambda body: bound_and_composed(
+                ServingAnalysisRequest.model_validate(body), catalog))
+    fitted = engine_calibrations(groups)
+    for calibration in fitted:
+        held = ", ".join(f"{device} {tpot:.1%} / {ttft:.1%} ({runs})" for device, tpot, ttft, runs in calibration.per_device)
+        print(f"{calibration.id}: {calibration.fitted_on} runs on {', '.join(calibration.devices)}; TPOT "
+              f"{calibration.tpot_median_error:.1%} median, {calibration.tpot_p90_error:.1%} p90; TTFT "
+              f"{calibration.ttft_median_error:.1%}; per device left out (TPOT / TTFT): {held or '-'}", file=sys.stderr)
+    json.dump({"model": "TPOT = tpot_scale x (composed + composed prefill_share) + tpot_overhead_s; TTFT = ttft_scale x "
+                        "composed + ttft_overhead_s; composed: the run's deployment with every row as its device's "
+                        "kernel tables expect it",
+               "calibrations": [asdict(c) for c in fitted]}, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

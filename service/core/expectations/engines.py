@@ -1,0 +1,177 @@
+"""An engine's own costs, carried from the devices it was measured on to those it was not.
+
+A measured TPOT sits above the step its kernels make (kernel_steps.py) by what no kernel table holds: the engine's
+scheduler, launches and sampling between steps, and its kernels' share of the step the tables do not time (fused
+MoE dispatch, attention by context, collectives). Those are the engine's, not the device's: an engine
+calibration is the fit TPOT = scale x (composed step + composed prefill share) + overhead and TTFT = scale x
+composed prefill + overhead (the same soft-L1 line as a device's own, serving_runs.py) over the runs of one engine,
+weights' type and speculative method on every device that has both runs and kernel tables. A device without runs
+then takes its own kernels' step and the engine's line.
+
+It is checked as it is used: each device's runs left out in turn and predicted by the fit to the other devices'
+(its error per device is kept), so the error it reports is the error on a device it never saw.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+
+from service.core.expectations.serving_runs import (
+    ServingPoint,
+    fit_scale_and_overhead,
+    on_line,
+    relative_errors,
+    separable,
+)
+
+
+class EnginePoint(NamedTuple):
+    """One measured run beside its composed (kernel-table) deployment: the ServingPoint's bounds are the composed
+    figures, what the line multiplies; the run's own bounds are the floor no expectation goes below."""
+
+    device_id: str
+    layout: str  # layout_signature() of its deployment
+    point: ServingPoint
+    bound_tpot_s: float
+    bound_ttft_s: float
+
+
+def layout_signature(*, expert_parallel: bool, attention_data_parallel: bool, disaggregated: bool,
+                     speculative: str) -> str:
+    """What of a deployment's layout an engine's costs depend on, as one label ("plain" where none)."""
+    parts = [name for name, on in (("expert-parallel", expert_parallel), ("attention-dp", attention_data_parallel),
+                                   ("disaggregated", disaggregated)) if on]
+    if speculative != "none":
+        parts.append(f"speculative-{speculative}")
+    return "+".join(parts) or "plain"
+
+
+@dataclass(frozen=True)
+class EngineCalibration:
+    id: str  # engine:precision:speculative
+    engine: str
+    precision: str
+    speculative: str
+    source: str
+    tpot_scale: float
+    tpot_overhead_s: float
+    ttft_scale: float
+    ttft_overhead_s: float
+    devices: tuple[str, ...]  # the devices whose runs it was fitted to
+    fitted_on: int
+    checked_by: str
+    checked_on: int
+    tpot_median_error: float  # on devices left out of the fit
+    tpot_p90_error: float
+    ttft_median_error: float
+    ttft_p90_error: float
+    # (device, TPOT median error, TTFT median error, runs) with that device left out of the fit
+    per_device: tuple[tuple[str, float, float, int], ...]
+    shapes: tuple[tuple[int, int], ...]
+    concurrency: tuple[int, int]
+    layouts: tuple[str, ...]
+    unidentified: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in ("devices", "layouts", "unidentified"):  # read back from JSON as lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "per_device", tuple(tuple(item) for item in self.per_device))
+        object.__setattr__(self, "shapes", tuple(tuple(item) for item in self.shapes))
+        object.__setattr__(self, "concurrency", tuple(self.concurrency))
+        if not (self.tpot_scale > 0 and self.ttft_scale > 0 and self.tpot_overhead_s >= 0 and self.ttft_overhead_s >= 0):
+            raise ValueError(f"engine calibration {self.id}: scales must be positive and overheads not negative")
+
+    @property
+    def address(self) -> str:
+        return f"engine:{self.id}"
+
+    @property
+    def device_id(self) -> str:
+        """Not one device's: the devices it was fitted over."""
+        return ", ".join(self.devices)
+
+    def tpot_s(self, bound: float, composed: float, prefill_share_s: float = 0.0) -> float:
+        """`composed`, `prefill_share_s`: the composed deployment's; `bound`: the bound's TPOT, the floor."""
+        return on_line(self.tpot_scale, self.tpot_overhead_s, bound, composed + prefill_share_s)
+
+    def ttft_s(self, bound: float, composed: float) -> float:
+        return on_line(self.ttft_scale, self.ttft_overhead_s, bound, composed)
+
+    def covers(self, input_len: int, output_len: int, concurrency: int, layout: str | None = None) -> bool:
+        """Whether a workload, and its layout where given, lies among those fitted."""
+        return ((input_len, output_len) in self.shapes and self.concurrency[0] <= concurrency <= self.concurrency[1]
+                and (layout is None or layout in self.layouts))
+
+    @cached_property
+    def basis(self) -> str:
+        held = ", ".join(f"{device} {tpot:.1%}" for device, tpot, _, _ in self.per_device)
+        return (f"the {self.engine} engine's costs ({self.precision}, speculative {self.speculative}), fitted to "
+                f"{self.fitted_on} runs on {', '.join(self.devices)} ({self.source}) against their deployments as "
+                f"their kernel tables compose them: TPOT = {self.tpot_scale:.3g} x composed + "
+                f"{self.tpot_overhead_s * 1e3:.3g} ms, TTFT = {self.ttft_scale:.3g} x composed + "
+                f"{self.ttft_overhead_s * 1e3:.3g} ms; checked by {self.checked_by} on {self.checked_on} runs: TPOT "
+                f"off by {self.tpot_median_error:.1%} in the median ({self.tpot_p90_error:.1%} at the 90th "
+                f"percentile), TTFT by {self.ttft_median_error:.1%}" + (f"; each device left out: {held}" if held else ""))
+
+
+def _line(points: Sequence[ServingPoint]) -> tuple[tuple[float, float], tuple[float, float]]:
+    return (fit_scale_and_overhead([p.tpot_basis_s for p in points], [p.tpot_s for p in points]),
+            fit_scale_and_overhead([p.bound_ttft_s for p in points], [p.ttft_s for p in points]))
+
+
+def _errors(train: Sequence[EnginePoint], test: Sequence[EnginePoint]) -> tuple[np.ndarray, np.ndarray]:
+    tpot, ttft = _line([p.point for p in train])
+    return (relative_errors([on_line(*tpot, p.bound_tpot_s, p.point.tpot_basis_s) for p in test],
+                            [p.point.tpot_s for p in test]),
+            relative_errors([on_line(*ttft, p.bound_ttft_s, p.point.bound_ttft_s) for p in test],
+                            [p.point.ttft_s for p in test]))
+
+
+MIN_RUNS = 3
+
+
+def fit_engine_calibration(points: Sequence[EnginePoint], *, engine: str, precision: str, speculative: str,
+                           source: str) -> EngineCalibration:
+    """Fitted to every point; checked by leaving each device out in turn where there are two devices or more, else
+    (one device: its costs cannot be told from its kernels') by leaving each run out."""
+    if len(points) < MIN_RUNS:
+        raise ValueError(f"an engine calibration needs at least {MIN_RUNS} runs")
+    by_device: dict[str, list[EnginePoint]] = defaultdict(list)
+    for point in points:
+        by_device[point.device_id].append(point)
+    plain = [p.point for p in points]
+    per_device, tpot_errors, ttft_errors = [], [], []
+    if len(by_device) >= 2:
+        checked_by = "each device's runs predicted by the fit to the other devices'"
+        for device, own in sorted(by_device.items()):
+            others = [p for d, runs in by_device.items() if d != device for p in runs]
+            tpot, ttft = _errors(others, own)
+            tpot_errors.append(tpot), ttft_errors.append(ttft)
+            per_device.append((device, float(np.median(tpot)), float(np.median(ttft)), len(own)))
+    else:
+        checked_by = "leave-one-out on its one device (not checked on another device)"
+        every = list(points)
+        for i in range(len(every)):
+            tpot, ttft = _errors(every[:i] + every[i + 1:], [every[i]])
+            tpot_errors.append(tpot), ttft_errors.append(ttft)
+    tpot_all, ttft_all = np.concatenate(tpot_errors), np.concatenate(ttft_errors)
+    (tpot_scale, tpot_overhead), (ttft_scale, ttft_overhead) = _line(plain)
+    return EngineCalibration(
+        id=f"{engine}:{precision}:{speculative}", engine=engine, precision=precision, speculative=speculative,
+        source=source, tpot_scale=tpot_scale, tpot_overhead_s=tpot_overhead, ttft_scale=ttft_scale,
+        ttft_overhead_s=ttft_overhead, devices=tuple(sorted(by_device)), fitted_on=len(points), checked_by=checked_by,
+        checked_on=len(tpot_all), tpot_median_error=float(np.median(tpot_all)),
+        tpot_p90_error=float(np.percentile(tpot_all, 90)), ttft_median_error=float(np.median(ttft_all)),
+        ttft_p90_error=float(np.percentile(ttft_all, 90)), per_device=tuple(per_device),
+        shapes=tuple(sorted({(p.input_len, p.output_len) for p in plain})),
+        concurrency=(min(p.concurrency for p in plain), max(p.concurrency for p in plain)),
+        layouts=tuple(sorted({p.layout for p in points})),
+        unidentified=tuple(name for name, bounds in (("tpot_overhead", [p.tpot_basis_s for p in plain]),
+                                                     ("ttft_overhead", [p.bound_ttft_s for p in plain]))
+                           if not separable(bounds)))

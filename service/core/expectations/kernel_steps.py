@@ -1,0 +1,94 @@
+"""A step as the device's kernels run it: each row at what the device's measured kernel tables expect of it.
+
+The bound places each row at its roof. A kernel table says how far below the roofs the device's kernels run: its
+fit t0 + max(T_compute / e_c, T_memory / e_m) (service/core/expectations/kernels.py), T at the nominal roofs. A
+composed step takes that fit, row by row:
+- a matmul or grouped (MoE) matmul: the fit of its compute dtype, else the device's floor;
+- every other row (attention, norms, activations, the embedding): the device's floor, the fit of its bf16 GEMMs
+  (else of the dtype with the most timings): its efficiencies, the nearest thing to a measured bandwidth a GEMM
+  table gives;
+- a collective: its bound (latency + bytes over the link): no collective table is read yet.
+Rows carry no (m, n, k), so a fit answers by its formula, without its nearest-shapes correction. A row's composed
+time is never below its bound (both efficiencies are at most 1). Both terms stay affine in the
+batch, so a composed step's curve over batches is exact as the bound's is; a routed row's weight bytes are
+reported over e_m, so the experts-hit curve reads them at the efficiency they run at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from service.core.dtypes import peak_dtype
+from service.core.expectations.kernels import KernelCalibration
+from service.core.transformer.analysis import Evaluator, RowResult
+from service.core.transformer.layers import Row
+
+MATMUL_KINDS = frozenset({"matmul", "grouped_matmul"})
+
+
+@dataclass(frozen=True)
+class KernelTables:
+    """A device's kernel fits by dtype, the one its other rows run at, and, where the fits are another device's
+    (the nearest measured part of its vendor), which device's and why."""
+
+    device_id: str
+    fits: Mapping[str, KernelCalibration]  # by peak dtype (bf16, fp8, fp4)
+    stand_in_for: str | None = None  # the device whose tables these are, where not this one's
+    stand_in_reason: str | None = None
+
+    @property
+    def floor(self) -> KernelCalibration:
+        if "bf16" in self.fits:
+            return self.fits["bf16"]
+        return max(self.fits.values(), key=lambda fit: (fit.fitted_on, fit.dtype))
+
+    def for_row(self, kind: str, compute_dtype: str | None) -> KernelCalibration:
+        if kind in MATMUL_KINDS and compute_dtype is not None:
+            return self.fits.get(peak_dtype(compute_dtype)) or self.floor
+        return self.floor
+
+    @property
+    def ids(self) -> list[str]:
+        return sorted(fit.id for fit in self.fits.values())
+
+    def describe(self) -> str:
+        own = (f"{self.stand_in_for}'s tables at {self.device_id}'s roofs ({self.stand_in_reason})"
+               if self.stand_in_for else f"{self.device_id}'s tables")
+        fits = "; ".join(f"{fit.dtype}: {fit.fitted_on:,} {fit.engine} GEMMs, e_c "
+                         f"{fit.compute_efficiency:.3g}, e_m {fit.memory_efficiency:.3g}, off by "
+                         f"{fit.median_error:.1%} (median) on {fit.checked_on:,} held out"
+                         for fit in sorted(self.fits.values(), key=lambda f: f.dtype))
+        return (f"each row at the efficiencies of the kernel fits of {own} ({fits}): matmuls by their dtype's fit, "
+                f"every other row at the {self.floor.dtype} fit's, collectives at their bound; each kernel's fixed "
+                "cost is left to the engine's line")
+
+
+def standing_in(tables: KernelTables, device_id: str, peak_of, bandwidth: float, reason: str) -> KernelTables:
+    """Another device's fits at this device's nominal roofs: what the same kernels would do on its memory system
+    and peaks (`peak_of(dtype)` its tensor peak, `bandwidth` its HBM's)."""
+    fits = {dtype: replace(fit, device_id=device_id, peak_flops_per_s=peak_of(dtype), hbm_bytes_per_s=bandwidth,
+                           anchors=None, source=f"{fit.source}, standing in for {device_id}")
+            for dtype, fit in tables.fits.items() if peak_of(dtype)}
+    return KernelTables(device_id, fits, tables.device_id, reason)
+
+
+@dataclass
+class KernelEvaluator(Evaluator):
+    """An Evaluator whose rows take what the kernel tables expect of them (at the nominal roofs the fits were made
+    at: build it without measured roofs)."""
+
+    tables: KernelTables | None = field(default=None)
+
+    def _evaluate(self, row: Row, group: str, layers: int) -> RowResult:
+        result = super()._evaluate(row, group, layers)
+        if row.cost is None or self.tables is None:
+            return result
+        fit = self.tables.for_row(result.kind, result.compute_dtype)
+        compute = result.compute_time_s / fit.compute_efficiency
+        memory = result.memory_time_s / fit.memory_efficiency
+        time_s = max(compute, memory)
+        return result._replace(compute_time_s=compute, memory_time_s=memory, time_s=time_s,
+                               total_time_s=time_s * result.instances,
+                               bound="compute" if compute >= memory else "memory",
+                               weight_bytes=result.weight_bytes / fit.memory_efficiency)

@@ -1,0 +1,55 @@
+"""Which kernel tables a device's composed steps read: its own fits (timings submitted to it, else those shipped,
+service/data/calibrations/gemm.json), else those of the nearest measured part of its vendor at its own roofs."""
+
+from __future__ import annotations
+
+from service.core.expectations.kernel_steps import KernelTables, standing_in
+from service.core.hardware import DeviceSpec
+from service.core.roofs import MeasuredRoofs
+from service.persistence.catalog import gemm_calibrations, nominal_device
+
+# Devices no public table covers, and the measured part whose kernels they run: (that device, why).
+STAND_INS = {
+    "amd-mi325x": ("amd-mi300x", "the same CDNA 3 chip (gfx942, 304 CUs) with HBM3E; aiter's tables time no MI325X "
+                                 "of their own"),
+    "nvidia-h100-pcie": ("nvidia-h100-sxm", "the same GH100 chip with fewer SMs and HBM2e; AIConfigurator's "
+                                            "h100_pcie tables are not shipped"),
+}
+
+
+def _own(device_id: str, measured: MeasuredRoofs | None) -> dict:
+    """The device's fits by dtype: those shipped, each replaced by the submitted fit of its dtype (of the engine with
+    the most timings) where there is one."""
+    fits = {dtype: fit for (shipped_device, dtype), fit in gemm_calibrations().items() if shipped_device == device_id}
+    submitted: dict = {}
+    for (_, dtype), fit in (measured.kernels.items() if measured is not None else ()):
+        if dtype not in submitted or fit.fitted_on > submitted[dtype].fitted_on:
+            submitted[dtype] = fit
+    return fits | submitted
+
+
+def kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None = None) -> KernelTables | None:
+    """The device's kernel tables, or None where neither it nor a stand-in has any."""
+    fits = _own(device.id, measured)
+    if fits:
+        return KernelTables(device.id, fits)
+    if device.id not in STAND_INS:
+        return None
+    other_id, reason = STAND_INS[device.id]
+    other = _own(other_id, None)
+    if not other:
+        return None
+
+    def peak_of(dtype: str) -> float | None:
+        peak = device.peak(dtype, "tensor")
+        return peak.flops_per_s if peak else None
+
+    hbm = device.memory_level("hbm")
+    if hbm is None:
+        return None
+    return standing_in(KernelTables(other_id, other), device.id, peak_of, hbm.bandwidth_bytes_per_s, reason)
+
+
+def shipped_kernel_tables(device_id: str) -> KernelTables | None:
+    """The same, for a catalog device as shipped (no submitted timings)."""
+    return kernel_tables(nominal_device(device_id))
