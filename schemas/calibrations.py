@@ -69,10 +69,11 @@ class NotFitted(BaseModel):
 
 class CalibrationPublic(BaseModel):
     id: str = Field(description="kernel:<origin>:<device>:<engine>:<dtype>, serving:<device>:<engine>:<precision>:"
-                                "<speculative> (shipped) or serving:measured:<device>:<engine>:<model>:<precision>:"
-                                "<speculative>")
-    kind: Literal["kernel", "serving"] = Field(description="What it expects: one matmul's time, or a deployment's "
-                                                           "TPOT and TTFT")
+                                "<speculative> (shipped), serving:measured:<device>:<engine>:<model>:<precision>:"
+                                "<speculative> or engine:<engine>:<precision>:<speculative>")
+    kind: Literal["kernel", "serving", "engine"] = Field(
+        description="What it expects: one matmul's time, a deployment's TPOT and TTFT from its own device's runs "
+                    "(serving), or from its kernel tables and an engine's costs carried over (engine)")
     origin: Literal["shipped", "measured"] = Field(
         description="'shipped': fitted to public measurements and shipped with the service; 'measured': fitted to the "
                     "timings or runs submitted for the device, refitted whenever they change")

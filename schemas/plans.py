@@ -49,11 +49,13 @@ class ServingPlanRequest(ModelChoice, RoofOptions, MemoryOptions):
         None, max_length=16, description="Price of one device for an hour, per device id (any currency); each id one "
                                          "of device_ids")
     engine: EngineName | None = Field(
-        None, description="The serving engine (sglang, vllm, trt, ...): where every candidate device has a serving "
-                          "calibration for it, the SLOs, the replicas a target needs and the ranking go by `expected`")
-    calibration: Literal["auto", "none"] = Field(
-        "auto", description="auto: plan on expectations where every candidate is calibrated for the engine; none: on "
-                            "bounds alone")
+        None, description="The serving engine (sglang, vllm, trt, ...): where every candidate device has an "
+                          "expectation for it (its own serving calibration, or its kernel tables and the engine's "
+                          "carried-over costs), the SLOs, the replicas a target needs and the ranking go by `expected`")
+    calibration: Literal["auto", "kernels", "none"] = Field(
+        "auto", description="auto: plan on expectations where every candidate has one (a device's own serving runs "
+                            "where fitted, else its kernel tables and the engine's costs); kernels: from kernel tables "
+                            "for every candidate (like with like); none: on bounds alone")
 
     @model_validator(mode="after")
     def _priced_devices_are_candidates(self):
@@ -71,9 +73,14 @@ class ServingConfigExpected(BaseModel):
     tokens_per_s: float = Field(description="Expected output tokens per second of the whole deployment")
     tokens_per_s_per_device: float = Field(description="tokens_per_s / devices_used")
     tokens_per_s_per_user: float = Field(description="1 / tpot_s")
-    calibration_id: str = Field(description="The serving calibration (GET /v1/calibrations/serving:<id>)")
-    extrapolated: bool = Field(description="The workload's shape, or the deployment's concurrency, lies outside the "
-                                           "runs the calibration was fitted on")
+    calibration_id: str = Field(description="The calibration (GET /v1/calibrations/{id}): serving:<...> for a "
+                                            "device's own runs, engine:<...> for an engine's carried-over costs")
+    extrapolated: bool = Field(description="The workload's shape, or the deployment's concurrency (for basis "
+                                           "'kernels', its layout too), lies outside the runs the calibration was "
+                                           "fitted on")
+    basis: Literal["runs", "kernels"] = Field(
+        description="runs: the device's own serving runs; kernels: the replica composed from the device's kernel "
+                    "tables, and the engine's costs fitted over the devices it was measured on")
 
 
 class ServingConfig(BaseModel):

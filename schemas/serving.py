@@ -206,11 +206,13 @@ class KernelCompositionOut(BaseModel):
                                                  "none of its own (the nearest measured part of its vendor, at the "
                                                  "request's device's roofs); null where they are its own")
     basis: str = Field(description="Which fit each kind of row took")
-    ttft_s: float = Field(description="TTFT of the deployment as its kernels compose it, before the engine's costs")
-    tpot_s: float = Field(description="TPOT the same way")
-    prefill_share_s: float = Field(description="The prefill share the same way (bound.prefill_share_s's meaning)")
-    decode_step_s: float = Field(description="One decode (or verification) step the same way")
-    prefill_s: float = Field(description="One request's prefill the same way")
+    ttft_s: float = Field(description="TTFT of the deployment as its kernels compose it, before the engine's costs, "
+                                      "seconds")
+    tpot_s: float = Field(description="TPOT the same way, seconds")
+    prefill_share_s: float = Field(description="The prefill share the same way (bound.prefill_share_s's meaning), "
+                                               "seconds a token")
+    decode_step_s: float = Field(description="One decode (or verification) step the same way, seconds")
+    prefill_s: float = Field(description="One request's prefill the same way, seconds")
 
 
 class ServingExpected(ServingFigures):

@@ -15,7 +15,8 @@ tests/data/aiconfigurator_gemm_sample.csv, and prints the same fit's error on ev
 
 Per (device, engine, dtype): the calibration of service/core/expectations/kernels.py (the formula at the catalog's nominal
 roofs, corrected by the nearest fitted shapes) fitted to a random 10 % of the table, its error reported on the
-other 90 %, beside the bare bound's error on the same rows.
+other 90 %, beside the bare bound's error on the same rows; the kernels' own roofs (kernel_roofs) from the whole
+table.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from service.core.expectations.kernels import KernelCalibration, fit_kernel_terms
+from service.core.expectations.kernels import KernelCalibration, fit_kernel_terms, kernel_roofs
 from service.persistence.catalog import nominal_device
 from service.translation import aiter
 from service.translation.aiconfigurator import DEVICES, DTYPES, PACKAGE
@@ -63,7 +64,10 @@ def fit_table(device_id: str, dtype: str, engine: str, source: str, sizes: np.nd
         "fitted_on": int(len(on)), "checked_on": int(len(held)), "median_error": 0.0, "p90_error": 0.0,
         "bound_median_error": 0.0, "checked_by": "the other 90 % of the table",
         "shapes": [[int(sizes[on, axis].min()), int(sizes[on, axis].max())] for axis in range(3)],
-        "anchors": fit.anchors, "unidentified": list(fit.unidentified)}
+        "anchors": fit.anchors, "unidentified": list(fit.unidentified),
+        # The kernels' roofs from the whole table: medians of its largest clearly-bound shapes, steadier over all.
+        **dict(zip(("roof_compute_efficiency", "roof_memory_efficiency"), kernel_roofs(compute, memory, measured),
+                   strict=True))}
     calibration = KernelCalibration(**fields)
     bound = np.maximum(compute[held], memory[held])
     predicted = np.maximum(bound, calibration.expected_times_s(2 * m[held] * n[held] * k[held], hbm_bytes[held],

@@ -11,11 +11,18 @@ import numpy as np
 from schemas.calibrations import KernelTimingsCreate
 from service.core.dtypes import peak_dtype
 from service.core.errors import CostModelError
+from service.core.expectations.engines import EngineCalibration
 from service.core.expectations.kernels import MIN_POINTS, KernelCalibration, fit_kernel_terms
 from service.core.expectations.serving_runs import MIN_SPREAD, ServingCalibration
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
-from service.persistence.catalog import DeviceCatalog, gemm_calibrations, serving_calibrations, shipped_runs
+from service.persistence.catalog import (
+    DeviceCatalog,
+    engine_calibrations,
+    gemm_calibrations,
+    serving_calibrations,
+    shipped_runs,
+)
 from service.persistence.repository import Refit
 from service.persistence.tables import KernelTiming
 from service.runtime.errors import CalibrationNotFound, Unprocessable, cost_model_error
@@ -81,6 +88,8 @@ def refit_for(device: DeviceSpec) -> Refit:
                 "hbm_bytes_per_s": float(device.memory_level("hbm").bandwidth_bytes_per_s),  # type: ignore[union-attr]
                 "t0_s": fit.t0_s, "compute_efficiency": fit.compute_efficiency,
                 "memory_efficiency": fit.memory_efficiency, "fitted_on": len(rows), "checked_on": len(rows),
+                "roof_compute_efficiency": fit.roof_compute_efficiency,
+                "roof_memory_efficiency": fit.roof_memory_efficiency,
                 "median_error": fit.median_error, "p90_error": fit.p90_error,
                 "bound_median_error": fit.bound_median_error, "origin": "measured", "checked_by": fit.checked_by,
                 "shapes": [[int(sizes[:, axis].min()), int(sizes[:, axis].max())] for axis in range(3)],
@@ -121,7 +130,7 @@ def kernel_public(calibration: KernelCalibration) -> dict:
         "shapes": [list(span) for span in calibration.shapes] if calibration.shapes else None}
 
 
-def _overhead(calibration: ServingCalibration, name: str, value: float, meaning: str) -> dict:
+def _overhead(calibration: ServingCalibration | EngineCalibration, name: str, value: float, meaning: str) -> dict:
     return _parameter(name, value, "s", meaning, calibration.unidentified,
                       f"the runs' bounds lie within a factor {MIN_SPREAD} of each other, so a scale and an overhead "
                       f"fit them alike and the split the fit reports is arbitrary: its expectations at those bounds "
@@ -151,12 +160,42 @@ def serving_public(calibration: ServingCalibration) -> dict:
         "workloads": [list(shape) for shape in calibration.shapes], "concurrency": list(calibration.concurrency)}
 
 
+def engine_public(calibration: EngineCalibration) -> dict:
+    held = "; ".join(f"{device}: TPOT {tpot:.1%}, TTFT {ttft:.1%} over {runs} runs"
+                     for device, tpot, ttft, runs in calibration.per_device)
+    return {
+        "id": calibration.address, "kind": "engine", "origin": "shipped", "device_id": calibration.device_id,
+        "engine": calibration.engine,
+        "scope": f"deployments in {calibration.precision}, speculative decoding {calibration.speculative}, on a device "
+                 f"with kernel tables and no serving calibration of its own (basis 'kernels'); layouts fitted: "
+                 f"{', '.join(calibration.layouts)}" + (f"; each device left out of the fit: {held}" if held else ""),
+        "model": ENGINE_MODEL,
+        "parameters": [
+            {"name": "tpot_scale", "value": calibration.tpot_scale, "unit": "1",
+             "meaning": "measured TPOT per composed TPOT and prefill share (the deployment as its kernel tables run it)"},
+            _overhead(calibration, "tpot_overhead", calibration.tpot_overhead_s,
+                      "the engine's cost per decode step beside its kernels"),
+            {"name": "ttft_scale", "value": calibration.ttft_scale, "unit": "1", "meaning": "measured TTFT per composed TTFT"},
+            _overhead(calibration, "ttft_overhead", calibration.ttft_overhead_s,
+                      "queueing and scheduling before the first token beside the kernels")],
+        "fitted_on": calibration.fitted_on, "checked_on": calibration.checked_on, "checked_by": calibration.checked_by,
+        "median_error": calibration.tpot_median_error, "p90_error": calibration.tpot_p90_error,
+        "bound_median_error": None, "source": calibration.source, "shapes": None,
+        "workloads": [list(shape) for shape in calibration.shapes], "concurrency": list(calibration.concurrency)}
+
+
+ENGINE_MODEL = ("TPOT = tpot_scale x (composed TPOT + composed prefill share) + tpot_overhead; TTFT = ttft_scale x "
+                "composed TTFT + ttft_overhead; composed: the deployment with each row at its device's kernel fits' "
+                "efficiencies; never below the bound")
+
+
 def all_calibrations(catalog: DeviceCatalog) -> list[dict]:
-    """Shipped kernel, measured kernel, shipped serving and measured serving calibrations, in that order."""
+    """Shipped kernel, measured kernel, shipped serving, measured serving and engine calibrations, in that order."""
     return ([kernel_public(c) for c in gemm_calibrations().values()]
             + [kernel_public(c) for c in sorted(catalog.kernel_calibrations(), key=lambda c: c.id)]
             + [serving_public(c) for c in serving_calibrations().values()]
-            + [serving_public(c) for c in catalog.measured_serving_calibrations()])
+            + [serving_public(c) for c in catalog.measured_serving_calibrations()]
+            + [engine_public(c) for c in engine_calibrations().values()])
 
 
 def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_of) -> dict:
@@ -211,6 +250,10 @@ def parity_points(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_
                                for r in detail["run_residuals"]]
     if detail["kind"] == "serving":
         return title, "TPOT", _shipped_serving_points(calibration_id, catalog)
+    if detail["kind"] == "engine":
+        reason = ("an engine calibration's runs are each device's left out in turn: their errors are in GET "
+                  "/v1/calibrations/{id} (scope); its chart is not drawn yet")
+        raise Unprocessable(reason, [{"loc": "path.calibration_id", "msg": reason}])
     reason = ("a shipped kernel calibration's timings are not shipped with the service: its errors on them are in "
               "GET /v1/calibrations/{id}; submit timings to chart a fit of your own")
     raise Unprocessable(reason, [{"loc": "path.calibration_id", "msg": reason}])

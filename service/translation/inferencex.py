@@ -121,11 +121,12 @@ def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, A
             for key, points in sorted(groups.items()) if len(points) >= 3]
 
 
-def engine_points(rows: Iterable[dict[str, Any]], deployments_of: Callable[[dict[str, Any]], tuple[Any, Any]]) -> dict[
-        tuple[str, str, str], list[EnginePoint]]:
+def engine_points(rows: Iterable[dict[str, Any]], deployments_of: Callable[[dict[str, Any]], tuple[Any, Any]], *,
+                  on_bounds: bool = False) -> dict[tuple[str, str, str], list[EnginePoint]]:
     """Each run beside `deployments_of(its serving request)`: (its bound, its deployment as its device's kernel
     tables compose it or None where the device has none: the run is left out), each with ttft_s, tpot_s and
-    prefill_share_s; by (engine, precision, speculative method)."""
+    prefill_share_s; by (engine, precision, speculative method). `on_bounds`: the line's basis the bound itself
+    (what carrying an engine's line over without kernel tables would do: the comparison bench/unmeasured.py makes)."""
     groups: dict[tuple[str, str, str], list[EnginePoint]] = defaultdict(list)
     for row in rows:
         body = serving_request(row)
@@ -137,6 +138,7 @@ def engine_points(rows: Iterable[dict[str, Any]], deployments_of: Callable[[dict
                                   attention_data_parallel=pools["attention_data_parallel"] > 1,
                                   disaggregated="disaggregated" in body, speculative=row["spec_method"])
         metrics = row["metrics"]
+        composed = bound if on_bounds else composed
         groups[(row["framework"], row["precision"], row["spec_method"])].append(EnginePoint(
             body["device_id"], layout, ServingPoint(row["isl"], row["osl"], row["conc"], composed.tpot_s,
                                                     composed.ttft_s, metrics["median_tpot"], metrics["median_ttft"],

@@ -8,18 +8,24 @@ concurrencies costs a handful of analyses, not thousands.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
+from typing import NamedTuple
 
 from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
 from service.core import budget
 from service.core.errors import CostModelError
+from service.core.expectations.engines import layout_signature
+from service.core.expectations.kernel_steps import KernelEvaluator, KernelTables
+from service.core.expectations.serving_runs import ServingCalibration
 from service.core.planning import deployment, serving
 from service.core.planning.replica import replica_model, worker_replica_model
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
-from service.persistence.catalog import DeviceCatalog
+from service.persistence.catalog import DeviceCatalog, engine_calibrations
 from service.runtime.errors import Unprocessable
+from service.translation.kernel_tables import kernel_tables
 from service.translation.model_analyses import (
     core_dtypes,
     evaluator_on,
@@ -59,6 +65,14 @@ def _worker_replica(request: ServingPlanRequest, arch: Architecture, device, eva
                                 speculative=speculative)
 
 
+def _replica_of(request: ServingPlanRequest, arch: Architecture, device, evaluator, *, dtypes, workload: serving.Workload,
+                t: int, wide: bool, speculative: deployment.Speculative | None) -> serving.ReplicaModel:
+    """A replica of t devices on `evaluator`'s steps: the bound's, or the kernel tables' composed."""
+    if wide or speculative is not None:
+        return _worker_replica(request, arch, device, evaluator, dtypes, workload, t, wide, speculative)
+    return _replica(request, arch, device, evaluator, dtypes, workload, t)
+
+
 def layouts(arch: Architecture, total_devices: int) -> list[tuple[int, bool]]:
     """(tensor-parallel size, experts over the replica with an attention group a device): every size that splits the
     heads for tensor parallelism alone, and for a MoE model every power of two from 2 up to the budget (at most 256)
@@ -95,15 +109,18 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     for device_id in dict.fromkeys(request.device_ids):
         device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
         evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)
+        planned = expectations.get(device_id)
+        composer = KernelEvaluator(device, tables=planned.tables) if planned and planned.tables else None
         replicas = []
         for t, wide in layouts(arch, request.total_devices):
             budget.check()
             shape = f"{device_id} tensor_parallel {t}" + (f", expert_parallel {t}, attention_data_parallel {t}" if wide else "")
+            build = partial(_replica_of, request, arch, device, dtypes=dtypes, workload=workload, t=t, wide=wide,
+                            speculative=speculative)
             try:
-                if wide or speculative is not None:
-                    replica = _worker_replica(request, arch, device, evaluator, dtypes, workload, t, wide, speculative)
-                else:
-                    replica = _replica(request, arch, device, evaluator, dtypes, workload, t)
+                replica = build(evaluator)
+                if composer is not None and replica.max_concurrency:
+                    replica = replace(replica, composed=build(composer))
             except CostModelError as exc:
                 skipped.append(f"{shape}: {exc.reason}")
                 continue
@@ -114,7 +131,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         price = (request.price_per_device_hour or {}).get(device_id)
         result = serving.search(device_id, replicas, workload=workload, slo=slo, total_devices=request.total_devices,
                                 modes=request.modes, max_concurrency=MAX_PLAN_CONCURRENCY, price_per_device_hour=price,
-                                expectation=expectations.get(device_id))
+                                expectation=planned.expectation if planned else None)
         configs += result.configs
         fitting += result.fitting
         searched += result.searched
@@ -137,30 +154,71 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
                        assumptions=[*_assumptions(request, arch), basis_note])
 
 
+class Planned(NamedTuple):
+    """A candidate device's expectation, and the kernel tables its replicas are also composed from (None: its
+    expectation reads the bound's steps, a serving calibration of its own)."""
+
+    expectation: serving.Expectation
+    tables: KernelTables | None
+
+
+def _layout_covered(covers, speculative: str):
+    """An engine calibration's covers(), as the search asks it: (concurrency, mode, expert parallel, groups)."""
+    def covered(concurrency: int, mode: str, expert_parallel: int, groups: int) -> bool:
+        return covers(concurrency, layout_signature(expert_parallel=expert_parallel > 1,
+                                                    attention_data_parallel=groups > 1,
+                                                    disaggregated=mode == "disaggregated", speculative=speculative))
+    return covered
+
+
+def _runs_expectation(runs: ServingCalibration, request: ServingPlanRequest) -> serving.Expectation:
+    """A device's own serving calibration, as the search asks it: of the bound's figures (the basis is the bound)."""
+    def ttft(bound: float, _basis: float) -> float:
+        return runs.ttft_s(bound)
+
+    def tpot(bound: float, _basis: float) -> float:
+        return runs.tpot_s(bound)
+
+    def covers(concurrency: int, *_layout) -> bool:
+        return runs.covers(request.input_len, request.output_len, concurrency)
+
+    return serving.Expectation(runs.address, ttft, tpot, covers)
+
+
 def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: str,
-                  precision: str) -> tuple[dict[str, serving.Expectation], str]:
-    """Each candidate device's expectation, where every one has a serving calibration for the request's engine
-    (an expectation on some devices and bounds on others would compare unlike figures), and what the plan says of it."""
+                  precision: str) -> tuple[dict[str, Planned], str]:
+    """Each candidate device's expectation, where every one has one (an expectation on some devices and bounds on
+    others would compare unlike figures): from its own serving runs where asked ('auto') and fitted, else from its
+    kernel tables and the engine's costs carried over; and what the plan says of it."""
     if request.calibration == "none":
         return {}, "slo basis: bounds (calibration 'none')"
     if request.engine is None:
         return {}, "slo basis: bounds (no engine named: serving calibrations are fitted per engine)"
     method = request.speculative.method if request.speculative else "none"
-    found = {device_id: catalog.serving_calibration(device_id, request.engine, model, precision, method)
-             for device_id in dict.fromkeys(request.device_ids)}
-    missing = [device_id for device_id, calibration in found.items() if calibration is None]
+    engine = engine_calibrations().get((request.engine, precision, method))
+    planned, missing, bases = {}, [], []
+    for device_id in dict.fromkeys(request.device_ids):
+        runs = (catalog.serving_calibration(device_id, request.engine, model, precision, method)
+                if request.calibration == "auto" else None)
+        if runs is not None:
+            planned[device_id] = Planned(_runs_expectation(runs, request), None)
+            bases.append(f"{device_id}: {runs.basis}")
+            continue
+        device = catalog.get(device_id)
+        tables = kernel_tables(device, catalog.measured(device.id)) if engine is not None else None
+        if engine is None or tables is None:
+            missing.append(device_id)
+            continue
+        planned[device_id] = Planned(serving.Expectation(
+            engine.address, engine.ttft_s, engine.tpot_s,
+            _layout_covered(partial(engine.covers, request.input_len, request.output_len), method), "kernels"), tables)
+        bases.append(f"{device_id}: the replica as {tables.describe()}, then {engine.basis}")
     if missing:
         return {}, (f"slo basis: bounds (no serving calibration for {', '.join(missing)} with engine {request.engine}, "
-                    f"these weights and speculative method {method}; POST /v1/serving-runs fits one)")
-    expectations = {}
-    for device_id, calibration in found.items():
-        assert calibration is not None
-        expectations[device_id] = serving.Expectation(
-            calibration.address, calibration.ttft_s, calibration.tpot_s,
-            partial(calibration.covers, request.input_len, request.output_len))
-    bases = "; ".join(f"{device_id}: {calibration.basis}" for device_id, calibration in found.items() if calibration)
-    return expectations, (f"slo basis: expected TTFT and TPOT (the request rate slowed as TPOT is), from the serving "
-                          f"calibrations of engine {request.engine}: {bases}; the bounds stand beside them")
+                    f"these weights and speculative method {method}, and no kernel tables and engine calibration to "
+                    "expect from; POST /v1/serving-runs or /v1/devices/{id}/kernel-timings gives one)")
+    return planned, (f"slo basis: expected TTFT and TPOT (the request rate slowed as TPOT is), engine "
+                     f"{request.engine}: {'; '.join(bases)}; the bounds stand beside them")
 
 
 MAX_FRONTIER = 32

@@ -234,3 +234,61 @@ def test_an_eight_gpu_mi300x_deployment_is_placed_on_its_node(client):
            "hardware": "mi325x"}
     assert serving_request(row)["device_id"] == "amd-mi325x"
     assert deepseek(client, **{**serving_request(row), "engine": None}).status_code == 200
+
+
+def fp8_deepseek_on(client, device_id, **body):
+    return deepseek(client, device_id=device_id, tensor_parallel=8, concurrency=32, engine="sglang", **body).json()
+
+
+def test_a_device_nobody_has_run_expects_from_its_kernels_and_the_engines_carried_costs(client):
+    """No InferenceX run of the H200, MI300X or MI325X is shipped: `expected` composes each deployment from the
+    device's kernel tables (AIConfigurator's H200 tables; aiter's MI300X tables, standing in for the MI325X at its
+    own roofs) and applies SGLang's fp8 line fitted over the B200, B300 and MI355X runs. The bound ranks them by
+    bandwidth (MI325X 6.0 TB/s, MI300X 5.3, H200 4.8: the MI325X fastest); their kernels run HBM at different
+    fractions of it (aiter's fp8 block-scaled GEMMs on gfx942 at about 0.46 of it, TensorRT-LLM's fp8 on the H200
+    at 0.63), and the expectation ranks the H200 first, as InferenceX measured it (issue 44)."""
+    answers = {device: fp8_deepseek_on(client, device) for device in ("nvidia-h200-sxm", "amd-mi300x", "amd-mi325x")}
+    bound = {device: a["bound"]["tpot_s"] for device, a in answers.items()}
+    expected = {device: a["expected"]["tpot_s"] for device, a in answers.items()}
+    assert bound["amd-mi325x"] < bound["amd-mi300x"] < bound["nvidia-h200-sxm"]
+    assert expected["nvidia-h200-sxm"] < expected["amd-mi325x"] < expected["amd-mi300x"]
+    for device, answer in answers.items():
+        e = answer["expected"]
+        assert e["basis"] == "kernels" and e["calibration"]["id"] == "engine:sglang:fp8:none", device
+        assert e["tpot_s"] >= answer["bound"]["tpot_s"] and e["ttft_s"] >= answer["bound"]["ttft_s"]
+        assert e["kernels"]["tpot_s"] >= answer["bound"]["tpot_s"]
+        assert "nvidia-b200" in e["calibration"]["basis"] and "each device left out" in e["calibration"]["basis"]
+        assert answer["assumptions"][-1].startswith("expected (basis: kernels)")
+    assert answers["amd-mi325x"]["expected"]["kernels"]["stand_in_for"] == "amd-mi300x"
+    assert answers["amd-mi325x"]["expected"]["kernels"]["tables"] == ["kernel:shipped:amd-mi325x:aiter:fp8"]
+    engine = client.get("/v1/calibrations/engine:sglang:fp8:none")
+    assert engine.status_code == 200 and engine.json()["kind"] == "engine"
+
+
+def test_a_calibration_of_kernels_is_asked_for_over_the_devices_own_runs(client):
+    """The B200 has SGLang fp8 runs: 'auto' answers from them (basis runs), 'kernels' from its kernel tables and the
+    engine's line like any other device, so devices compare like with like; the bound is the same in all three."""
+    auto, kernels, none = (fp8_deepseek_on(client, "nvidia-b200", calibration=c) for c in ("auto", "kernels", "none"))
+    assert auto["expected"]["basis"] == "runs" and kernels["expected"]["basis"] == "kernels"
+    assert auto["expected"]["calibration"]["id"] == "serving:nvidia-b200:sglang:fp8:none"
+    assert none["expected"] is None
+    assert auto["bound"] == kernels["bound"] == none["bound"]
+
+
+def test_a_device_without_kernel_tables_says_why_it_expects_nothing(client):
+    """The L40S's AIConfigurator GEMMs ran from its L2 and are not shipped (service/translation/aiconfigurator.py):
+    no tables, so no expectation, and the answer says which piece is missing."""
+    answer = deepseek(client, model_id="llama-3.1-8b", device_id="nvidia-l40s", dtypes={"weights": "fp8"},
+                      concurrency=4, engine="sglang", calibration="kernels").json()
+    assert answer["expected"] is None
+    assert "nvidia-l40s has no kernel tables" in answer["assumptions"][-1]
+
+
+def test_a_layout_no_engine_run_is_extrapolated(client):
+    """SGLang's fp8 line was fitted on no disaggregated deployment: one is answered, extrapolated."""
+    body = {"disaggregated": {"prefill": {"workers": 1, "tensor_parallel": 8},
+                              "decode": {"workers": 1, "tensor_parallel": 8}}}
+    answer = deepseek(client, device_id="nvidia-h200-sxm", engine="sglang", **body).json()
+    assert answer["expected"]["basis"] == "kernels" and answer["expected"]["calibration"]["extrapolated"] is True
+    plain = fp8_deepseek_on(client, "nvidia-h200-sxm")
+    assert plain["expected"]["calibration"]["extrapolated"] is False

@@ -204,3 +204,41 @@ def test_a_plan_with_speculative_decoding_prices_each_token_as_the_serving_analy
     assert config["tpot_s"] == pytest.approx(serving["tpot_s"] + 16 * serving["prefill_s"] / PLAN["output_len"])
     plain = client.post("/v1/plan/serving", json={**body, "speculative": None}).json()["configs"][0]
     assert config["tpot_s"] < plain["tpot_s"]
+
+
+FP8_BLOCKS = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 16384,
+              "weight_scale_bytes": 4}
+UNMEASURED = ["nvidia-h200-sxm", "amd-mi300x", "amd-mi325x"]
+
+
+def test_a_plan_over_devices_nobody_has_run_ranks_on_their_kernels(client):
+    """DeepSeek-V3 in fp8 on 8 devices of the H200, MI300X or MI325X, SGLang, TPOT within 50 ms: none has a serving
+    run shipped. On bounds the MI325X ranks first (the most bandwidth); on expectations (each replica composed from
+    its device's kernel tables, SGLang's line carried over from the B200, B300 and MI355X) the H200 does, as
+    InferenceX measured it (issue 44). Every expectation is the bound's or slower, and a configuration's expected
+    rate is its bound's slowed as TPOT is."""
+    body = {"model_id": "deepseek-v3", "device_ids": UNMEASURED, "total_devices": 8, "input_len": 1024,
+            "output_len": 1024, "dtypes": FP8_BLOCKS, "engine": "sglang", "slo": {"tpot_s": 0.05}, "top_n": 20}
+    bound = plan(client, **body, calibration="none").json()
+    expected = plan(client, **body).json()
+    assert bound["slo_basis"] == "bound" and expected["slo_basis"] == "expected"
+    assert bound["configs"][0]["device_id"] == "amd-mi325x"
+    assert expected["configs"][0]["device_id"] == "nvidia-h200-sxm"
+    for config in expected["configs"]:
+        e = config["expected"]
+        assert e["basis"] == "kernels" and e["calibration_id"] == "engine:sglang:fp8:none"
+        assert e["tpot_s"] >= config["tpot_s"] * (1 - 1e-12) and e["ttft_s"] >= config["ttft_s"] * (1 - 1e-12)
+        assert e["tpot_s"] <= 0.05
+        assert e["requests_per_s"] == pytest.approx(config["requests_per_s"] * config["tpot_s"] / e["tpot_s"])
+    assert "kernel fits of amd-mi300x's tables at amd-mi325x's roofs" in expected["assumptions"][-1]
+
+
+def test_a_plan_ranked_on_kernels_for_every_device_even_where_one_has_runs(client):
+    """The B200 has SGLang fp8 runs: 'auto' reads them for it (basis runs) beside the H200's kernels; 'kernels' takes
+    every candidate from its kernel tables alike."""
+    body = {"model_id": "deepseek-v3", "device_ids": ["nvidia-b200", "nvidia-h200-sxm"], "total_devices": 8,
+            "input_len": 1024, "output_len": 1024, "dtypes": FP8_BLOCKS, "engine": "sglang", "top_n": 40}
+    auto, kernels = plan(client, **body).json(), plan(client, **body, calibration="kernels").json()
+    bases = {(c["device_id"], c["expected"]["basis"]) for c in auto["configs"]}
+    assert ("nvidia-b200", "runs") in bases and ("nvidia-h200-sxm", "kernels") in bases
+    assert {c["expected"]["basis"] for c in kernels["configs"]} == {"kernels"}

@@ -152,14 +152,16 @@ def fit_engine_calibration(points: Sequence[EnginePoint], *, engine: str, precis
         for device, own in sorted(by_device.items()):
             others = [p for d, runs in by_device.items() if d != device for p in runs]
             tpot, ttft = _errors(others, own)
-            tpot_errors.append(tpot), ttft_errors.append(ttft)
+            tpot_errors.append(tpot)
+            ttft_errors.append(ttft)
             per_device.append((device, float(np.median(tpot)), float(np.median(ttft)), len(own)))
     else:
         checked_by = "leave-one-out on its one device (not checked on another device)"
         every = list(points)
         for i in range(len(every)):
             tpot, ttft = _errors(every[:i] + every[i + 1:], [every[i]])
-            tpot_errors.append(tpot), ttft_errors.append(ttft)
+            tpot_errors.append(tpot)
+            ttft_errors.append(ttft)
     tpot_all, ttft_all = np.concatenate(tpot_errors), np.concatenate(ttft_errors)
     (tpot_scale, tpot_overhead), (ttft_scale, ttft_overhead) = _line(plain)
     return EngineCalibration(

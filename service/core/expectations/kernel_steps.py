@@ -55,8 +55,9 @@ class KernelTables:
     def describe(self) -> str:
         own = (f"{self.stand_in_for}'s tables at {self.device_id}'s roofs ({self.stand_in_reason})"
                if self.stand_in_for else f"{self.device_id}'s tables")
-        fits = "; ".join(f"{fit.dtype}: {fit.fitted_on:,} {fit.engine} GEMMs, e_c "
-                         f"{fit.compute_efficiency:.3g}, e_m {fit.memory_efficiency:.3g}, off by "
+        fits = "; ".join(f"{fit.dtype}: {fit.fitted_on:,} {fit.engine} GEMMs, compute at "
+                         f"{fit.kernel_compute_efficiency:.3g} of the peak, HBM at {fit.kernel_memory_efficiency:.3g} "
+                         "of the datasheet, the formula off by "
                          f"{fit.median_error:.1%} (median) on {fit.checked_on:,} held out"
                          for fit in sorted(self.fits.values(), key=lambda f: f.dtype))
         return (f"each row at the efficiencies of the kernel fits of {own} ({fits}): matmuls by their dtype's fit, "
@@ -85,10 +86,11 @@ class KernelEvaluator(Evaluator):
         if row.cost is None or self.tables is None:
             return result
         fit = self.tables.for_row(result.kind, result.compute_dtype)
-        compute = result.compute_time_s / fit.compute_efficiency
-        memory = result.memory_time_s / fit.memory_efficiency
+        e_c, e_m = fit.kernel_compute_efficiency, fit.kernel_memory_efficiency
+        compute = result.compute_time_s / e_c
+        memory = result.memory_time_s / e_m
         time_s = max(compute, memory)
         return result._replace(compute_time_s=compute, memory_time_s=memory, time_s=time_s,
                                total_time_s=time_s * result.instances,
                                bound="compute" if compute >= memory else "memory",
-                               weight_bytes=result.weight_bytes / fit.memory_efficiency)
+                               weight_bytes=result.weight_bytes / e_m)

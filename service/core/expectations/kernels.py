@@ -45,6 +45,13 @@ class KernelCalibration:
     anchors: tuple[tuple[float, float, float, float], ...] | None = None
     # The efficiencies its timings could not tell (COMPUTE, MEMORY: no timing bound there), held at 1.
     unidentified: tuple[str, ...] = ()
+    # The kernels' own roofs: what the largest clearly compute-bound (memory-bound) timings reach of the peak (of the
+    # bandwidth), their median; None where the timings hold too few such shapes. A composed step reads these
+    # (kernel_steps.py): a row carries no shape, and the formula's efficiencies are shaped by the many small kernels
+    # that t0 also covers (on the MI355X's fp8 table they put HBM at 0.24 of the datasheet where its large GEMVs
+    # reach 0.64).
+    roof_compute_efficiency: float | None = None
+    roof_memory_efficiency: float | None = None
 
     @property
     def id(self) -> str:
@@ -55,8 +62,19 @@ class KernelCalibration:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(tuple(item) for item in getattr(self, name)))
         object.__setattr__(self, "unidentified", tuple(self.unidentified))
-        if not (self.t0_s >= 0 and 0 < self.compute_efficiency <= 1 and 0 < self.memory_efficiency <= 1):
+        roofs = [value for value in (self.roof_compute_efficiency, self.roof_memory_efficiency) if value is not None]
+        if not (self.t0_s >= 0 and 0 < self.compute_efficiency <= 1 and 0 < self.memory_efficiency <= 1
+                and all(0 < value <= 1 for value in roofs)):
             raise ValueError(f"calibration of {self.device_id} {self.dtype} would expect less than the bound")
+
+    @property
+    def kernel_compute_efficiency(self) -> float:
+        """The compute roof a composed step's rows run at: the kernels' own where measured, else the fit's."""
+        return self.roof_compute_efficiency or self.compute_efficiency
+
+    @property
+    def kernel_memory_efficiency(self) -> float:
+        return self.roof_memory_efficiency or self.memory_efficiency
 
     def extrapolated(self, m: int, n: int, k: int) -> bool:
         """Whether a matmul lies outside the m, n and k the fitted timings covered (False where not recorded)."""
@@ -187,6 +205,28 @@ class ShapeCorrection:
         return total
 
 
+# A timing is clearly bound by one term where it is this many times the other; the largest tenth of those (at
+# least ROOF_SHAPES of them) set the kernels' roof.
+CLEARLY_BOUND = 4.0
+ROOF_SHAPES = 10
+
+
+def kernel_roofs(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray) -> tuple[float | None,
+                                                                                                 float | None]:
+    """(compute, memory) efficiency of the kernels' own roofs: over the timings clearly bound by a term, the median
+    of bound / measured of the largest tenth by that term (at most 1: an L2-resident timing cannot lift a roof
+    above the datasheet); None where fewer than ROOF_SHAPES timings are clearly bound by it."""
+    roofs: list[float | None] = []
+    for term, other in ((compute_s, memory_s), (memory_s, compute_s)):
+        bound = np.flatnonzero(term > CLEARLY_BOUND * other)
+        if len(bound) < ROOF_SHAPES:
+            roofs.append(None)
+            continue
+        largest = bound[np.argsort(term[bound])[-max(ROOF_SHAPES, len(bound) // 10):]]
+        roofs.append(float(min(1.0, np.median(term[largest] / measured_s[largest]))))
+    return roofs[0], roofs[1]
+
+
 class KernelFit(NamedTuple):
     t0_s: float
     compute_efficiency: float
@@ -197,6 +237,8 @@ class KernelFit(NamedTuple):
     bound_median_error: float
     checked_by: str
     unidentified: tuple[str, ...] = ()  # efficiencies the timings cannot tell, held at 1 (COMPUTE, MEMORY)
+    roof_compute_efficiency: float | None = None  # kernel_roofs()
+    roof_memory_efficiency: float | None = None
 
 
 def _least_squares(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray,
@@ -269,4 +311,5 @@ def fit_kernel_terms(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np
     anchors = np.column_stack([shapes, residuals]).round(5).tolist()
     return KernelFit(t0, e_c, e_m, anchors, float(np.median(error)), float(np.quantile(error, 0.9)),
                      float(np.median(bound_error)),
-                     f"{FOLDS}-fold cross-validation" if n >= 25 else "leave-one-out", held_at_roof)
+                     f"{FOLDS}-fold cross-validation" if n >= 25 else "leave-one-out", held_at_roof,
+                     *kernel_roofs(compute_s, memory_s, measured_s))

@@ -227,10 +227,14 @@ class ServingExpectation:
 class FittedLine(Protocol):
     """What expect() reads of a calibration: its two lines, and the workloads it covers."""
 
-    tpot_scale: float
-    tpot_overhead_s: float
-    ttft_scale: float
-    ttft_overhead_s: float
+    @property
+    def tpot_scale(self) -> float: ...
+    @property
+    def tpot_overhead_s(self) -> float: ...
+    @property
+    def ttft_scale(self) -> float: ...
+    @property
+    def ttft_overhead_s(self) -> float: ...
 
     def covers(self, input_len: int, output_len: int, concurrency: int) -> bool: ...
 

@@ -18,10 +18,11 @@ Disaggregated serving splits the replicas into n_p prefill and n_d decode replic
   TPOT = T_d(c).
 Memory: a configuration fits when weights/t + c x kv(input + output) + activations + workspace fits the
 usable memory of each device (the concurrency's caches at their largest).
-With an Expectation (a serving calibration of the device and engine), each configuration also carries what it is
-expected to measure: TTFT and TPOT through the calibration, the request rate slowed by the same factor as TPOT (the
-same requests in flight, each token taking longer); the SLOs, the replicas a target needs and the ranking then go
-by the expectation, the bound staying beside it.
+With an Expectation (a serving calibration of the device and engine, or an engine's costs over the replica as its
+kernel tables compose it), each configuration also carries what it is expected to measure: TTFT and TPOT through
+the calibration (of the composed replica's figures, computed as the bound's are, where it has one), the request
+rate slowed by the same factor as TPOT (the same requests in flight, each token taking longer); the SLOs, the
+replicas a target needs and the ranking then go by the expectation, the bound staying beside it.
 """
 
 from __future__ import annotations
@@ -66,17 +67,22 @@ class ReplicaModel:
     kv_transfer_s: float | None  # one request's KV over the interconnect; None: no interconnect
     expert_parallel: int = 1  # 1, or tensor_parallel: the experts split whole over the replica's devices
     attention_data_parallel: int = 1  # attention groups per replica, each with its own requests and KV cache
+    # The same replica with its steps as the device's kernel tables compose them (what an engine calibration's
+    # line multiplies); None: the expectation, if any, reads the bound's steps.
+    composed: ReplicaModel | None = None
 
 
 @dataclass(frozen=True)
 class Expectation:
-    """What a calibration expects of a bound: its TTFT and TPOT, and whether a deployment's concurrency lies among
-    those it was fitted on."""
+    """What a calibration expects of a configuration: its TTFT and TPOT from (the bound's, the basis's: the composed
+    replica's where it has one, else the bound's again), and whether a deployment lies among those it was fitted on
+    (its concurrency, mode, expert parallelism and attention groups)."""
 
     calibration_id: str
-    ttft_s: Callable[[float], float]
-    tpot_s: Callable[[float], float]
-    covers: Callable[[int], bool]
+    ttft_s: Callable[[float, float], float]
+    tpot_s: Callable[[float, float], float]
+    covers: Callable[[int, str, int, int], bool]
+    basis: str = "runs"  # runs or kernels
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,7 @@ class Expected:
     tokens_per_s_per_user: float
     calibration_id: str
     extrapolated: bool
+    basis: str = "runs"
 
 
 @dataclass(frozen=True)
@@ -177,13 +184,13 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
     devices_for_target: int | None = None
 
     def short_of_target(rate: float, ttft: float, tpot: float, groups: int, prefill_groups: int | None,
-                        t: int) -> None:
+                        t: int, basis: tuple[float, float]) -> None:
         """Remembers what the whole budget reaches at a shape that cannot reach the target, and the devices that
         shape would need (whole replicas, each pool's rounded up), for the refusal."""
         nonlocal best_rate, best_rate_within_slos, devices_for_target
         best_rate = max(best_rate, rate)
         if expectation is not None:
-            ttft, tpot = expectation.ttft_s(ttft), expectation.tpot_s(tpot)
+            ttft, tpot = expectation.ttft_s(ttft, basis[0]), expectation.tpot_s(tpot, basis[1])
         values = {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": ttft + (output - 1) * tpot}
         if not all(values[name] <= limit for name, limit in limits.items()):
             return
@@ -199,34 +206,35 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
             needed = prefill + max(1, math.ceil(groups * scale - 1e-9) - prefill)
         devices_for_target = min(needed * t, devices_for_target or needed * t)
 
-    def make(mode, replica, groups, prefill_groups, decode_groups, c, ttft, tpot, rate, memory):
+    def make(mode, replica, groups, prefill_groups, decode_groups, c, ttft, tpot, rate, memory, basis):
         t = replica.tensor_parallel
         e2e = ttft + (output - 1) * tpot
         # The request rate the SLOs and the target go by: the bound's, or slowed as TPOT is.
-        slowdown = expectation.tpot_s(tpot) / tpot if expectation else 1.0
+        slowdown = expectation.tpot_s(tpot, basis[1]) / tpot if expectation else 1.0
         if workload.target_requests_per_s is not None:
             # The fewest replicas (of this shape) that reach the target; None when the budget cannot (then what the
             # whole budget reaches is remembered, for the refusal). `rate` is the whole budget's here.
             scale = workload.target_requests_per_s / (rate / slowdown)
             unscaled_prefill = prefill_groups
             if not groups * scale <= total_devices:  # more replicas than devices (or an overflowing target)
-                short_of_target(rate / slowdown, ttft, tpot, groups, unscaled_prefill, t)
+                short_of_target(rate / slowdown, ttft, tpot, groups, unscaled_prefill, t, basis)
                 return None
             needed = math.ceil(groups * scale - 1e-9)
             if needed * t > total_devices:
-                short_of_target(rate / slowdown, ttft, tpot, groups, unscaled_prefill, t)
+                short_of_target(rate / slowdown, ttft, tpot, groups, unscaled_prefill, t, basis)
                 return None
             if prefill_groups is not None:
                 prefill_groups = max(1, math.ceil(prefill_groups * scale - 1e-9))
                 decode_groups = max(1, needed - prefill_groups)
                 needed = prefill_groups + decode_groups
                 if needed * t > total_devices:
-                    short_of_target(rate / slowdown, ttft, tpot, groups, unscaled_prefill, t)
+                    short_of_target(rate / slowdown, ttft, tpot, groups, unscaled_prefill, t, basis)
                     return None
             rate, groups = rate * needed / groups, needed
         devices = groups * t
         tokens = rate * output
-        expected = _expected(expectation, ttft, tpot, rate / slowdown, output, devices, c * groups)
+        expected = _expected(expectation, (ttft, tpot), basis, rate / slowdown, output, devices,
+                             (c * groups, mode, replica.expert_parallel, replica.attention_data_parallel))
         values = vars(expected) if expected else {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e}
         paid_tokens = expected.tokens_per_s if expected else tokens
         cost = (price_per_device_hour * devices / 3600 / paid_tokens * 1e6) if price_per_device_hour else None
@@ -239,15 +247,18 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
         groups = total_devices // t
         if groups < 1:
             continue
+        composed = replica.composed or replica
         for c in _concurrencies(replica, workload, max_concurrency):
             budget.check()
             decode = replica.decode_s(c)
             memory = partial(replica.memory_at, c)
+            composed_decode = composed.decode_s(c)
             if "aggregated" in modes:
                 searched += 1
                 cycle = output * decode + c * replica.prefill_s
+                composed_cycle = output * composed_decode + c * composed.prefill_s
                 config = make("aggregated", replica, groups, None, None, c, replica.prefill_s, cycle / output,
-                              groups * c / cycle, memory)
+                              groups * c / cycle, memory, (composed.prefill_s, composed_cycle / output))
                 if config is not None:
                     fitting.append(config)
             if "disaggregated" in modes and groups >= 2 and replica.kv_transfer_s is not None:
@@ -257,7 +268,7 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
                 searched += 1
                 rate = min(n_p * prefill_rate, (groups - n_p) * decode_rate)
                 config = make("disaggregated", replica, groups, n_p, groups - n_p, c, replica.prefill_s + replica.kv_transfer_s,
-                              decode, rate, memory)
+                              decode, rate, memory, (composed.prefill_s + replica.kv_transfer_s, composed_decode))
                 if config is not None:
                     fitting.append(config)
     meeting = [c for c in fitting if all(c.value(name) <= limit for name, limit in limits.items())]
@@ -292,15 +303,17 @@ def _say_what_limits(meeting: list[Config], fitting: list[Config], replicas: Seq
     meeting[:] = [replace(config, limited_by=limit_of(config)) for config in meeting]
 
 
-def _expected(expectation: Expectation | None, ttft: float, tpot: float, rate: float, output: int, devices: int,
-              concurrency: int) -> Expected | None:
+def _expected(expectation: Expectation | None, bound: tuple[float, float], basis: tuple[float, float], rate: float,
+              output: int, devices: int, layout: tuple[int, str, int, int]) -> Expected | None:
+    """`bound`, `basis`: (TTFT, TPOT) of the bound and of what the calibration's line multiplies; `layout`: what
+    Expectation.covers reads."""
     if expectation is None:
         return None
-    expected_ttft, expected_tpot = expectation.ttft_s(ttft), expectation.tpot_s(tpot)
+    expected_ttft, expected_tpot = expectation.ttft_s(bound[0], basis[0]), expectation.tpot_s(bound[1], basis[1])
     tokens = rate * output
     return Expected(expected_ttft, expected_tpot, expected_ttft + (output - 1) * expected_tpot, rate, tokens,
                     tokens / devices, 1 / expected_tpot, expectation.calibration_id,
-                    not expectation.covers(concurrency))
+                    not expectation.covers(*layout), expectation.basis)
 
 
 def pareto(configs: Sequence[Config]) -> list[Config]:
