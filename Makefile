@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate check docs test test-fast test-newest lock golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-calibration bench-charts bench-explorer bench-access-log
+.PHONY: install install-test serve migrate check docs test test-fast test-newest lock golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-unmeasured bench-calibration bench-charts bench-explorer bench-access-log
 
 # Every install is held to constraints.txt: the versions `make test` was verified with (see that file; `make lock`
 # re-pins it on purpose, `make test-newest` tries the newest releases without touching it).
@@ -99,6 +99,10 @@ bench-plan: install
 # The serving analysis against InferenceX's measured runs (measured / bound), and its cost beside a model analysis.
 bench-inferencex: install
 	$(BIN)/python bench/inferencex.py
+
+# Each device's serving runs left out and predicted from its kernel tables and the engines' carried-over costs.
+bench-unmeasured: install
+	$(BIN)/python bench/unmeasured.py
 
 # A calibrated operator answer's cost beside an uncalibrated one, and a 10,000-timing fit's and write's.
 bench-calibration: install

@@ -184,7 +184,15 @@ def serving_body(args) -> dict[str, Any]:
     body.update(speculative_of(args))
     if args.engine:
         body["engine"] = args.engine
+    body["calibration"] = args.calibration
     return body
+
+
+def calibration_option(parser) -> None:
+    parser.add_argument("--calibration", choices=["auto", "kernels", "none"], default="auto",
+                        help="where `expected` comes from: auto (the device's own serving runs where fitted, else its "
+                             "kernel tables and the engine's carried-over costs), kernels (the latter for every "
+                             "device), none (bounds only)")
 
 
 def cmd_serving(args) -> None:
@@ -261,7 +269,7 @@ def cmd_plan_serving(args) -> None:
             **dtypes_of(args), **speculative_of(args),
             "slo": {name: value for name, value in (("ttft_s", args.ttft), ("tpot_s", args.tpot),
                                                     ("e2e_latency_s", args.e2e)) if value is not None}}
-    for name in ("target_requests_per_s", "memory_utilization", "engine"):
+    for name in ("target_requests_per_s", "memory_utilization", "engine", "calibration"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     if args.price_per_device_hour is not None:
@@ -450,6 +458,7 @@ def parser() -> argparse.ArgumentParser:
     deployment.add_argument("--decode-pool", metavar="W:TP[:EP[:DP]]", help="disaggregated: the decode pool")
     speculative_options(deployment)
     deployment.add_argument("--engine", help="the serving engine's label (sglang, vllm, trt, ...)")
+    calibration_option(deployment)
     roofs(deployment)
     deployment.set_defaults(run=cmd_serving)
 
@@ -558,8 +567,10 @@ def parser() -> argparse.ArgumentParser:
     serving.add_argument("--modes", nargs="+", default=["aggregated"], choices=["aggregated", "disaggregated"],
                          help="serving modes to search (default aggregated)")
     serving.add_argument("--top-n", type=int, default=5, help="configurations to show (default 5)")
-    serving.add_argument("--engine", help="the serving engine: where every candidate has a serving calibration for "
-                                          "it, the SLOs and the ranking go by the expected times")
+    serving.add_argument("--engine", help="the serving engine: where every candidate has an expectation for it (its "
+                                          "own serving runs, or its kernel tables), the SLOs and the ranking go by "
+                                          "the expected times")
+    calibration_option(serving)
     speculative_options(serving)
     serving.set_defaults(run=cmd_plan_serving)
     training = common(plan.add_parser("training", help="days, device-hours and cost to train on a number of tokens"))

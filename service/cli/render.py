@@ -146,15 +146,26 @@ def serving_table(r: dict) -> str:
     if not b["fits"]:
         lines.append("memory: DOES NOT FIT in a pool above: the figures are a what-if, not a deployment")
     e = r["expected"]
-    lines.append("expected: " + ("none (no serving calibration for this device and engine)" if e is None else
+    lines.append("expected: " + ("none (no serving calibration or kernel tables for this device and engine)"
+                                 if e is None else
                                  f"TTFT {si(e['ttft_s'], 's')}, TPOT {si(e['tpot_s'], 's')}, "
-                                 f"{e['output_tokens_per_s_per_device']:,.0f} output tokens/s per device (calibration "
-                                 f"{e['calibration']['id']}: {e['calibration']['fitted_on']} runs, TPOT off by "
+                                 f"{e['output_tokens_per_s_per_device']:,.0f} output tokens/s per device (basis "
+                                 f"{e['basis']}{expected_source(e)}; calibration {e['calibration']['id']}: "
+                                 f"{e['calibration']['fitted_on']} runs, TPOT off by "
                                  f"{e['calibration']['tpot_median_error']:.0%} in the median where checked"
                                  + (", extrapolated" if e["calibration"]["extrapolated"] else "") + ")"))
     lines.append(f"roofs: compute {r['compute_roof_source']}, memory {r['memory_roof_source']}")
     return table(rows, ["pool", "workers", "tp", "ep", "dp", "devices", "batch/group", "memory per device"]) + "\n" + \
         "\n".join(lines)
+
+
+def expected_source(e: dict) -> str:
+    """Where a kernel-based expectation's tables came from, for the line that reports it."""
+    kernels = e.get("kernels")
+    if not kernels:
+        return ""
+    return (f": {kernels['stand_in_for']}'s kernel tables standing in" if kernels["stand_in_for"]
+            else ": this device's kernel tables")
 
 
 def kv_table(r: dict) -> str:
@@ -227,15 +238,17 @@ def plan_table(r: dict) -> str:
              replicas(c), c["concurrency_per_replica"], si(judged(c)["ttft_s"], "s"), si(judged(c)["tpot_s"], "s"),
              *([si(c["tpot_s"], "s")] if expected else []), f"{judged(c)['requests_per_s']:,.3g}",
              f"{judged(c)['tokens_per_s']:,.0f}", f"{judged(c)['tokens_per_s_per_device']:,.0f}", cost(c),
-             c.get("limited_by") or "-", *(["yes" if c["expected"]["extrapolated"] else "no"] if expected else [])]
+             c.get("limited_by") or "-",
+             *([c["expected"]["basis"], "yes" if c["expected"]["extrapolated"] else "no"] if expected else [])]
             for c in r["configs"]]
-    basis = ("expected figures (a serving calibration's), the TPOT bound beside them" if expected
-             else "bounds (lower bounds on times, upper bounds on rates)")
+    basis = ("expected figures (a serving calibration's, or the device's kernel tables with the engine's carried-over "
+             "costs), the TPOT bound beside them" if expected else "bounds (lower bounds on times, upper bounds on rates)")
     return (table(rows, ["mode", "device", "TP", "EP", "DP", "replicas", "concurrency", "TTFT", "TPOT",
                          *(["TPOT bound"] if expected else []), "requests/s", "tokens/s", "per device", "cost/1M tok",
-                         "limited by", *(["extrapolated"] if expected else [])])
+                         "limited by", *(["basis", "extrapolated"] if expected else [])])
             + f"\nSLOs and ranking judged on {basis}; {r['searched']:,} configurations searched"
-            + ("; extrapolated: the calibration was not fitted at that shape or concurrency" if expected else "")
+            + ("; basis: runs (the device's own serving runs) or kernels (its kernel tables); extrapolated: the "
+               "calibration was not fitted at that shape, concurrency or layout" if expected else "")
             + "".join(f"\nskipped: {s}" for s in r["skipped"]))
 
 
