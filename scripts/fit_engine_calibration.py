@@ -12,9 +12,7 @@ out of its fit.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,23 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
-    os.environ.setdefault("ROOFLINE_LOG_LEVEL", "WARNING")
-    from fastapi.testclient import TestClient
-
     from schemas.serving import ServingAnalysisRequest
-    from service.main import create_app
-    from service.persistence.catalog import DATA_DIR
-    from service.runtime.config import Settings
+    from scripts.fitting_app import shipped_runs_app
     from service.translation.inferencex import engine_calibrations, engine_points
     from service.translation.serving_analyses import bound_and_composed
 
-    shipped = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())
-    with tempfile.TemporaryDirectory() as folder:
-        app = create_app(Settings(database_url=f"sqlite:///{folder}/fit.db", log_level="WARNING"))
-        with TestClient(app):
-            catalog = app.state.catalog
-            groups = engine_points(shipped["rows"], lambda body: bound_and_composed(
-                ServingAnalysisRequest.model_validate(body), catalog))
+    with shipped_runs_app() as (rows, app, _):
+        groups = engine_points(rows, lambda body: bound_and_composed(ServingAnalysisRequest.model_validate(body),
+                                                                     app.state.catalog))
     fitted = engine_calibrations(groups)
     for calibration in fitted:
         held = ", ".join(f"{device} {tpot:.1%} / {ttft:.1%} ({runs})" for device, tpot, ttft, runs in calibration.per_device)

@@ -11,9 +11,7 @@ the runs held out of its fit.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,20 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
-    os.environ.setdefault("ROOFLINE_LOG_LEVEL", "WARNING")
-    from fastapi.testclient import TestClient
-
-    from service.main import create_app
-    from service.persistence.catalog import DATA_DIR
-    from service.runtime.config import Settings
+    from scripts.fitting_app import shipped_runs_app
     from service.translation.inferencex import calibrations
 
-    shipped = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())
-    with tempfile.TemporaryDirectory() as folder:
-        app = create_app(Settings(database_url=f"sqlite:///{folder}/fit.db", log_level="WARNING"))
-        with TestClient(app) as client:
-            fitted = calibrations(shipped["rows"], lambda body: client.post(
-                "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])
+    with shipped_runs_app() as (rows, _, client):
+        fitted = calibrations(rows, lambda body: client.post(
+            "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])
     for calibration in fitted:
         print(f"{calibration.id}: {calibration.fitted_on} runs, checked by {calibration.checked_by} on "
               f"{calibration.checked_on}: TPOT {calibration.tpot_median_error:.1%} median, "

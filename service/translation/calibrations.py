@@ -146,17 +146,26 @@ def serving_public(calibration: ServingCalibration) -> dict:
         "scope": f"deployments of {served}weights in {calibration.precision}, speculative decoding "
                  f"{calibration.speculative}",
         "model": SERVING_MODEL,
+        **_line_fields(calibration, "bound", "bound TPOT and prefill share (the bound's prefill_share_s, 0 disaggregated)",
+                       "the scheduler's cost per decode step beside the bound"),
+        "bound_median_error": calibration.bound_tpot_median_error}
+
+
+def _line_fields(calibration: ServingCalibration | EngineCalibration, basis: str, tpot_basis: str,
+                 step_cost: str) -> dict:
+    """The public fields of a TPOT and a TTFT line fitted against `basis` (the bound, or the composed deployment)."""
+    return {
         "parameters": [
-            {"name": "tpot_scale", "value": calibration.tpot_scale, "unit": "1", "meaning": "measured TPOT per bound TPOT and "
-             "prefill share (the bound's prefill_share_s, 0 disaggregated)"},
-            _overhead(calibration, "tpot_overhead", calibration.tpot_overhead_s,
-                      "the scheduler's cost per decode step beside the bound"),
-            {"name": "ttft_scale", "value": calibration.ttft_scale, "unit": "1", "meaning": "measured TTFT per bound TTFT"},
+            {"name": "tpot_scale", "value": calibration.tpot_scale, "unit": "1",
+             "meaning": f"measured TPOT per {tpot_basis}"},
+            _overhead(calibration, "tpot_overhead", calibration.tpot_overhead_s, step_cost),
+            {"name": "ttft_scale", "value": calibration.ttft_scale, "unit": "1",
+             "meaning": f"measured TTFT per {basis} TTFT"},
             _overhead(calibration, "ttft_overhead", calibration.ttft_overhead_s,
-                      "queueing and scheduling before the first token beside the bound")],
+                      f"queueing and scheduling before the first token beside the {basis}")],
         "fitted_on": calibration.fitted_on, "checked_on": calibration.checked_on, "checked_by": calibration.checked_by,
         "median_error": calibration.tpot_median_error, "p90_error": calibration.tpot_p90_error,
-        "bound_median_error": calibration.bound_tpot_median_error, "source": calibration.source, "shapes": None,
+        "source": calibration.source, "shapes": None,
         "workloads": [list(shape) for shape in calibration.shapes], "concurrency": list(calibration.concurrency)}
 
 
@@ -170,18 +179,10 @@ def engine_public(calibration: EngineCalibration) -> dict:
                  f"with kernel tables and no serving calibration of its own (basis 'kernels'); layouts fitted: "
                  f"{', '.join(calibration.layouts)}" + (f"; each device left out of the fit: {held}" if held else ""),
         "model": ENGINE_MODEL,
-        "parameters": [
-            {"name": "tpot_scale", "value": calibration.tpot_scale, "unit": "1",
-             "meaning": "measured TPOT per composed TPOT and prefill share (the deployment as its kernel tables run it)"},
-            _overhead(calibration, "tpot_overhead", calibration.tpot_overhead_s,
-                      "the engine's cost per decode step beside its kernels"),
-            {"name": "ttft_scale", "value": calibration.ttft_scale, "unit": "1", "meaning": "measured TTFT per composed TTFT"},
-            _overhead(calibration, "ttft_overhead", calibration.ttft_overhead_s,
-                      "queueing and scheduling before the first token beside the kernels")],
-        "fitted_on": calibration.fitted_on, "checked_on": calibration.checked_on, "checked_by": calibration.checked_by,
-        "median_error": calibration.tpot_median_error, "p90_error": calibration.tpot_p90_error,
-        "bound_median_error": None, "source": calibration.source, "shapes": None,
-        "workloads": [list(shape) for shape in calibration.shapes], "concurrency": list(calibration.concurrency)}
+        **_line_fields(calibration, "composed deployment's",
+                       "composed TPOT and prefill share (the deployment as its kernel tables run it)",
+                       "the engine's cost per decode step beside its kernels"),
+        "bound_median_error": None}
 
 
 ENGINE_MODEL = ("TPOT = tpot_scale x (composed TPOT + composed prefill share) + tpot_overhead; TTFT = ttft_scale x "

@@ -1,0 +1,28 @@
+"""What the serving fits share: the shipped InferenceX rows and the service's app on a throwaway SQLite database,
+for scripts/fit_serving_calibration.py and scripts/fit_engine_calibration.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+@contextmanager
+def shipped_runs_app() -> Iterator[tuple[list[dict[str, Any]], Any, Any]]:
+    """(the shipped runs, the app, a TestClient on it), the app started and stopped around the block."""
+    os.environ.setdefault("ROOFLINE_LOG_LEVEL", "WARNING")
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from service.persistence.catalog import DATA_DIR
+    from service.runtime.config import Settings
+
+    rows = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
+    with tempfile.TemporaryDirectory() as folder:
+        app = create_app(Settings(database_url=f"sqlite:///{folder}/fit.db", log_level="WARNING"))
+        with TestClient(app) as client:
+            yield rows, app, client
