@@ -3,8 +3,9 @@ service/data/calibrations/gemm.json), else those of the nearest measured part of
 
 from __future__ import annotations
 
-from service.core.expectations.kernel_steps import KernelTables, standing_in
+from service.core.expectations.kernel_steps import KernelEvaluator, KernelTables, standing_in
 from service.core.hardware import DeviceSpec
+from service.core.memo import ByIdentity
 from service.core.roofs import MeasuredRoofs
 from service.persistence.catalog import gemm_calibrations, nominal_device
 
@@ -28,7 +29,7 @@ def _own(device_id: str, measured: MeasuredRoofs | None) -> dict:
     return fits | submitted
 
 
-def kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None = None) -> KernelTables | None:
+def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None) -> KernelTables | None:
     """The device's kernel tables, or None where neither it nor a stand-in has any."""
     fits = _own(device.id, measured)
     if fits:
@@ -50,6 +51,12 @@ def kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None = None) -> 
     return standing_in(KernelTables(other_id, other), device.id, peak_of, hbm.bandwidth_bytes_per_s, reason)
 
 
+# Once per (device, its measured roofs) as the catalog holds them, and one composing evaluator per tables, like the
+# bound's (model_analyses._plain_evaluator): a row composed for one request is composed once for every later one.
+kernel_tables = ByIdentity(_kernel_tables, objects=2, limit=32)
+kernel_evaluator = ByIdentity(lambda device, tables: KernelEvaluator(device, tables=tables), objects=2, limit=32)
+
+
 def shipped_kernel_tables(device_id: str) -> KernelTables | None:
     """The same, for a catalog device as shipped (no submitted timings)."""
-    return kernel_tables(nominal_device(device_id))
+    return _kernel_tables(nominal_device(device_id), None)

@@ -12,7 +12,7 @@ from schemas.serving import ServingAnalysis, ServingAnalysisRequest, ServingPool
 from service.core.errors import CostModelError
 from service.core.expectations import serving_runs
 from service.core.expectations.engines import EngineCalibration, layout_signature
-from service.core.expectations.kernel_steps import KernelEvaluator, KernelTables
+from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
 from service.core.planning import deployment
@@ -22,7 +22,7 @@ from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.core.transformer.layers import ModelDTypes, Step
 from service.persistence.catalog import DeviceCatalog, engine_calibrations
-from service.translation.kernel_tables import kernel_tables
+from service.translation.kernel_tables import kernel_evaluator, kernel_tables
 from service.translation.model_analyses import (
     SERVING_UTILIZATION,
     catalog_model,
@@ -134,7 +134,7 @@ def serving_setup(request: ServingAnalysisRequest, catalog: DeviceCatalog,
 
 def composed_on(setup: ServingSetup, tables: KernelTables) -> deployment.ServingBound:
     """The deployment with every row as the device's kernel tables expect it (at its nominal roofs)."""
-    return setup.deployment_on(KernelEvaluator(setup.device, tables=tables))
+    return setup.deployment_on(kernel_evaluator(setup.device, tables))
 
 
 def bound_and_composed(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> tuple[

@@ -17,7 +17,7 @@ from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, Serv
 from service.core import budget
 from service.core.errors import CostModelError
 from service.core.expectations.engines import layout_signature
-from service.core.expectations.kernel_steps import KernelEvaluator, KernelTables
+from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.planning import deployment, serving
 from service.core.planning.replica import replica_model, worker_replica_model
@@ -25,7 +25,7 @@ from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog, engine_calibrations
 from service.runtime.errors import Unprocessable
-from service.translation.kernel_tables import kernel_tables
+from service.translation.kernel_tables import kernel_evaluator, kernel_tables
 from service.translation.model_analyses import (
     core_dtypes,
     evaluator_on,
@@ -110,7 +110,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
         evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)
         planned = expectations.get(device_id)
-        composer = KernelEvaluator(device, tables=planned.tables) if planned and planned.tables else None
+        composer = kernel_evaluator(device, planned.tables) if planned and planned.tables else None
         replicas = []
         for t, wide in layouts(arch, request.total_devices):
             budget.check()

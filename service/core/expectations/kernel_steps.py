@@ -21,8 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from service.core.dtypes import peak_dtype
 from service.core.expectations.kernels import KernelCalibration
-from service.core.transformer.analysis import Evaluator, RowResult
-from service.core.transformer.layers import Row
+from service.core.transformer.analysis import Evaluator
 
 MATMUL_KINDS = frozenset({"matmul", "grouped_matmul"})
 
@@ -81,16 +80,12 @@ class KernelEvaluator(Evaluator):
 
     tables: KernelTables | None = field(default=None)
 
-    def _evaluate(self, row: Row, group: str, layers: int) -> RowResult:
-        result = super()._evaluate(row, group, layers)
-        if row.cost is None or self.tables is None:
-            return result
-        fit = self.tables.for_row(result.kind, result.compute_dtype)
-        e_c, e_m = fit.kernel_compute_efficiency, fit.kernel_memory_efficiency
-        compute = result.compute_time_s / e_c
-        memory = result.memory_time_s / e_m
-        time_s = max(compute, memory)
-        return result._replace(compute_time_s=compute, memory_time_s=memory, time_s=time_s,
-                               total_time_s=time_s * result.instances,
-                               bound="compute" if compute >= memory else "memory",
-                               weight_bytes=result.weight_bytes / e_m)
+    def __post_init__(self):
+        super().__post_init__()
+        self.below_roofs = self.tables is not None
+
+    def efficiencies(self, kind: str, compute_dtype: str) -> tuple[float, float]:
+        if self.tables is None:
+            return 1.0, 1.0
+        fit = self.tables.for_row(kind, compute_dtype)
+        return fit.kernel_compute_efficiency, fit.kernel_memory_efficiency
