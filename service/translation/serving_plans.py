@@ -65,6 +65,33 @@ def _worker_replica(request: ServingPlanRequest, arch: Architecture, device, eva
                                 speculative=speculative)
 
 
+def _device_replicas(request: ServingPlanRequest, arch: Architecture, device, evaluators, dtypes,
+                     workload: serving.Workload, speculative: deployment.Speculative | None,
+                     skipped: list[str]) -> list[serving.ReplicaModel]:
+    """The replicas of every layout searched on one device, each on the bound's steps (`evaluators[0]`) and, where
+    `evaluators[1]` composes them from kernel tables, on those too; a layout refused or holding no request is
+    appended to `skipped` with the reason."""
+    evaluator, composer = evaluators
+    replicas = []
+    for t, wide in layouts(arch, request.total_devices):
+        budget.check()
+        shape = f"{device.id} tensor_parallel {t}" + (f", expert_parallel {t}, attention_data_parallel {t}" if wide else "")
+        build = partial(_replica_of, request, arch, device, dtypes=dtypes, workload=workload, t=t, wide=wide,
+                        speculative=speculative)
+        try:
+            replica = build(evaluator)
+            if composer is not None and replica.max_concurrency:
+                replica = replace(replica, composed=build(composer))
+        except CostModelError as exc:
+            skipped.append(f"{shape}: {exc.reason}")
+            continue
+        if replica.max_concurrency == 0:
+            skipped.append(f"{shape}: not even one request's cache fits beside the weights")
+            continue
+        replicas.append(replica)
+    return replicas
+
+
 def _replica_of(request: ServingPlanRequest, arch: Architecture, device, evaluator, *, dtypes, workload: serving.Workload,
                 t: int, wide: bool, speculative: deployment.Speculative | None) -> serving.ReplicaModel:
     """A replica of t devices on `evaluator`'s steps: the bound's, or the kernel tables' composed."""
@@ -101,7 +128,8 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     slo = serving.Slo(**request.slo.model_dump())
     workload = serving.Workload(request.input_len, request.output_len, request.target_requests_per_s,
                                 request.concurrency)
-    configs, fitting, skipped, searched, best_rate, best_within_slos = [], [], [], 0, 0.0, 0.0
+    configs, fitting, searched, best_rate, best_within_slos = [], [], 0, 0.0, 0.0
+    skipped: list[str] = []
     devices_for_target: int | None = None
     dtypes = core_dtypes(request, arch)
     speculative = speculative_of(request, catalog)
@@ -111,23 +139,8 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)
         planned = expectations.get(device_id)
         composer = kernel_evaluator(device, planned.tables) if planned and planned.tables else None
-        replicas = []
-        for t, wide in layouts(arch, request.total_devices):
-            budget.check()
-            shape = f"{device_id} tensor_parallel {t}" + (f", expert_parallel {t}, attention_data_parallel {t}" if wide else "")
-            build = partial(_replica_of, request, arch, device, dtypes=dtypes, workload=workload, t=t, wide=wide,
-                            speculative=speculative)
-            try:
-                replica = build(evaluator)
-                if composer is not None and replica.max_concurrency:
-                    replica = replace(replica, composed=build(composer))
-            except CostModelError as exc:
-                skipped.append(f"{shape}: {exc.reason}")
-                continue
-            if replica.max_concurrency == 0:
-                skipped.append(f"{shape}: not even one request's cache fits beside the weights")
-                continue
-            replicas.append(replica)
+        replicas = _device_replicas(request, arch, device, (evaluator, composer), dtypes, workload, speculative,
+                                    skipped)
         price = (request.price_per_device_hour or {}).get(device_id)
         result = serving.search(device_id, replicas, workload=workload, slo=slo, total_devices=request.total_devices,
                                 modes=request.modes, max_concurrency=MAX_PLAN_CONCURRENCY, price_per_device_hour=price,
