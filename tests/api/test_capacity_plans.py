@@ -143,3 +143,23 @@ def test_a_measured_decode_step_is_judged_by_its_bandwidth_too(client):
     assert body["achieved"]["bandwidth_bytes_per_s"] == pytest.approx(moved / 0.01)
     assert body["achieved"]["mbu"] == pytest.approx(moved / 0.01 / 320e9)
     assert 0.6 < body["achieved"]["mbu"] < 0.75
+
+
+def test_tensor_parallelism_above_the_kv_heads_replicates_them(client):
+    """Llama 3.1 70B has 8 K/V heads; on 16 devices vLLM and SGLang keep one K/V head a device, each replicated on
+    two. Weights per device: the 8-device figure halved plus the replicas' K and V projections beyond an even share,
+    80 layers x 2 x 8,192 x 128 x (1 - 8 / 16) x 2 bytes = 167,772,160; the cache a token a device: 80 layers x 2 x
+    1 head x 128 x 2 bytes = 40,960 (not 20,480: a replicated head is cached on both its devices). 12 devices split
+    neither the 64 query heads nor a whole number of K/V replicas: refused, naming the field."""
+    body = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "phase": "decode", "batch_size": 8,
+            "seq_len": 2048}
+    eight = client.post("/v1/analyze/model", json={**body, "tensor_parallel": 8}).json()["memory"]
+    sixteen = client.post("/v1/analyze/model", json={**body, "tensor_parallel": 16}).json()["memory"]
+    assert sixteen["weights_bytes"] == pytest.approx(eight["weights_bytes"] / 2 + 167_772_160)
+    assert sixteen["kv_cache_bytes"] == pytest.approx(8 * (2048 + 1) * 40_960, rel=0.01)
+    refused = client.post("/v1/analyze/model", json={**body, "tensor_parallel": 12})
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.tensor_parallel"
+    plan = client.post("/v1/plan/serving", json={"model_id": "llama-3.1-70b", "device_ids": ["nvidia-h100-sxm"],
+                                                  "total_devices": 16, "input_len": 1024, "output_len": 256,
+                                                  "top_n": 20}).json()
+    assert 16 in {c["tensor_parallel"] for c in plan["configs"] + plan["pareto"]}

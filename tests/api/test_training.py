@@ -223,3 +223,15 @@ def test_the_answer_says_what_zero_shards_and_when_it_gathers(client):
     assert kept["sharding"]["gradient_accumulation_dtype"] == "fp32"
     refused = client.post("/v1/analyze/training", json={**EIGHT_B, "reshard_after_forward": False})
     assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.reshard_after_forward"
+
+
+def test_training_splits_the_kv_heads_as_megatron_does(client):
+    """Serving replicates Llama 3.1 70B's 8 K/V heads over 16 devices; Megatron-LM divides its query groups over
+    tensor parallelism and refuses 16, so a training step does too, naming the field."""
+    body = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-70b", "seq_len": 4096, "data_parallel": 1,
+            "tensor_parallel": 16}
+    refused = client.post("/v1/analyze/training", json=body)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["fields"][0]["loc"] == "body.tensor_parallel"
+    assert "Megatron-LM" in refused.json()["detail"]
+    assert client.post("/v1/analyze/training", json={**body, "tensor_parallel": 8}).status_code == 200

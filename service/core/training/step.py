@@ -288,6 +288,11 @@ def _check(arch: Architecture, evaluator: Evaluator, setup: TrainingSetup) -> No
     if not par.reshard_after_forward and par.zero_stage != 3:
         raise CostModelError("reshard_after_forward", "only ZeRO 3 reshards parameters: keeping them after the "
                                                       "forward needs zero_stage 3")
+    if arch.latent is None and arch.kv_heads % par.tensor:
+        # Serving engines replicate K/V heads over a larger group; Megatron-LM divides its query groups evenly.
+        raise CostModelError("tensor_parallel", f"num_key_value_heads ({arch.kv_heads}) is not divisible by "
+                                                f"tensor_parallel ({par.tensor}): Megatron-LM splits the query "
+                                                "groups evenly over tensor parallelism")
     check_expert_parallel(arch, par.expert, par.replicas, par.tensor, par.sequence_parallel)
     check_recipe(dtypes.fp8_recipe, dtypes.activations)
     if dtypes.fp8_recipe != "none" and evaluator.device.peak("fp8", "tensor") is None:

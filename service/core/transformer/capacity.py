@@ -86,8 +86,18 @@ def weight_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int =
     s_head = head.weight_bytes_per_element() or bytes_per_element(head.weights)
     s_act = bytes_per_element(dtypes.activations)
     other = params.total - params.embedding - params.lm_head - params.vision - params.routed_experts
-    return (other * s_w + routed_expert_bytes(arch, dtypes) + (params.embedding + params.vision) * s_act
-            + params.lm_head * s_head) / tensor_parallel
+    return ((other * s_w + routed_expert_bytes(arch, dtypes) + (params.embedding + params.vision) * s_act
+             + params.lm_head * s_head) / tensor_parallel + replicated_kv_params(arch, tensor_parallel) * s_w)
+
+
+def replicated_kv_params(arch: Architecture, tensor_parallel: int) -> float:
+    """The K and V projections' parameters a device holds beyond its even share, where tensor parallelism exceeds
+    the K/V heads and each device keeps one replicated head: (1 - kv_heads / t) of one head's K and V a layer."""
+    t = tensor_parallel
+    if arch.latent is not None or arch.kv_heads >= t:
+        return 0.0
+    layers = sum(group.count for group in arch.groups if group.attends)
+    return layers * 2 * arch.hidden * arch.head_dim * (1 - arch.kv_heads / t)
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,19 @@ def _split(value: int, tp: int, what: str) -> int:
     return value // tp
 
 
+def kv_heads_on_device(kv_heads: int, tp: int) -> int:
+    """K/V heads a device of a tensor-parallel group holds: an even share, or, where the group has more devices
+    than the model has K/V heads, one replicated head (vLLM and SGLang replicate each head over tp / kv_heads
+    devices, which they require to be whole)."""
+    if kv_heads % tp == 0:
+        return kv_heads // tp
+    if tp % kv_heads == 0:
+        return 1
+    raise CostModelError("tensor_parallel", f"num_key_value_heads ({kv_heads}) neither divides nor is divided by "
+                                            f"tensor_parallel ({tp}): engines split K/V heads evenly, or replicate "
+                                            "them over a whole number of devices each")
+
+
 def _allreduce(name: str, tokens: int, arch: Architecture, dtypes: ModelDTypes, tp: int) -> Row:
     # A ring all-reduce sends and receives 2 (t-1)/t of the buffer per device.
     buffer = tokens * arch.hidden * bytes_per_element(dtypes.activations)
@@ -238,7 +251,7 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     act = dtypes.activations
     if arch.latent is not None:
         return _latent_attention_rows(arch, arch.latent, step, dtypes, heads)
-    kv_heads = _split(arch.kv_heads, tp, "num_key_value_heads")
+    kv_heads = kv_heads_on_device(arch.kv_heads, tp)
     d = arch.head_dim
     # With an output gate, q_proj yields each head's gate beside its query.
     qkv = ((2 if arch.attention_output_gate else 1) * heads + 2 * kv_heads) * d
