@@ -53,11 +53,10 @@ def _replica(request: ServingPlanRequest, arch: Architecture, device, evaluator,
 
 
 def _worker_replica(request: ServingPlanRequest, arch: Architecture, device, evaluator, dtypes,
-                    workload: serving.Workload, t: int, wide: bool,
+                    workload: serving.Workload, pool: deployment.Pool,
                     speculative: deployment.Speculative | None) -> serving.ReplicaModel:
-    """A replica of t devices as a serving worker: tensor parallelism alone, or (`wide`) a MoE model's experts over
-    all of them and one attention group a device; with speculative decoding where the request asks for it."""
-    pool = deployment.Pool(1, t, t, t) if wide else deployment.Pool(1, t)
+    """A replica laid out as a serving worker (`pool`: tensor parallelism alone, a MoE model's experts over all its
+    devices, with or without an attention group a device); with speculative decoding where the request asks for it."""
     deployment.check_pool(arch, pool)
     topology = topology_for(device, evaluator.measured, LinkOptions(request.roofs, None))
     budget = pool_budgets(request, arch, dtypes, device)[0](pool)
@@ -75,10 +74,13 @@ def _device_replicas(request: ServingPlanRequest, arch: Architecture, device, ev
     appended to `skipped` with the reason."""
     evaluator, composer = evaluators
     replicas = []
-    for t, wide in layouts(arch, request.total_devices):
+    for pool in layouts(arch, request.total_devices):
         budget.check()
-        shape = f"{device.id} tensor_parallel {t}" + (f", expert_parallel {t}, attention_data_parallel {t}" if wide else "")
-        build = partial(_replica_of, request, arch, device, dtypes=dtypes, workload=workload, t=t, wide=wide,
+        shape = (f"{device.id} tensor_parallel {pool.tensor_parallel}"
+                 + (f", expert_parallel {pool.expert_parallel}" if pool.expert_parallel > 1 else "")
+                 + (f", attention_data_parallel {pool.attention_data_parallel}" if pool.attention_data_parallel > 1
+                    else ""))
+        build = partial(_replica_of, request, arch, device, dtypes=dtypes, workload=workload, pool=pool,
                         speculative=speculative)
         try:
             replica = build(evaluator)
@@ -95,21 +97,24 @@ def _device_replicas(request: ServingPlanRequest, arch: Architecture, device, ev
 
 
 def _replica_of(request: ServingPlanRequest, arch: Architecture, device, evaluator, *, dtypes, workload: serving.Workload,
-                t: int, wide: bool, speculative: deployment.Speculative | None) -> serving.ReplicaModel:
-    """A replica of t devices on `evaluator`'s steps: the bound's, or the kernel tables' composed."""
-    if wide or speculative is not None:
-        return _worker_replica(request, arch, device, evaluator, dtypes, workload, t, wide, speculative)
-    return _replica(request, arch, device, evaluator, dtypes, workload, t)
+                pool: deployment.Pool, speculative: deployment.Speculative | None) -> serving.ReplicaModel:
+    """A replica of `pool`'s one worker on `evaluator`'s steps: the bound's, or the kernel tables' composed."""
+    if pool.expert_parallel > 1 or speculative is not None:
+        return _worker_replica(request, arch, device, evaluator, dtypes, workload, pool, speculative)
+    return _replica(request, arch, device, evaluator, dtypes, workload, pool.tensor_parallel)
 
 
-def layouts(arch: Architecture, total_devices: int) -> list[tuple[int, bool]]:
-    """(tensor-parallel size, experts over the replica with an attention group a device): every size that splits the
-    heads for tensor parallelism alone, and for a MoE model every power of two from 2 up to the budget (at most 256)
-    laid out as SGLang's wide expert parallelism too (a group of one device holds every head)."""
-    plain = [(t, False) for t in tensor_parallel_sizes(arch, total_devices)]
+def layouts(arch: Architecture, total_devices: int) -> list[deployment.Pool]:
+    """The workers searched: every size that splits the heads for tensor parallelism alone; for a MoE model, the
+    same sizes with the experts whole over the worker's devices and its heads split over them (TensorRT-LLM's
+    expert parallelism), and every power of two from 2 up to the budget (at most 256) laid out as SGLang's wide
+    expert parallelism (an attention group a device, holding every head)."""
+    sizes = tensor_parallel_sizes(arch, total_devices)
+    plain = [deployment.Pool(1, t) for t in sizes]
     if arch.moe is None:
         return plain
-    return plain + [(2**i, True) for i in range(1, 9) if 2**i <= total_devices]
+    return (plain + [deployment.Pool(1, t, t, 1) for t in sizes if t > 1]
+            + [deployment.Pool(1, 2**i, 2**i, 2**i) for i in range(1, 9) if 2**i <= total_devices])
 
 
 def plan_work(request: ServingPlanRequest, arch: Architecture) -> int:

@@ -157,13 +157,13 @@ def test_a_moe_plan_costs_what_a_dense_one_does_and_answers_the_steps_exactly(cl
 
 
 def test_a_batch_charges_a_plan_what_it_runs(client):
-    # A Mixtral plan on 10 devices within 8: tensor parallelism at 1, 2, 4, 8 and wide expert parallelism at 2, 4, 8,
-    # 7 layouts of 2 analyses a device: 140 units; 143 of them cost 20,020, over a batch's 20,000, refused before any
-    # runs. 40 dense plans on one H100 cost 40 x 4 x 2 = 320 (Llama-3.1-8B's 32/8 heads: 4 sizes).
+    # A Mixtral plan on 10 devices within 8: tensor parallelism at 1, 2, 4, 8, expert parallelism without attention
+    # groups at 2, 4, 8 and wide expert parallelism at 2, 4, 8, 10 layouts of 2 analyses a device: 200 units; 101 of
+    # them cost 20,200, over a batch's 20,000, refused before any runs. 40 dense plans on one H100 cost 40 x 4 x 2 = 320 (Llama-3.1-8B's 32/8 heads: 4 sizes).
     moe = {**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES}
     refused = client.post("/v1/analyze/batch", json={"items": [
-        {"id": str(i), "analysis": "plan-serving", "request": moe} for i in range(143)]})
-    assert refused.status_code == 422 and "20,020 units" in refused.json()["detail"]
+        {"id": str(i), "analysis": "plan-serving", "request": moe} for i in range(101)]})
+    assert refused.status_code == 422 and "20,200 units" in refused.json()["detail"]
     dense = client.post("/v1/analyze/batch", json={"items": [
         {"id": str(i), "analysis": "plan-serving", "request": {**PLAN, "top_n": 1, "input_len": 1000 + i}}
         for i in range(40)]})
@@ -172,13 +172,16 @@ def test_a_batch_charges_a_plan_what_it_runs(client):
 
 def test_a_moe_plan_searches_expert_and_attention_data_parallelism(client):
     """DeepSeek-V3 in fp8 on 16 B200s: besides tensor parallelism, replicas of 8 and 16 with the experts over all their
-    devices and an attention group a device. Such a configuration at concurrency c decodes c // 8 sequences a group,
-    the step /v1/analyze/serving gives for that deployment; its TPOT adds its share of the prefills (c x one
-    prefill / output), as every aggregated configuration's does."""
+    devices, with an attention group a device (SGLang's) and without (TensorRT-LLM's). Such a configuration at
+    concurrency c decodes c // 8 sequences a group, the step /v1/analyze/serving gives for that deployment; its TPOT
+    adds its share of the prefills (c x one prefill / output), as every aggregated configuration's does."""
     body = {"model_id": "deepseek-v3", "device_ids": ["nvidia-b200"], "total_devices": 16, "input_len": 1024,
-            "output_len": 1024, "dtypes": {"scheme": "w8a8-fp8", "kv_cache": "fp8"}, "concurrency": 256, "slo": {}}
+            "output_len": 1024, "dtypes": {"scheme": "w8a8-fp8", "kv_cache": "fp8"}, "concurrency": 256, "slo": {},
+            "top_n": 100}
     plan = client.post("/v1/plan/serving", json=body).json()
-    wide = [c for c in plan["configs"] if c["expert_parallel"] == 8 and c["mode"] == "aggregated"]
+    layouts = {(c["tensor_parallel"], c["expert_parallel"], c["attention_data_parallel"]) for c in plan["configs"]}
+    assert {(8, 8, 1), (8, 8, 8), (8, 1, 1)} <= layouts
+    wide = [c for c in plan["configs"] if c["attention_data_parallel"] == 8 and c["mode"] == "aggregated"]
     assert wide and wide[0]["attention_data_parallel"] == 8 and wide[0]["tensor_parallel"] == 8
     assert any(c["expert_parallel"] == 1 for c in plan["configs"])
     config = wide[0]
