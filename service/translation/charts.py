@@ -162,20 +162,29 @@ def _sweep_title(request: SweepPlotRequest) -> str:
 
 
 def plot_serving_plan(request: ServingPlanPlotRequest, catalog: DeviceCatalog) -> bytes:
+    """The plan's Pareto frontier and ranked configurations, each at the figures the plan ranked it on: expected
+    where the plan's SLO basis is, else the bound's."""
     plan = plan_serving(request, catalog)
 
     def name(c) -> str:
-        return (f"{c.mode} {c.device_id} TP {c.tensor_parallel} x {c.replicas}, concurrency "
+        layout = (f" EP {c.expert_parallel}" if c.expert_parallel > 1 else "") + (
+            f" DP {c.attention_data_parallel}" if c.attention_data_parallel > 1 else "")
+        return (f"{c.mode} {c.device_id} TP {c.tensor_parallel}{layout} x {c.replicas}, concurrency "
                 f"{c.concurrency_per_replica}")
+
+    def ranked(c):
+        return c.expected or c
 
     points: dict[str, ServingPoint] = {}
     for config in plan.pareto:
-        points[name(config)] = ServingPoint(name(config), config.tokens_per_s_per_device, config.tokens_per_s_per_user,
-                                            True, None)
+        points[name(config)] = ServingPoint(name(config), ranked(config).tokens_per_s_per_device,
+                                            ranked(config).tokens_per_s_per_user, True, None)
     for rank, config in enumerate(plan.configs, start=1):
         found = points.get(name(config))
-        points[name(config)] = ServingPoint(name(config), config.tokens_per_s_per_device,
-                                            config.tokens_per_s_per_user, found is not None, rank)
+        points[name(config)] = ServingPoint(name(config), ranked(config).tokens_per_s_per_device,
+                                            ranked(config).tokens_per_s_per_user, found is not None, rank)
     tpot = request.slo.tpot_s
-    return pareto_figure(list(points.values()), title=f"Serving {plan.model}: throughput per device against per user",
-                         image_format=request.format, min_per_user=1 / tpot if tpot else None)
+    basis = "expected" if plan.slo_basis == "expected" else "bounds"
+    return pareto_figure(list(points.values()), title=f"Serving {plan.model} ({basis}): throughput per device against "
+                                                      "per user", image_format=request.format,
+                         min_per_user=1 / tpot if tpot else None)

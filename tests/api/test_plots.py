@@ -226,6 +226,22 @@ def test_a_serving_plans_frontier(client):
     assert len(users) <= 32 and max(users) == users[-1]
 
 
+def test_a_plan_ranked_on_expectations_is_drawn_at_them(client):
+    """A plan on expectations (DeepSeek-V3 fp8 on 8 H200s under SGLang: the H200's kernel tables) draws its ranked
+    configuration at the expected tokens/s per device its table ranks it on, not at the bound's."""
+    body = {"model_id": "deepseek-v3", "device_ids": ["nvidia-h200-sxm"], "total_devices": 8, "input_len": 1024,
+            "output_len": 1024, "engine": "sglang", "slo": {"tpot_s": 0.05},
+            "dtypes": {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 16384,
+                       "weight_scale_bytes": 4}}
+    plan = client.post("/v1/plan/serving", json=body).json()
+    best = plan["configs"][0]
+    assert plan["slo_basis"] == "expected" and best["expected"]["tokens_per_s_per_device"] < best["tokens_per_s_per_device"]
+    _, _, texts = parse(client.post("/v1/plot/serving-plan", json=body).content)
+    assert f"{best['expected']['tokens_per_s_per_device']:,.0f} tokens/s per device" in texts
+    assert f"{best['tokens_per_s_per_device']:,.0f} tokens/s per device" not in texts
+    assert "Serving deepseek-v3 (expected)" in texts
+
+
 def test_png_and_errors(client):
     png = client.get("/v1/devices/nvidia-a10/roofline.svg", params={"format": "png"})
     assert png.status_code == 200 and png.content[:8] == b"\x89PNG\r\n\x1a\n"

@@ -159,7 +159,8 @@ def test_a_moe_plan_costs_what_a_dense_one_does_and_answers_the_steps_exactly(cl
 def test_a_batch_charges_a_plan_what_it_runs(client):
     # A Mixtral plan on 10 devices within 8: tensor parallelism at 1, 2, 4, 8, expert parallelism without attention
     # groups at 2, 4, 8 and wide expert parallelism at 2, 4, 8, 10 layouts of 2 analyses a device: 200 units; 101 of
-    # them cost 20,200, over a batch's 20,000, refused before any runs. 40 dense plans on one H100 cost 40 x 4 x 2 = 320 (Llama-3.1-8B's 32/8 heads: 4 sizes).
+    # them cost 20,200, over a batch's 20,000, refused before any runs. 40 dense plans on one H100 cost 40 x 4 x 2 =
+    # 320 (Llama-3.1-8B's 32/8 heads: 4 sizes).
     moe = {**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES}
     refused = client.post("/v1/analyze/batch", json={"items": [
         {"id": str(i), "analysis": "plan-serving", "request": moe} for i in range(101)]})
