@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from service.core.dtypes import peak_dtype
 from service.core.expectations.kernels import KernelCalibration
+from service.core.memo import read_only
 from service.core.transformer.analysis import Evaluator
 
 MATMUL_KINDS = frozenset({"matmul", "grouped_matmul"})
@@ -35,6 +36,9 @@ class KernelTables:
     fits: Mapping[str, KernelCalibration]  # by peak dtype (bf16, fp8, fp4)
     stand_in_for: str | None = None  # the device whose tables these are, where not this one's
     stand_in_reason: str | None = None
+
+    def __post_init__(self):  # read-only: the tables key a memo by identity (kernel_tables.kernel_evaluator)
+        object.__setattr__(self, "fits", read_only(self.fits))
 
     @property
     def floor(self) -> KernelCalibration:
