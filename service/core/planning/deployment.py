@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
+from service.core.memo import ByIdentity
 from service.core.training.collectives import Link, Topology
 from service.core.training.experts import all_to_all_bytes
 from service.core.transformer.analysis import Evaluator, RowResult, curve_from_two, group_label
@@ -128,43 +129,13 @@ class WorkerStep:
             return topology.intra_node
         return topology.link_for(max(extent, topology.node_size + 1), group)
 
-    def _mlp(self, batch: int, q_len: int) -> Callable[[Architecture, LayerGroup, Step, ModelDTypes], list[Row]]:
-        pool, arch = self.pool, self.arch
-        t, d = pool.tensor_parallel, pool.attention_data_parallel
-        worker_tokens = d * batch * q_len
-
-        def block(_: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
-            if group.moe and pool.expert_parallel > 1 and arch.moe is not None:
-                moe = arch.moe
-                # Where t does not divide the experts, each device holds ceil(E / t): the rest are redundant copies
-                # of the busiest experts (SGLang's and DeepEP's load balancer), which read no more per device.
-                shard = ExpertShard(max(1, worker_tokens * moe.top_k // t), -(-moe.experts // t),
-                                    expected_active_experts(worker_tokens, moe.experts, moe.top_k) / t,
-                                    moe.expert_intermediate)
-                sent = all_to_all_bytes(max(1, worker_tokens // t), moe.top_k, arch.hidden, dtypes.activations, t)
-                rows = expert_exchange(mlp_rows(arch, group, step, dtypes, shard), sent)
-                return tensor_parallel_block("mlp", rows, arch, step, dtypes)
-            if d > 1:
-                gathered = Step(d * batch, q_len, step.kv_len, t, step.attention_implementation)
-                buffer = worker_tokens * arch.hidden * bytes_per_element(dtypes.activations) * (t - 1) / t
-                return ([Row("mlp_all_gather", "allgather", 1, comm_bytes=buffer)]
-                        + mlp_rows(arch, group, gathered, dtypes)
-                        + [Row("mlp_reduce_scatter", "reducescatter", 1, comm_bytes=buffer)])
-            return mlp_block(arch, group, step, dtypes)
-
-        return block
-
     def rows(self, *, batch: int, q_len: int, kv_len: int, scored_tokens: int = 1,
              layers: tuple[LayerGroup, ...] | None = None, attention_implementation: str = "flash"):
         """(label, layers, rows) of a step of `batch` sequences per attention group; `layers`: only these
-        groups (a draft's one layer), else the model's."""
-        step = Step(batch, q_len, kv_len, self.pool.attention_ranks, attention_implementation, scored_tokens=scored_tokens)
-        before, after = model_level_rows(self.arch, step, self.dtypes)
-        yield "model", 1, before
-        mlp = self._mlp(batch, q_len)
-        for group in layers if layers is not None else self.arch.groups:
-            yield group_label(group), group.count, layer_rows(self.arch, group, step, self.dtypes, mlp)
-        yield "model", 1, after
+        groups (a draft's one layer), else the model's. The same rows whatever the evaluator: a bound and the
+        expectation composed beside it share them (worker_rows)."""
+        return worker_rows(self.arch, self.pool, self.dtypes, batch, q_len, kv_len, scored_tokens, layers,
+                           attention_implementation)
 
     def _extent(self, row: Row) -> tuple[int, str]:
         """The devices a collective row spans, and the group it belongs to."""
@@ -205,6 +176,52 @@ class WorkerStep:
         one, two = (self.evaluate(batch=b, **step) for b in (1, 2))
         return curve_from_two(one, two, batches, bandwidth=self.evaluator.hbm.bytes_per_s, moe=self.arch.moe,
                               routed_tokens_per_value=self.pool.attention_data_parallel * q_len)
+
+
+def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int) -> Callable[[Architecture, LayerGroup, Step,
+                                                                                ModelDTypes], list[Row]]:
+    """The MLP block of a worker's layer: experts whole over its devices, split by width, or gathered over its
+    attention groups (the module docstring's layouts)."""
+    t, d = pool.tensor_parallel, pool.attention_data_parallel
+    worker_tokens = d * batch * q_len
+
+    def block(_: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
+        if group.moe and pool.expert_parallel > 1 and arch.moe is not None:
+            moe = arch.moe
+            # Where t does not divide the experts, each device holds ceil(E / t): the rest are redundant copies
+            # of the busiest experts (SGLang's and DeepEP's load balancer), which read no more per device.
+            shard = ExpertShard(max(1, worker_tokens * moe.top_k // t), -(-moe.experts // t),
+                                expected_active_experts(worker_tokens, moe.experts, moe.top_k) / t,
+                                moe.expert_intermediate)
+            sent = all_to_all_bytes(max(1, worker_tokens // t), moe.top_k, arch.hidden, dtypes.activations, t)
+            rows = expert_exchange(mlp_rows(arch, group, step, dtypes, shard), sent)
+            return tensor_parallel_block("mlp", rows, arch, step, dtypes)
+        if d > 1:
+            gathered = Step(d * batch, q_len, step.kv_len, t, step.attention_implementation)
+            buffer = worker_tokens * arch.hidden * bytes_per_element(dtypes.activations) * (t - 1) / t
+            return ([Row("mlp_all_gather", "allgather", 1, comm_bytes=buffer)]
+                    + mlp_rows(arch, group, gathered, dtypes)
+                    + [Row("mlp_reduce_scatter", "reducescatter", 1, comm_bytes=buffer)])
+        return mlp_block(arch, group, step, dtypes)
+
+    return block
+
+
+def _worker_rows(arch: Architecture, pool: Pool, dtypes: ModelDTypes, batch: int, q_len: int, kv_len: int,
+                 scored_tokens: int, layers: tuple[LayerGroup, ...] | None,
+                 attention_implementation: str) -> tuple[tuple[str, int, tuple[Row, ...]], ...]:
+    step = Step(batch, q_len, kv_len, pool.attention_ranks, attention_implementation, scored_tokens=scored_tokens)
+    before, after = model_level_rows(arch, step, dtypes)
+    mlp = _mlp_of(arch, pool, batch, q_len)
+    return (("model", 1, tuple(before)),
+            *((group_label(group), group.count, tuple(layer_rows(arch, group, step, dtypes, mlp)))
+              for group in (layers if layers is not None else arch.groups)),
+            ("model", 1, tuple(after)))
+
+
+# A step's rows by its model (by identity) and its shape: the bound's evaluator and the kernel tables' composing one
+# read the same rows, and so do the requests and sweep points that repeat a step. Rows are immutable tuples.
+worker_rows = ByIdentity(_worker_rows, objects=1, limit=512)
 
 
 def decode_curves(worker: WorkerStep, batches: Sequence[int], context: int, speculative: Speculative | None,
