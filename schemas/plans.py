@@ -75,9 +75,8 @@ class ServingConfigExpected(BaseModel):
     tokens_per_s_per_user: float = Field(description="1 / tpot_s")
     calibration_id: str = Field(description="The calibration (GET /v1/calibrations/{id}): serving:<...> for a "
                                             "device's own runs, engine:<...> for an engine's carried-over costs")
-    extrapolated: bool = Field(description="The workload's shape, or the deployment's concurrency (for basis "
-                                           "'kernels', its layout too), lies outside the runs the calibration was "
-                                           "fitted on")
+    extrapolated: bool = Field(description="The workload's shape, or the deployment's concurrency or layout, lies "
+                                           "outside the runs the calibration was fitted on")
     basis: Literal["runs", "kernels"] = Field(
         description="runs: the device's own serving runs; kernels: the replica composed from the device's kernel "
                     "tables, and the engine's costs fitted over the devices it was measured on")

@@ -194,9 +194,10 @@ class ServingCalibrationOut(BaseModel):
     tpot_p90_error: float = Field(description="The same, 90th percentile")
     ttft_median_error: float = Field(description="|expected / measured - 1| of TTFT, median (measured TTFTs include "
                                                  "queueing, which no bound holds)")
-    extrapolated: bool = Field(description="The request's workload shape or concurrency lies outside those fitted (for "
-                                           "basis 'kernels', its layout too: expert parallelism, attention data "
-                                           "parallelism, disaggregation, speculative decoding)")
+    extrapolated: bool = Field(description="The request's workload shape, concurrency or layout (expert parallelism, "
+                                           "attention data parallelism, disaggregation, speculative decoding) lies "
+                                           "outside those of the runs fitted (a layout is weighed where the runs' "
+                                           "were recorded)")
     basis: str = Field(description="What it was fitted on, the fit, and how wrong it was")
 
 

@@ -24,8 +24,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from service.core.expectations.engines import EngineCalibration, EnginePoint, fit_engine_calibration, layout_signature
+from service.core.expectations.engines import EngineCalibration, EnginePoint, fit_engine_calibration
 from service.core.expectations.serving_runs import ServingCalibration, ServingPoint, fit_serving_calibration
+from service.translation.serving_analyses import layout_of_body
 
 DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
               "mi355x": "amd-mi355x", "mi300x": "amd-mi300x", "mi325x": "amd-mi325x", "h100": "nvidia-h100-sxm",
@@ -111,13 +112,16 @@ def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, A
     """One serving calibration per device, engine, precision and speculative method with at least three runs, each
     run beside `bound_of(its serving request)` (the answer's `bound`), by (device, engine, precision, method)."""
     groups: dict[tuple[str, str, str, str], list[ServingPoint]] = defaultdict(list)
+    layouts: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
     for row in rows:
-        bound, metrics = bound_of(serving_request(row)), row["metrics"]
+        body = serving_request(row)
+        bound, metrics = bound_of(body), row["metrics"]
         groups[scope(row)].append(
             ServingPoint(row["isl"], row["osl"], row["conc"], bound["tpot_s"], bound["ttft_s"],
                          metrics["median_tpot"], metrics["median_ttft"], bound["prefill_share_s"]))
+        layouts[scope(row)].add(layout_of_body(body, row["spec_method"]))
     return [fit_serving_calibration(points, id=":".join(key), device_id=key[0], engine=key[1], precision=key[2],
-                                    speculative=key[3], source=source)
+                                    speculative=key[3], source=source, layouts=sorted(layouts[key]))
             for key, points in sorted(groups.items()) if len(points) >= 3]
 
 
@@ -133,10 +137,7 @@ def engine_points(rows: Iterable[dict[str, Any]], deployments_of: Callable[[dict
         bound, composed = deployments_of(body)
         if composed is None:
             continue
-        pools = body.get("disaggregated", {}).get("decode", body)
-        layout = layout_signature(expert_parallel=pools["expert_parallel"] > 1,
-                                  attention_data_parallel=pools["attention_data_parallel"] > 1,
-                                  disaggregated="disaggregated" in body, speculative=row["spec_method"])
+        layout = layout_of_body(body, row["spec_method"])
         metrics = row["metrics"]
         composed = bound if on_bounds else composed
         groups[(row["framework"], row["precision"], row["spec_method"])].append(EnginePoint(

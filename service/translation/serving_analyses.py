@@ -213,11 +213,19 @@ CALIBRATION_FIELDS = ("engine", "fitted_on", "checked_by", "checked_on", "tpot_m
 
 
 def layout_of(request: ServingAnalysisRequest) -> str:
-    """The request's layout as engine calibrations record the layouts they were fitted on."""
+    """The request's layout as calibrations record the layouts they were fitted on."""
     decode, prefill = request.pools()
     return layout_signature(expert_parallel=decode.expert_parallel > 1,
                             attention_data_parallel=decode.attention_data_parallel > 1,
                             disaggregated=prefill is not None, speculative=speculative_method(request))
+
+
+def layout_of_body(body: dict, speculative: str) -> str:
+    """The same of a request body as stored or built (its defaults left out), without validating it again."""
+    pool = body.get("disaggregated", {}).get("decode", body)
+    return layout_signature(expert_parallel=pool.get("expert_parallel", 1) > 1,
+                            attention_data_parallel=pool.get("attention_data_parallel", 1) > 1,
+                            disaggregated="disaggregated" in body, speculative=speculative)
 
 
 def speculative_method(request) -> str:
@@ -247,7 +255,8 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, model: 
     if request.calibration == "auto":
         runs = catalog.serving_calibration(request.device_id, request.engine, model, precision, method)
         if runs is not None:
-            expectation = serving_runs.expect(runs, bound, **workload)
+            expectation = replace(serving_runs.expect(runs, bound, **workload), extrapolated=not runs.covers(
+                request.input_len, request.output_len, request.concurrency, layout))
             return ({**vars(expectation), "basis": "runs", "kernels": None,
                      "calibration": calibration_fields(runs, expectation.extrapolated)},
                     f"expected (basis: runs): {runs.basis}; the bound is unchanged by it")

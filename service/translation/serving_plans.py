@@ -199,10 +199,9 @@ def _runs_expectation(runs: ServingCalibration, request: ServingPlanRequest) -> 
     def tpot(bound: float, _basis: float) -> float:
         return runs.tpot_s(bound)
 
-    def covers(concurrency: int, *_layout) -> bool:
-        return runs.covers(request.input_len, request.output_len, concurrency)
-
-    return serving.Expectation(runs.address, ttft, tpot, covers)
+    method = request.speculative.method if request.speculative else "none"
+    return serving.Expectation(runs.address, ttft, tpot,
+                               _layout_covered(partial(runs.covers, request.input_len, request.output_len), method))
 
 
 def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: str,

@@ -20,7 +20,7 @@ from service.persistence.tables import ServingRun
 from service.runtime.errors import Unprocessable, invalid_nested
 from service.translation import inferencex
 from service.translation.model_analyses import core_dtypes, resolve_model
-from service.translation.serving_analyses import analyze_serving_request, speculative_method
+from service.translation.serving_analyses import analyze_serving_request, layout_of_body, speculative_method
 
 # Where each form keeps the measured medians: what a refusal names.
 MEASURED_FIELDS = {"native": ("tpot_s", "ttft_s"), "vllm-bench": ("median_tpot_ms", "median_ttft_ms"),
@@ -140,6 +140,7 @@ def refit_serving(runs: list[ServingRun]) -> dict[str, Any] | str:
     fitted = fit_serving_calibration(
         points, id="measured:" + ":".join(key), device_id=first.device_id, engine=first.engine,
         precision=first.precision, speculative=first.speculative, source=f"{len(runs)} runs submitted ({sources})",
-        fit_shape=most_common_shape(points), model=first.model, origin="measured")
+        fit_shape=most_common_shape(points), model=first.model, origin="measured",
+        layouts=[layout_of_body(run.request, run.speculative) for run in runs])
     return asdict(fitted)
 

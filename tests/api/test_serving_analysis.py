@@ -292,3 +292,16 @@ def test_a_layout_no_engine_run_is_extrapolated(client):
     assert answer["expected"]["basis"] == "kernels" and answer["expected"]["calibration"]["extrapolated"] is True
     plain = fp8_deepseek_on(client, "nvidia-h200-sxm")
     assert plain["expected"]["calibration"]["extrapolated"] is False
+
+
+def test_a_devices_own_calibration_weighs_the_layout_too(client):
+    """The B200's SGLang fp8 runs (no MTP) were all plain tensor parallelism on 8 GPUs: the same deployment with the
+    experts over the 8 and an attention group a device is answered from them, extrapolated."""
+    from service.persistence.catalog import serving_calibrations
+
+    assert serving_calibrations()[("nvidia-b200", "sglang", "fp8", "none")].layouts == ("plain",)
+    plain = fp8_deepseek_on(client, "nvidia-b200")
+    wide = fp8_deepseek_on(client, "nvidia-b200", expert_parallel=8, attention_data_parallel=8)
+    assert plain["expected"]["basis"] == wide["expected"]["basis"] == "runs"
+    assert plain["expected"]["calibration"]["extrapolated"] is False
+    assert wide["expected"]["calibration"]["extrapolated"] is True

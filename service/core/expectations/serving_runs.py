@@ -103,9 +103,12 @@ class ServingCalibration:
     # The overheads its runs could not tell from a scale (their bounds too alike: see separable); the fitted split
     # stands, reported without a value.
     unidentified: tuple[str, ...] = ()
+    # The layouts of its runs (engines.layout_signature); empty where they were not recorded (then not weighed).
+    layouts: tuple[str, ...] = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "unidentified", tuple(self.unidentified))  # read back from JSON as a list
+        for name in ("unidentified", "layouts"):  # read back from JSON as lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         if not (self.tpot_scale > 0 and self.ttft_scale > 0 and self.tpot_overhead_s >= 0 and self.ttft_overhead_s >= 0):
             raise ValueError(f"serving calibration {self.id}: scales must be positive and overheads not negative")
 
@@ -121,9 +124,11 @@ class ServingCalibration:
     def ttft_s(self, bound: float) -> float:
         return on_line(self.ttft_scale, self.ttft_overhead_s, bound, bound)
 
-    def covers(self, input_len: int, output_len: int, concurrency: int) -> bool:
-        """Whether a workload lies among those fitted (its shape one of theirs, its concurrency in their range)."""
-        return (input_len, output_len) in self.shapes and self.concurrency[0] <= concurrency <= self.concurrency[1]
+    def covers(self, input_len: int, output_len: int, concurrency: int, layout: str | None = None) -> bool:
+        """Whether a workload lies among those fitted (its shape one of theirs, its concurrency in their range, and
+        its layout, where given and the runs' were recorded, one of theirs)."""
+        return ((input_len, output_len) in self.shapes and self.concurrency[0] <= concurrency <= self.concurrency[1]
+                and (layout is None or not self.layouts or layout in self.layouts))
 
     @cached_property
     def basis(self) -> str:
@@ -185,7 +190,8 @@ def most_common_shape(points: Sequence[ServingPoint]) -> tuple[int, int]:
 
 def fit_serving_calibration(points: Sequence[ServingPoint], *, id: str, device_id: str, engine: str, precision: str,
                             speculative: str, source: str, fit_shape: tuple[int, int] = (1024, 1024),
-                            model: str | None = None, origin: str = "shipped") -> ServingCalibration:
+                            model: str | None = None, origin: str = "shipped",
+                            layouts: Sequence[str] = ()) -> ServingCalibration:
     """Fitted on every point; checked on the other workload shapes by a fit to `fit_shape`'s runs alone where there
     are at least three of those and others to check, else leave-one-out (at least three points)."""
     if len(points) < 3:
@@ -203,7 +209,7 @@ def fit_serving_calibration(points: Sequence[ServingPoint], *, id: str, device_i
                                                                 [p.tpot_s for p in checked]))),
         shapes=tuple(sorted({(p.input_len, p.output_len) for p in points})),
         concurrency=(min(p.concurrency for p in points), max(p.concurrency for p in points)), model=model,
-        origin=origin, unidentified=tuple(
+        origin=origin, layouts=tuple(sorted(set(layouts))), unidentified=tuple(
             name for name, bounds in (("tpot_overhead", [p.tpot_basis_s for p in points]),
                                       ("ttft_overhead", [p.bound_ttft_s for p in points])) if not separable(bounds)))
 
