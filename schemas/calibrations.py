@@ -95,6 +95,10 @@ class CalibrationPublic(BaseModel):
         None, description="Serving: the [input, output] lengths of the runs fitted; null for a kernel calibration")
     concurrency: list[int] | None = Field(
         None, description="Serving: [least, most] requests in flight over the runs fitted; null for a kernel one")
+    layouts: list[str] | None = Field(
+        None, description="Serving and engine: the layouts of the runs fitted (expert-parallel, attention-dp, "
+                          "disaggregated, speculative-<method>, joined by '+', or 'plain'); empty where not recorded; "
+                          "null for a kernel one")
 
 
 class CalibrationResidual(BaseModel):

@@ -166,7 +166,8 @@ def _line_fields(calibration: ServingCalibration | EngineCalibration, basis: str
         "fitted_on": calibration.fitted_on, "checked_on": calibration.checked_on, "checked_by": calibration.checked_by,
         "median_error": calibration.tpot_median_error, "p90_error": calibration.tpot_p90_error,
         "source": calibration.source, "shapes": None,
-        "workloads": [list(shape) for shape in calibration.shapes], "concurrency": list(calibration.concurrency)}
+        "workloads": [list(shape) for shape in calibration.shapes], "concurrency": list(calibration.concurrency),
+        "layouts": list(calibration.layouts)}
 
 
 def engine_public(calibration: EngineCalibration) -> dict:
