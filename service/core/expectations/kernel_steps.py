@@ -1,18 +1,21 @@
-"""A step as the device's kernels run it: each row at what the device's measured kernel tables expect of it.
+"""A step as the device's kernels run it: each row at the roofs the device's measured kernel tables reach.
 
-The bound places each row at its roof. A kernel table says how far below the roofs the device's kernels run: its
-fit t0 + max(T_compute / e_c, T_memory / e_m) (service/core/expectations/kernels.py), T at the nominal roofs. A
-composed step takes that fit, row by row:
-- a matmul or grouped (MoE) matmul: the fit of its compute dtype, else the device's floor;
-- every other row (attention, norms, activations, the embedding): the device's floor, the fit of its bf16 GEMMs
-  (else of the dtype with the most timings): its efficiencies, the nearest thing to a measured bandwidth a GEMM
-  table gives;
+The bound places each row at its roof. A kernel table says how far below the roofs the device's kernels run
+(service/core/expectations/kernels.py). A composed step reads, row by row, the kernels' own roofs (the efficiencies
+the largest clearly compute- and memory-bound timings reach: KernelCalibration.kernel_*_efficiency, else the fit's):
+- a matmul or grouped (MoE) matmul: those of its compute dtype's table, else the device's floor;
+- every other row (attention, norms, activations, the embedding): the device's floor, its bf16 table's (else the
+  table with the most timings), the nearest thing to a measured bandwidth a GEMM table gives;
 - a collective: its bound (latency + bytes over the link): no collective table is read yet.
-Rows carry no (m, n, k), so a fit answers by its formula, without its nearest-shapes correction. A row's composed
-time is never below its bound (both efficiencies are at most 1). Both terms stay affine in the
-batch, so a composed step's curve over batches is exact as the bound's is; a routed row's weight bytes are
-reported over e_m, so the experts-hit curve reads them at the efficiency they run at.
+The fit's t0 (the fixed cost of one kernel timed alone) is left to the engine's line (engines.py): engines fuse
+small kernels and replay a step as a CUDA or HIP graph, and with a t0 a row the composed step exceeded measured
+TPOTs at small batches (13.9 ms against 8.4 ms measured, DeepSeek-R1 NVFP4 on 4 B200s under TensorRT-LLM at 4 in
+flight) and carried worse to the devices left out (docs/serving.md). A row's composed time is never below its
+bound (both efficiencies are at most 1). Both terms stay affine in the batch, so a composed step's curve over
+batches is exact as the bound's is; a routed row's weight bytes are reported over e_m, so the experts-hit curve
+reads them at the speed they are read.
 """
+
 
 from __future__ import annotations
 
