@@ -30,26 +30,20 @@ GAP = 1.1  # two devices measured at least this far apart are "ordered"
 
 def held_out(groups):
     """(device, run key, predicted TPOT, measured TPOT, predicted TTFT, measured TTFT) of every run of an engine
-    scope with two devices or more, each predicted by the fit to the other devices' runs."""
-    from service.core.expectations.engines import _line
-    from service.core.expectations.serving_runs import on_line
+    scope with two devices or more, each predicted by the fit to the other devices' runs, as the engine
+    calibration's own check predicts it (engines.left_out, engines.predicted)."""
+    from service.core.expectations.engines import left_out, predicted
 
     out = []
     for (engine, precision, method), points in sorted(groups.items()):
-        devices = sorted({p.device_id for p in points})
-        if len(devices) < 2:
-            continue
-        for device in devices:
-            own = [p for p in points if p.device_id == device]
-            others = [p.point for p in points if p.device_id != device]
+        for device, own in left_out(points):
+            others = [p for p in points if p.device_id != device]
             if len(others) < 3:
                 continue
-            tpot, ttft = _line(others)
-            for p in own:
+            for p, tpot, ttft in zip(own, *predicted(others, own), strict=True):
                 q = p.point
                 out.append((device, (engine, precision, method, q.input_len, q.output_len, q.concurrency, p.layout),
-                            on_line(*tpot, p.bound_tpot_s, q.tpot_basis_s), q.tpot_s,
-                            on_line(*ttft, p.bound_ttft_s, q.bound_ttft_s), q.ttft_s))
+                            tpot, q.tpot_s, ttft, q.ttft_s))
     return out
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
@@ -166,8 +165,7 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
     if not fits:
         notes.insert(0, "DOES NOT FIT: a pool's devices cannot hold their weights, caches and activations "
                         "(see bound.pools[].memory); the figures are a what-if")
-    expected, note = expected_of(request, catalog, name, dtypes.weights, bound, partial(composed_on, setup),
-                                 layout_of(request))
+    expected, note = expected_of(request, catalog, setup, bound)
     notes.append(note)
     return ServingAnalysis(
         model=name, device_id=device.id, engine=request.engine, bound=bound_fields, expected=expected,
@@ -240,28 +238,26 @@ def calibration_fields(calibration: ServingCalibration | EngineCalibration, extr
 COMPOSED_FIELDS = ("ttft_s", "tpot_s", "prefill_share_s", "decode_step_s", "prefill_s")
 
 
-def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, model: str, precision: str,
-                bound: deployment.ServingBound, compose: Callable[[KernelTables], deployment.ServingBound],
-                layout: str) -> tuple[dict | None, str]:
+def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: ServingSetup,
+                bound: deployment.ServingBound) -> tuple[dict | None, str]:
     """(the answer's `expected`, the assumption saying where it came from or why there is none): from the
     device's own serving runs where asked ('auto') and fitted, else from its kernel tables composed into the
-    deployment (`compose`) and the engine's costs carried over from the devices it was measured on."""
+    deployment and the engine's costs carried over from the devices it was measured on."""
     if request.calibration == "none":
         return None, "expected: not asked for (calibration 'none')"
     if request.engine is None:
         return None, "expected: null, the request names no engine (calibrations are fitted per engine)"
-    workload = {"input_len": request.input_len, "output_len": request.output_len, "concurrency": request.concurrency}
-    method = speculative_method(request)
+    expect = partial(serving_runs.expect, input_len=request.input_len, output_len=request.output_len,
+                     concurrency=request.concurrency, layout=layout_of(request))
+    method, precision, device = speculative_method(request), setup.dtypes.weights, setup.device
     if request.calibration == "auto":
-        runs = catalog.serving_calibration(request.device_id, request.engine, model, precision, method)
+        runs = catalog.serving_calibration(device.id, request.engine, setup.name, precision, method)
         if runs is not None:
-            expectation = replace(serving_runs.expect(runs, bound, **workload), extrapolated=not runs.covers(
-                request.input_len, request.output_len, request.concurrency, layout))
+            expectation = expect(runs, bound)
             return ({**vars(expectation), "basis": "runs", "kernels": None,
                      "calibration": calibration_fields(runs, expectation.extrapolated)},
                     f"expected (basis: runs): {runs.basis}; the bound is unchanged by it")
     engine = engine_calibrations().get((request.engine, precision, method))
-    device = catalog.get(request.device_id)
     tables = kernel_tables(device, catalog.measured(device.id))
     if engine is None or tables is None:
         missing = ([] if tables else [f"{device.id} has no kernel tables (POST /v1/devices/{device.id}/kernel-timings "
@@ -272,9 +268,8 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, model: 
                      f"no serving calibration exists for {device.id} with engine {request.engine} in these weights "
                      "and speculative method (POST /v1/serving-runs calibrates it), and ")
         return None, f"expected: null, {runs_note}{' and '.join(missing)}"
-    composed = compose(tables)
-    expectation = replace(serving_runs.expect(engine, bound, basis=composed, **workload), extrapolated=not engine.covers(
-        request.input_len, request.output_len, request.concurrency, layout))
+    composed = composed_on(setup, tables)
+    expectation = expect(engine, bound, basis=composed)
     kernels = {"tables": tables.ids, "stand_in_for": tables.stand_in_for, "basis": tables.describe(),
                **{name: getattr(composed, name) for name in COMPOSED_FIELDS}}
     return ({**vars(expectation), "basis": "kernels", "kernels": kernels,

@@ -33,7 +33,7 @@ from service.translation.model_analyses import (
     resolve_model,
     unprocessable,
 )
-from service.translation.serving_analyses import LinkOptions, pool_budgets, speculative_of
+from service.translation.serving_analyses import LinkOptions, pool_budgets, speculative_method, speculative_of
 from service.translation.training_analyses import topology_for
 
 
@@ -199,7 +199,7 @@ def _runs_expectation(runs: ServingCalibration, request: ServingPlanRequest) -> 
     def tpot(bound: float, _basis: float) -> float:
         return runs.tpot_s(bound)
 
-    method = request.speculative.method if request.speculative else "none"
+    method = speculative_method(request)
     return serving.Expectation(runs.address, ttft, tpot,
                                _layout_covered(partial(runs.covers, request.input_len, request.output_len), method))
 
@@ -213,7 +213,7 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
         return {}, "slo basis: bounds (calibration 'none')"
     if request.engine is None:
         return {}, "slo basis: bounds (no engine named: serving calibrations are fitted per engine)"
-    method = request.speculative.method if request.speculative else "none"
+    method = speculative_method(request)
     engine = engine_calibrations().get((request.engine, precision, method))
     planned, missing, bases = {}, [], []
     for device_id in dict.fromkeys(request.device_ids):

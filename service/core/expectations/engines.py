@@ -14,8 +14,7 @@ It is checked as it is used: each device's runs left out in turn and predicted b
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -24,10 +23,12 @@ import numpy as np
 
 from service.core.expectations.serving_runs import (
     ServingPoint,
-    fit_scale_and_overhead,
+    covered,
+    fit_lines,
     on_line,
+    on_lines,
     relative_errors,
-    separable,
+    unidentified_overheads,
 )
 
 
@@ -105,8 +106,7 @@ class EngineCalibration:
 
     def covers(self, input_len: int, output_len: int, concurrency: int, layout: str | None = None) -> bool:
         """Whether a workload, and its layout where given, lies among those fitted."""
-        return ((input_len, output_len) in self.shapes and self.concurrency[0] <= concurrency <= self.concurrency[1]
-                and (layout is None or layout in self.layouts))
+        return covered(self, input_len, output_len, concurrency, layout)
 
     @cached_property
     def basis(self) -> str:
@@ -120,17 +120,24 @@ class EngineCalibration:
                 f"percentile), TTFT by {self.ttft_median_error:.1%}" + (f"; each device left out: {held}" if held else ""))
 
 
-def _line(points: Sequence[ServingPoint]) -> tuple[tuple[float, float], tuple[float, float]]:
-    return (fit_scale_and_overhead([p.tpot_basis_s for p in points], [p.tpot_s for p in points]),
-            fit_scale_and_overhead([p.bound_ttft_s for p in points], [p.ttft_s for p in points]))
-
-
 def _errors(train: Sequence[EnginePoint], test: Sequence[EnginePoint]) -> tuple[np.ndarray, np.ndarray]:
-    tpot, ttft = _line([p.point for p in train])
-    return (relative_errors([on_line(*tpot, p.bound_tpot_s, p.point.tpot_basis_s) for p in test],
-                            [p.point.tpot_s for p in test]),
-            relative_errors([on_line(*ttft, p.bound_ttft_s, p.point.bound_ttft_s) for p in test],
-                            [p.point.ttft_s for p in test]))
+    tpot, ttft = predicted(train, test)
+    return (relative_errors(tpot, [p.point.tpot_s for p in test]),
+            relative_errors(ttft, [p.point.ttft_s for p in test]))
+
+
+def predicted(train: Sequence[EnginePoint], test: Sequence[EnginePoint]) -> tuple[list[float], list[float]]:
+    """`test`'s TPOT and TTFT as the lines fitted to `train` expect them, never below their bounds."""
+    return on_lines(fit_lines([p.point for p in train]), [p.point for p in test],
+                    [(p.bound_tpot_s, p.bound_ttft_s) for p in test])
+
+
+def left_out(points: Sequence[EnginePoint]) -> Iterator[tuple[str, list[EnginePoint]]]:
+    """Each device's runs, where the points span two devices or more: what the fit to the others predicts."""
+    devices = sorted({p.device_id for p in points})
+    if len(devices) >= 2:
+        for device in devices:
+            yield device, [p for p in points if p.device_id == device]
 
 
 MIN_RUNS = 3
@@ -142,16 +149,13 @@ def fit_engine_calibration(points: Sequence[EnginePoint], *, engine: str, precis
     (one device: its costs cannot be told from its kernels') by leaving each run out."""
     if len(points) < MIN_RUNS:
         raise ValueError(f"an engine calibration needs at least {MIN_RUNS} runs")
-    by_device: dict[str, list[EnginePoint]] = defaultdict(list)
-    for point in points:
-        by_device[point.device_id].append(point)
+    devices = tuple(sorted({p.device_id for p in points}))
     plain = [p.point for p in points]
     per_device, tpot_errors, ttft_errors = [], [], []
-    if len(by_device) >= 2:
+    if len(devices) >= 2:
         checked_by = "each device's runs predicted by the fit to the other devices'"
-        for device, own in sorted(by_device.items()):
-            others = [p for d, runs in by_device.items() if d != device for p in runs]
-            tpot, ttft = _errors(others, own)
+        for device, own in left_out(points):
+            tpot, ttft = _errors([p for p in points if p.device_id != device], own)
             tpot_errors.append(tpot)
             ttft_errors.append(ttft)
             per_device.append((device, float(np.median(tpot)), float(np.median(ttft)), len(own)))
@@ -163,17 +167,15 @@ def fit_engine_calibration(points: Sequence[EnginePoint], *, engine: str, precis
             tpot_errors.append(tpot)
             ttft_errors.append(ttft)
     tpot_all, ttft_all = np.concatenate(tpot_errors), np.concatenate(ttft_errors)
-    (tpot_scale, tpot_overhead), (ttft_scale, ttft_overhead) = _line(plain)
+    (tpot_scale, tpot_overhead), (ttft_scale, ttft_overhead) = fit_lines(plain)
     return EngineCalibration(
         id=f"{engine}:{precision}:{speculative}", engine=engine, precision=precision, speculative=speculative,
         source=source, tpot_scale=tpot_scale, tpot_overhead_s=tpot_overhead, ttft_scale=ttft_scale,
-        ttft_overhead_s=ttft_overhead, devices=tuple(sorted(by_device)), fitted_on=len(points), checked_by=checked_by,
+        ttft_overhead_s=ttft_overhead, devices=devices, fitted_on=len(points), checked_by=checked_by,
         checked_on=len(tpot_all), tpot_median_error=float(np.median(tpot_all)),
         tpot_p90_error=float(np.percentile(tpot_all, 90)), ttft_median_error=float(np.median(ttft_all)),
         ttft_p90_error=float(np.percentile(ttft_all, 90)), per_device=tuple(per_device),
         shapes=tuple(sorted({(p.input_len, p.output_len) for p in plain})),
         concurrency=(min(p.concurrency for p in plain), max(p.concurrency for p in plain)),
         layouts=tuple(sorted({p.layout for p in points})),
-        unidentified=tuple(name for name, bounds in (("tpot_overhead", [p.tpot_basis_s for p in plain]),
-                                                     ("ttft_overhead", [p.bound_ttft_s for p in plain]))
-                           if not separable(bounds)))
+        unidentified=unidentified_overheads(plain))

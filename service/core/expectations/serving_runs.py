@@ -127,8 +127,7 @@ class ServingCalibration:
     def covers(self, input_len: int, output_len: int, concurrency: int, layout: str | None = None) -> bool:
         """Whether a workload lies among those fitted (its shape one of theirs, its concurrency in their range, and
         its layout, where given and the runs' were recorded, one of theirs)."""
-        return ((input_len, output_len) in self.shapes and self.concurrency[0] <= concurrency <= self.concurrency[1]
-                and (layout is None or not self.layouts or layout in self.layouts))
+        return covered(self, input_len, output_len, concurrency, layout)
 
     @cached_property
     def basis(self) -> str:
@@ -160,12 +159,43 @@ class ServingPoint:
         return self.bound_tpot_s + self.bound_prefill_share_s
 
 
+def covered(fitted, input_len: int, output_len: int, concurrency: int, layout: str | None) -> bool:
+    """Whether a workload lies among those a line was fitted on (`fitted`'s shapes, concurrency span and layouts):
+    its shape one of theirs, its concurrency in their range, and its layout, where given and theirs were recorded,
+    one of theirs."""
+    return ((input_len, output_len) in fitted.shapes and fitted.concurrency[0] <= concurrency <= fitted.concurrency[1]
+            and (layout is None or not fitted.layouts or layout in fitted.layouts))
+
+
+Line = tuple[float, float]  # (scale, overhead)
+
+
+def fit_lines(points: Sequence[ServingPoint]) -> tuple[Line, Line]:
+    """The TPOT line (over each point's TPOT basis) and the TTFT line (over its TTFT bound) fitted to the points."""
+    return (fit_scale_and_overhead([p.tpot_basis_s for p in points], [p.tpot_s for p in points]),
+            fit_scale_and_overhead([p.bound_ttft_s for p in points], [p.ttft_s for p in points]))
+
+
+def on_lines(lines: tuple[Line, Line], points: Sequence[ServingPoint],
+             floors: Sequence[tuple[float, float]] | None = None) -> tuple[list[float], list[float]]:
+    """Each point's TPOT and TTFT as the lines expect them, never below its floors: (TPOT, TTFT) bounds, the
+    points' own bounds where not given (an engine's points hold their composed figures there)."""
+    floors = floors if floors is not None else [(p.bound_tpot_s, p.bound_ttft_s) for p in points]
+    tpot, ttft = lines
+    return ([on_line(*tpot, floor[0], p.tpot_basis_s) for p, floor in zip(points, floors, strict=True)],
+            [on_line(*ttft, floor[1], p.bound_ttft_s) for p, floor in zip(points, floors, strict=True)])
+
+
+def unidentified_overheads(points: Sequence[ServingPoint]) -> tuple[str, ...]:
+    """The overheads the points cannot tell from a scale (their bases too alike: see separable)."""
+    return tuple(name for name, bounds in (("tpot_overhead", [p.tpot_basis_s for p in points]),
+                                           ("ttft_overhead", [p.bound_ttft_s for p in points])) if not separable(bounds))
+
+
 def _errors(train: Sequence[ServingPoint], test: Sequence[ServingPoint]) -> tuple[np.ndarray, np.ndarray]:
     """TPOT and TTFT errors on `test` of a fit to `train`."""
-    tpot = fit_scale_and_overhead([p.tpot_basis_s for p in train], [p.tpot_s for p in train])
-    ttft = fit_scale_and_overhead([p.bound_ttft_s for p in train], [p.ttft_s for p in train])
-    return (relative_errors([on_line(*tpot, p.bound_tpot_s, p.tpot_basis_s) for p in test], [p.tpot_s for p in test]),
-            relative_errors([on_line(*ttft, p.bound_ttft_s, p.bound_ttft_s) for p in test], [p.ttft_s for p in test]))
+    tpot, ttft = on_lines(fit_lines(train), test)
+    return relative_errors(tpot, [p.tpot_s for p in test]), relative_errors(ttft, [p.ttft_s for p in test])
 
 
 def _checked(points: Sequence[ServingPoint], fit_shape: tuple[int, int]):
@@ -197,8 +227,7 @@ def fit_serving_calibration(points: Sequence[ServingPoint], *, id: str, device_i
     if len(points) < 3:
         raise ValueError("a serving calibration needs at least three runs")
     checked_by, checked, tpot_errors, ttft_errors = _checked(points, fit_shape)
-    tpot = fit_scale_and_overhead([p.tpot_basis_s for p in points], [p.tpot_s for p in points])
-    ttft = fit_scale_and_overhead([p.bound_ttft_s for p in points], [p.ttft_s for p in points])
+    tpot, ttft = fit_lines(points)
     return ServingCalibration(
         id=id, device_id=device_id, engine=engine, precision=precision, speculative=speculative, source=source,
         tpot_scale=tpot[0], tpot_overhead_s=tpot[1], ttft_scale=ttft[0], ttft_overhead_s=ttft[1],
@@ -209,9 +238,7 @@ def fit_serving_calibration(points: Sequence[ServingPoint], *, id: str, device_i
                                                                 [p.tpot_s for p in checked]))),
         shapes=tuple(sorted({(p.input_len, p.output_len) for p in points})),
         concurrency=(min(p.concurrency for p in points), max(p.concurrency for p in points)), model=model,
-        origin=origin, layouts=tuple(sorted(set(layouts))), unidentified=tuple(
-            name for name, bounds in (("tpot_overhead", [p.tpot_basis_s for p in points]),
-                                      ("ttft_overhead", [p.bound_ttft_s for p in points])) if not separable(bounds)))
+        origin=origin, layouts=tuple(sorted(set(layouts))), unidentified=unidentified_overheads(points))
 
 
 @dataclass(frozen=True)
@@ -242,15 +269,16 @@ class FittedLine(Protocol):
     @property
     def ttft_overhead_s(self) -> float: ...
 
-    def covers(self, input_len: int, output_len: int, concurrency: int) -> bool: ...
+    def covers(self, input_len: int, output_len: int, concurrency: int, layout: str | None = None) -> bool: ...
 
 
 def expect(calibration: FittedLine, bound, *, input_len: int, output_len: int, concurrency: int,
-           basis=None) -> ServingExpectation:
+           basis=None, layout: str | None = None) -> ServingExpectation:
     """TPOT and TTFT from the fit's lines over `basis` (its TPOT with its prefill share, its TTFT: the bound itself
     by default; the deployment its kernels compose for an engine calibration), never below the bound's; the step
     between tokens in the bound's proportion to TPOT; the end-to-end time from those (never below the bound's);
-    requests/s no more than the bound's nor than Little's law allows."""
+    requests/s no more than the bound's nor than Little's law allows; extrapolated where the calibration does not
+    cover the workload (and `layout`, where given)."""
     basis = bound if basis is None else basis
     tpot = on_line(calibration.tpot_scale, calibration.tpot_overhead_s, bound.tpot_s,
                    basis.tpot_s + basis.prefill_share_s)
@@ -261,4 +289,4 @@ def expect(calibration: FittedLine, bound, *, input_len: int, output_len: int, c
         ttft_s=ttft, tpot_s=tpot, itl_s=bound.itl_s * tpot / bound.tpot_s, e2e_latency_s=e2e, requests_per_s=rate,
         output_tokens_per_s=rate * output_len, output_tokens_per_s_per_device=rate * output_len / bound.devices,
         tokens_per_s_per_device=rate * (input_len + output_len) / bound.devices, tokens_per_s_per_user=1 / tpot,
-        extrapolated=not calibration.covers(input_len, output_len, concurrency))
+        extrapolated=not calibration.covers(input_len, output_len, concurrency, layout))
