@@ -305,3 +305,25 @@ def test_a_devices_own_calibration_weighs_the_layout_too(client):
     assert plain["expected"]["basis"] == wide["expected"]["basis"] == "runs"
     assert plain["expected"]["calibration"]["extrapolated"] is False
     assert wide["expected"]["calibration"]["extrapolated"] is True
+
+
+@pytest.mark.dialect_free
+def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(client):
+    """An engine calibration is a fit to the deployments the kernel tables compose: where the bounds or the tables
+    change, scripts/fit_engine_calibration.py must run again. Re-fitting here from the shipped runs gives the
+    shipped lines and each left-out device's error (to a millionth: the optimiser's last digits)."""
+    from schemas.serving import ServingAnalysisRequest
+    from service.persistence.catalog import engine_calibrations
+    from service.translation.inferencex import engine_calibrations as fit
+    from service.translation.inferencex import engine_points
+    from service.translation.serving_analyses import bound_and_composed
+
+    shipped = engine_calibrations()
+    again = {(c.engine, c.precision, c.speculative): c for c in fit(engine_points(RUNS, lambda body: bound_and_composed(
+        ServingAnalysisRequest.model_validate(body), client.app.state.catalog)))}
+    assert set(again) == set(shipped) and len(shipped) >= 20
+    for key, calibration in again.items():
+        assert calibration.devices == shipped[key].devices and calibration.layouts == shipped[key].layouts, key
+        for name in ("tpot_scale", "tpot_overhead_s", "ttft_scale", "ttft_overhead_s", "tpot_median_error"):
+            assert getattr(calibration, name) == pytest.approx(getattr(shipped[key], name), rel=1e-6, abs=1e-12), key
+        assert [row[0] for row in calibration.per_device] == [row[0] for row in shipped[key].per_device]
