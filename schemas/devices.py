@@ -137,6 +137,11 @@ class DeviceBase(StrictModel):
     inter_node_bandwidth_bytes_per_s: ByteRate | None = Field(
         None, description="Scale-out (inter-node) bandwidth per device and direction, bytes/s (InfiniBand or RoCE: a "
                           "400 Gb/s NIC per GPU is 5e10): the tier of collectives that cross nodes")
+    in_network_reduction: bool | None = Field(
+        None, description="The scale-up switch reduces in the network (NVIDIA's NVLink SHARP, NVSwitch's third "
+                          "generation on: HGX H100/H200/B200/B300, GB200/GB300 NVL72): an all-reduce inside a node "
+                          "is then bounded at half a ring's bytes on the nominal link, each device's buffer crossing "
+                          "it once (cite its source under `citations`); unset or false: a ring")
     interconnect_kind: str | None = Field(None, max_length=100)
     confidence: str | None = Field(None, max_length=500)
     citations: dict[str, Citation] = Field(

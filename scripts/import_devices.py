@@ -112,6 +112,16 @@ NODE_TOPOLOGY = {
                             "eight GPUs a node, scale-out over InfiniBand NDR or RoCE v2 (400 Gb/s a port, a NIC a GPU)"),
 }
 
+# Scale-up switches that reduce in the network (NVLink SHARP): an all-reduce inside the node is bounded at half a
+# ring's bytes (service/core/training/collectives.py, Link.collective_time_s). The Blackwell parts, entered by hand in
+# service/data/devices.json, carry the same citation there.
+NVLINK_SHARP = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper (https://resources.nvidia.com/en-us-tensor-core/"
+                "gtc22-whitepaper-hopper): third-generation NVSwitch performs NVLink SHARP in-network reductions "
+                "and multicast, as every NVSwitch generation since (HGX H100/H200, HGX B200/B300, GB200/GB300 "
+                "NVL72); measured: AIConfigurator 0.12.0's all-reduces at 8 ranks on H100 and H200 ran 2-4.5 % "
+                "under a ring's bytes at 450 GB/s for 0.5-1 GB buffers (tests/data/aiconfigurator_collectives.json)")
+IN_NETWORK_REDUCTION = ("nvidia-h100-sxm", "nvidia-h200-sxm", "nvidia-b200")
+
 
 def convert(device: dict) -> dict:
     memory, compute = device["memory"], device["compute"]
@@ -167,6 +177,8 @@ def convert(device: dict) -> dict:
     node_size, inter_node, node_source = NODE_TOPOLOGY.get(device["id"], (None, None, None))
     if node_size:
         citations["node_size"] = citations["inter_node_bandwidth_bytes_per_s"] = node_source
+    if device["id"] in IN_NETWORK_REDUCTION:
+        citations["in_network_reduction"] = NVLINK_SHARP
     return {
         "id": device["id"],
         "name": device["name"],
@@ -187,6 +199,7 @@ def convert(device: dict) -> dict:
         "interconnect_kind": link_kind,
         "node_size": node_size,
         "inter_node_bandwidth_bytes_per_s": inter_node,
+        "in_network_reduction": True if device["id"] in IN_NETWORK_REDUCTION else None,
         "confidence": device.get("confidence"),
         "citations": citations,
     }

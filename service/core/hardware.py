@@ -71,6 +71,9 @@ class DeviceSpec:
     usable_memory_bytes: float | None = None  # what the runtime exposes; None: not published
     node_size: int | None = None  # devices that share the scale-up link (interconnect_bandwidth_bytes_per_s)
     inter_node_bandwidth_bytes_per_s: float | None = None  # per device, per direction, between nodes
+    # The scale-up switch reduces in the network (NVLink SHARP, NVSwitch's third generation on): an all-reduce
+    # inside the node sends each device's buffer once (training.collectives.Link).
+    in_network_reduction: bool = False
 
     def __post_init__(self):
         # Frozen all the way down: memos key devices by identity (service/core/memo.py).

@@ -183,6 +183,7 @@ def device_spec(fields: Mapping[str, Any]) -> DeviceSpec:
                               else fields["collective_latency_s"]),
         usable_memory_bytes=fields.get("usable_memory_bytes"),
         node_size=fields.get("node_size"),
+        in_network_reduction=bool(fields.get("in_network_reduction")),
         inter_node_bandwidth_bytes_per_s=fields.get("inter_node_bandwidth_bytes_per_s"),
     )
 

@@ -73,6 +73,7 @@ class Device(SQLModel, table=True):
     usable_memory_bytes: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     collective_latency_s: float | None = None
     node_size: int | None = None
+    in_network_reduction: bool | None = None
     inter_node_bandwidth_bytes_per_s: float | None = None
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     updated_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

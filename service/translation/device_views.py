@@ -13,7 +13,7 @@ INHERITED = ("vendor", "architecture", "memory_type", "memory_capacity_bytes", "
              "memory_capacity_physical_bytes", "usable_memory_bytes", "compute_peaks", "memory_levels", "sm_count", "compute_unit_name",
              "boost_clock_hz", "tdp_w", "interconnect_bandwidth_bytes_per_s", "interconnect_kind",
              "default_matmul_tile", "microarchitecture", "kernel_launch_overhead_s", "collective_latency_s",
-             "node_size", "inter_node_bandwidth_bytes_per_s")
+             "node_size", "inter_node_bandwidth_bytes_per_s", "in_network_reduction")
 
 
 def with_derived_peaks(spec: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec
 from service.core.roofs import MeasuredRoofs, RoofMode, select_collective_latency
 from service.core.training import step as training
-from service.core.training.collectives import Link, Topology
+from service.core.training.collectives import Link, Topology, in_network_reduction_note
 from service.core.training.schedules import Schedule
 from service.core.transformer.analysis import Evaluator
 from service.core.transformer.architecture import Architecture
@@ -46,7 +46,7 @@ def _link(device: DeviceSpec, measured: MeasuredRoofs, tier: str, mode: RoofMode
         return Link(tier, found.median, latency, "measured")
     if mode == RoofMode.measured or nominal is None:
         return None
-    return Link(tier, nominal, latency, "nominal")
+    return Link(tier, nominal, latency, "nominal", reduces_in_network=tier == "intra_node" and device.in_network_reduction)
 
 
 class LinkChoices(Protocol):
@@ -206,7 +206,8 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
         f"optimizer: {setup.optimizer}, states in {setup.dtypes.optimizer_states}"
         + (" with master weights" if setup.dtypes.keeps_master else "") + "; gradient clipping and loss scaling not counted",
         "collectives: ring algorithms at the link of the tier the group crosses (intra-node when the group's ranks "
-        "fit in one node), each with a fixed latency; hierarchical (tree, NVLS) algorithms not modelled",
+        "fit in one node), each with a fixed latency; hierarchical (tree) algorithms not modelled",
+        *([in_network_reduction_note(evaluator.device.id)] if evaluator.device.in_network_reduction else []),
         "data-parallel sync " + ("overlapped with the backward: only what outlasts it is exposed"
                                  if setup.overlap_data_parallel else "after the backward, not overlapped"),
         f"memory roof: {evaluator.hbm.source} hbm, {evaluator.hbm.bytes_per_s:.4g} bytes/s; compute roofs per row's "

@@ -150,7 +150,7 @@ class WorkerStep:
                 if row.is_comm:
                     extent, group = self._extent(row)
                     link = self._link(extent, group)
-                    results.append(Evaluator.collective(row, label, layers, link.bandwidth_bytes_per_s, link.latency_s))
+                    results.append(Evaluator.collective(row, label, layers, link))
                 else:
                     results.append(self.evaluator.evaluate(row, label, layers))
         return results

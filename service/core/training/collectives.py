@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from service.core.errors import CostModelError
 
+ALL_REDUCE_KINDS = frozenset({"allreduce", "all_reduce"})  # a layer row's kind, a training collective's
+
 
 @dataclass(frozen=True)
 class Link:
@@ -19,6 +21,18 @@ class Link:
     bandwidth_bytes_per_s: float  # per device, per direction
     latency_s: float  # fixed cost of one collective or send
     source: str  # "nominal", "measured" or "request"
+    # The switch reduces in the network (DeviceSpec.in_network_reduction), and the bandwidth is the datasheet's: an
+    # all-reduce's buffer then crosses each device's link once, not a ring's twice. (A measured link's figure is an
+    # all-reduce's bus bandwidth, which already holds what the switch saved.)
+    reduces_in_network: bool = False
+
+    def collective_time_s(self, kind: str, bytes_per_device: float) -> float:
+        """One collective's bound on this link: its latency plus its bytes over the bandwidth, an all-reduce's
+        (counted as a ring's, 2 (t-1)/t of the buffer) halved where the switch reduces: each device sends its
+        (t-1)/t of the buffer once, the least any reduction sends (measured: NVSwitch's all-reduces of 0.5-1 GB
+        on eight H100s or H200s ran 2-4.5 % under a ring's bytes at the datasheet's 450 GB/s)."""
+        moved = bytes_per_device / 2 if self.reduces_in_network and kind in ALL_REDUCE_KINDS else bytes_per_device
+        return self.latency_s + moved / self.bandwidth_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -38,6 +52,13 @@ class Topology:
                                         f"a node of {self.node_size}) and the device has no {tier} link bandwidth; "
                                         f"give {field} in the request or on the device")
         return link
+
+
+def in_network_reduction_note(device_id: str) -> str:
+    """What an answer says where its intra-node link reduces in the network."""
+    return (f"{device_id}'s scale-up switch reduces in the network (NVLink SHARP): an all-reduce inside a node is "
+            "bounded at half a ring's bytes on the nominal link (each device's (t-1)/t of the buffer crossing it "
+            "once); its bytes are still counted as a ring's")
 
 
 def ring_all_reduce_bytes(devices: int, buffer_bytes: float) -> float:
@@ -65,7 +86,7 @@ class Collective:
 
     @property
     def time_s(self) -> float:
-        return self.link.latency_s + self.bytes_per_device / self.link.bandwidth_bytes_per_s
+        return self.link.collective_time_s(self.kind, self.bytes_per_device)
 
     @property
     def total_time_s(self) -> float:

@@ -234,7 +234,7 @@ def _place(evaluator: Evaluator, row: Row, group: str, layers: int, links: dict[
     link = links.get(_LAYER_COLLECTIVES[row.kind][0])
     if link is None:
         raise ValueError(f"collective {row.name} without a link to place it on")
-    return evaluator.collective(row, group, layers, link.bandwidth_bytes_per_s, link.latency_s)
+    return evaluator.collective(row, group, layers, link)
 
 
 def _flops(rows: list[Row], layers: int = 1) -> float:

@@ -25,6 +25,7 @@ from service.core.roofs import (
     select_collective_latency,
     select_compute_roof,
 )
+from service.core.training.collectives import Link, in_network_reduction_note
 from service.core.transformer.architecture import Architecture, LayerGroup, MoE
 from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, layer_rows, model_level_rows
 
@@ -144,18 +145,24 @@ class Evaluator:
         return self._hbm
 
     @staticmethod
-    def collective(row: Row, group: str, layers: int, bandwidth_bytes_per_s: float, latency_s: float) -> RowResult:
-        """A collective row at a link: its fixed latency plus its bytes per device over the link's bandwidth."""
+    def collective(row: Row, group: str, layers: int, link: Link) -> RowResult:
+        """A collective row at a link: its fixed latency plus its bytes per device over the link's bandwidth
+        (an all-reduce's halved where the link's switch reduces, Link.collective_time_s)."""
         return _row(row.name, row.kind, group, layers, row.count, 0.0, row.comm_bytes, None, "interconnect",
-                    None, 0.0, latency_s + row.comm_bytes / bandwidth_bytes_per_s, 0.0, 0.0, 0.0)
+                    None, 0.0, link.collective_time_s(row.kind, row.comm_bytes), 0.0, 0.0, 0.0)
+
+    def intra_node_link(self) -> Link:
+        """The scale-up link a model step's tensor-parallel collectives run on, at the device's figures."""
+        link = self.device.interconnect_bandwidth_bytes_per_s
+        if not link:
+            raise CostModelError("tensor_parallel", f"device {self.device.id} has no interconnect bandwidth")
+        return Link("intra_node", link, self.intra_node_latency_s(), "nominal",
+                    reduces_in_network=self.device.in_network_reduction)
 
     def _evaluate(self, row: Row, group: str, layers: int) -> RowResult:
         cost = row.cost
         if cost is None:
-            link = self.device.interconnect_bandwidth_bytes_per_s
-            if not link:
-                raise CostModelError("tensor_parallel", f"device {self.device.id} has no interconnect bandwidth")
-            return self.collective(row, group, layers, link, self.intra_node_latency_s())
+            return self.collective(row, group, layers, self.intra_node_link())
         roof = self._compute.get((cost.compute_dtype, cost.unit)) or self.compute_roof(cost)
         flops_per_s = roof[0]
         bandwidth = (self._hbm or self.hbm).bytes_per_s
@@ -298,6 +305,8 @@ def explain_model(arch: Architecture, evaluator: Evaluator, tensor_parallel: int
         notes.append(f"tensor parallel {tensor_parallel}: heads, MLP and expert widths split; a ring all-reduce of "
                      "[tokens, hidden] after attention and after the MLP, 2(t-1)/t of it per device over the interconnect, "
                      "plus a fixed latency per collective")
+        if evaluator.device.in_network_reduction:
+            notes.append(in_network_reduction_note(evaluator.device.id))
     if arch.moe:
         notes.append("moe: uniform independent routing; weights of the expected number of distinct experts hit are read")
     flops_per_s, _, compute_source = evaluator.compute_roof(matmul_cost)

@@ -148,14 +148,16 @@ class SteppedRows:
         line[_WEIGHTS], line[_KV_READ], line[_KV_WRITTEN] = cost.weight_bytes_read, cost.kv_bytes_read, cost.kv_bytes_written
 
     def _interconnect(self, line: np.ndarray, row, index: np.ndarray) -> None:
-        """Evaluator.collective, element by element (NaN for a device without a link)."""
-        latencies, links = [], []
-        for evaluator, usable in zip(self._evaluators, self._usable):
-            device = evaluator.device
-            latencies.append(evaluator.intra_node_latency_s())
-            links.append(device.interconnect_bandwidth_bytes_per_s if usable else np.nan)
+        """Evaluator.collective, element by element (NaN for a device without a link): each step's bytes timed by
+        its device's link, in the scalar path's own arithmetic (Link.collective_time_s)."""
+        comm_bytes = np.broadcast_to(np.asarray(row.comm_bytes, dtype=float), index.shape)
+        times = np.full(index.shape, np.nan)
+        for which, (evaluator, usable) in enumerate(zip(self._evaluators, self._usable)):
+            mine = index == which
+            if usable and mine.any():
+                times[mine] = evaluator.intra_node_link().collective_time_s(row.kind, comm_bytes[mine])
         line[_FLOPS], line[_BYTES], line[_INTENSITY], line[_BOUND] = 0.0, row.comm_bytes, np.nan, 2.0
-        line[_COMPUTE], line[_MEMORY] = 0.0, np.array(latencies)[index] + row.comm_bytes / np.array(links)[index]
+        line[_COMPUTE], line[_MEMORY] = 0.0, times
         line[_WEIGHTS] = line[_KV_READ] = line[_KV_WRITTEN] = 0.0
 
     def _sum(self, numbers: np.ndarray) -> list[np.ndarray]:
