@@ -79,6 +79,11 @@ class DeviceSpec:
         # Frozen all the way down: memos key devices by identity (service/core/memo.py).
         object.__setattr__(self, "citations", read_only(self.citations))
 
+    def link_bandwidth_bytes_per_s(self, tier: str) -> float | None:
+        """The datasheet's bandwidth per device and direction of a link tier: intra_node (the scale-up link) or
+        inter_node."""
+        return self.interconnect_bandwidth_bytes_per_s if tier == "intra_node" else self.inter_node_bandwidth_bytes_per_s
+
     def peak(self, dtype: str, unit: Unit | str) -> ComputePeak | None:
         for peak in self.compute_peaks:
             if peak.dtype == dtype and peak.unit == unit:

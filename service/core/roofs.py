@@ -182,7 +182,7 @@ def nominal_value(device: DeviceSpec, kind: str, key: tuple[str, str] | str) -> 
         peak = device.peak(peak_dtype(dtype), unit)
         return peak.flops_per_s if peak else None
     if kind == "link_bandwidth":
-        return device.interconnect_bandwidth_bytes_per_s if key == "intra_node" else device.inter_node_bandwidth_bytes_per_s
+        return device.link_bandwidth_bytes_per_s(key)
     level = device.memory_level(key)
     return level.bandwidth_bytes_per_s if level else None
 

@@ -15,7 +15,7 @@ from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
 from service.core.planning import deployment
-from service.core.training.collectives import Link, Topology
+from service.core.training.collectives import Link, Topology, in_network_reduction_note
 from service.core.transformer.analysis import Evaluator, first_matmul, step_rows
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
@@ -197,6 +197,8 @@ def _layout_notes(request: ServingAnalysisRequest, bound, topology: Topology) ->
                      f"{state.batch_per_group} request(s) each; {experts}")
     notes.append(f"links: {topology.node_size} device(s) share the scale-up link; a group spanning more, or not "
                  "dividing it, crosses the scale-out link")
+    if topology.intra_node is not None and topology.intra_node.reduces_in_network:
+        notes.append(in_network_reduction_note(request.device_id))
     spec = request.speculative
     if spec is not None:
         notes.append(f"speculative: {spec.method}, {spec.draft_tokens} draft token(s), acceptance length "

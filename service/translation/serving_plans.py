@@ -21,6 +21,7 @@ from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.planning import deployment, serving
 from service.core.planning.replica import replica_model, worker_replica_model
+from service.core.training.collectives import in_network_reduction_note
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog, engine_calibrations
@@ -141,9 +142,13 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     dtypes = core_dtypes(request, arch)
     speculative = speculative_of(request, catalog)
     expectations, basis_note = _expectations(request, catalog, name, dtypes.weights)
+    link_notes: list[str] = []
     for device_id in dict.fromkeys(request.device_ids):
         device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
         evaluator = evaluator_on(device, catalog.measured(device.id), request.roofs, request.sustained_clock_hz)
+        intra_node = topology_for(device, evaluator.measured, LinkOptions(request.roofs, None)).intra_node
+        if intra_node is not None and intra_node.reduces_in_network:
+            link_notes.append(in_network_reduction_note(device_id))
         planned = expectations.get(device_id)
         composer = kernel_evaluator(device, planned.tables) if planned and planned.tables else None
         replicas = _device_replicas(request, arch, device, (evaluator, composer), dtypes, workload, speculative,
@@ -171,7 +176,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
                        configs=[_out(c) for c in best[:request.top_n]],
                        pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,
                        skipped=skipped,
-                       assumptions=[*_assumptions(request, arch), basis_note])
+                       assumptions=[*_assumptions(request, arch), *link_notes, basis_note])
 
 
 class Planned(NamedTuple):

@@ -40,13 +40,10 @@ def _link(device: DeviceSpec, measured: MeasuredRoofs, tier: str, mode: RoofMode
     """The request's figure, else the measured median (roofs 'effective' or 'measured'), else the device's."""
     if override is not None:
         return Link(tier, override, latency, "request")
-    nominal = device.interconnect_bandwidth_bytes_per_s if tier == "intra_node" else device.inter_node_bandwidth_bytes_per_s
     found = measured.links.get(tier)
     if found is not None and mode != RoofMode.nominal:
         return Link(tier, found.median, latency, "measured")
-    if mode == RoofMode.measured or nominal is None:
-        return None
-    return Link(tier, nominal, latency, "nominal", reduces_in_network=tier == "intra_node" and device.in_network_reduction)
+    return None if mode == RoofMode.measured else Link.nominal(device, tier, latency)
 
 
 class LinkChoices(Protocol):

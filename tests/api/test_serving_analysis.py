@@ -327,3 +327,18 @@ def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(clie
         for name in ("tpot_scale", "tpot_overhead_s", "ttft_scale", "ttft_overhead_s", "tpot_median_error"):
             assert getattr(calibration, name) == pytest.approx(getattr(shipped[key], name), rel=1e-6, abs=1e-12), key
         assert [row[0] for row in calibration.per_device] == [row[0] for row in shipped[key].per_device]
+
+
+def test_an_answer_says_where_its_all_reduces_are_bounded_in_the_switch(client):
+    """The H200's NVSwitch reduces in the network (its all-reduces bounded at half a ring's bytes,
+    tests/core/test_collective_bounds.py) and the answer says so; the MI300X's xGMI mesh does not, and it says
+    nothing of it; a serving plan says it of each device it applies to."""
+    said = "nvidia-h200-sxm's scale-up switch reduces in the network"
+    h200, mi300x = (fp8_deepseek_on(client, device)["assumptions"] for device in ("nvidia-h200-sxm", "amd-mi300x"))
+    assert any(note.startswith(said) for note in h200)
+    assert not any("reduces in the network" in note for note in mi300x)
+    plan = client.post("/v1/plan/serving", json={
+        "model_id": "llama-3.1-8b", "device_ids": ["nvidia-h200-sxm", "amd-mi300x"], "input_len": 1024,
+        "output_len": 256, "total_devices": 8, "slo": {"tpot_s": 0.05}}).json()
+    assert [note for note in plan["assumptions"] if "reduces in the network" in note] == [
+        next(note for note in h200 if note.startswith(said))]

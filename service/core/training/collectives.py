@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.core.errors import CostModelError
+from service.core.hardware import DeviceSpec
 
 ALL_REDUCE_KINDS = frozenset({"allreduce", "all_reduce"})  # a layer row's kind, a training collective's
 
@@ -25,6 +26,16 @@ class Link:
     # all-reduce's buffer then crosses each device's link once, not a ring's twice. (A measured link's figure is an
     # all-reduce's bus bandwidth, which already holds what the switch saved.)
     reduces_in_network: bool = False
+
+    @classmethod
+    def nominal(cls, device: DeviceSpec, tier: str, latency_s: float) -> Link | None:
+        """The device's datasheet link of `tier` (None where it names none), with its switch's in-network reduction
+        where the tier is the scale-up one."""
+        bandwidth = device.link_bandwidth_bytes_per_s(tier)
+        if bandwidth is None:
+            return None
+        return cls(tier, bandwidth, latency_s, "nominal",
+                   reduces_in_network=tier == "intra_node" and device.in_network_reduction)
 
     def collective_time_s(self, kind: str, bytes_per_device: float) -> float:
         """One collective's bound on this link: its latency plus its bytes over the bandwidth, an all-reduce's

@@ -153,11 +153,10 @@ class Evaluator:
 
     def intra_node_link(self) -> Link:
         """The scale-up link a model step's tensor-parallel collectives run on, at the device's figures."""
-        link = self.device.interconnect_bandwidth_bytes_per_s
-        if not link:
+        link = Link.nominal(self.device, "intra_node", self.intra_node_latency_s())
+        if link is None:
             raise CostModelError("tensor_parallel", f"device {self.device.id} has no interconnect bandwidth")
-        return Link("intra_node", link, self.intra_node_latency_s(), "nominal",
-                    reduces_in_network=self.device.in_network_reduction)
+        return link
 
     def _evaluate(self, row: Row, group: str, layers: int) -> RowResult:
         cost = row.cost

@@ -122,8 +122,7 @@ class SteppedRows:
         try:
             for row, _, _ in placed:
                 if row.is_comm:
-                    if not evaluator.device.interconnect_bandwidth_bytes_per_s:
-                        return False
+                    evaluator.intra_node_link()  # raises where the device has no scale-up link
                 else:
                     evaluator.compute_roof(row.cost)
             _ = evaluator.hbm  # raises where the device has no HBM roof
