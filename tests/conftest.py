@@ -38,6 +38,14 @@ def import_crosscheck(module: str):
     return pytest.importorskip(module)
 
 
+def transformers_parameters(model) -> int:
+    """A transformers model's parameters plus the persistent buffers its checkpoint stores as weights (a router's
+    score-correction bias is a buffer there)."""
+    stored = set(model.state_dict())
+    return (sum(p.numel() for p in model.parameters())
+            + sum(b.numel() for name, b in model.named_buffers() if name in stored))
+
+
 def import_torch():
     return import_crosscheck("torch")
 

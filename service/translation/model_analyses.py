@@ -37,11 +37,10 @@ from service.core.transformer.capacity import (
     MemoryBudget,
     StepMemory,
     check_positions,
-    kv_bytes_per_token_per_layer,
+    kv_bytes_per_token,
     kv_capacity,
     memory_budget,
     mix_capacity,
-    token_caching_layers,
 )
 from service.core.transformer.families import from_hf_config
 from service.core.transformer.params import model_params
@@ -442,5 +441,5 @@ def model_public(row: ModelConfig, arch: Architecture) -> ModelPublic:
     return ModelPublic(id=row.id, name=row.name, family=row.family, params_total=params.total,
                        params_active=params.active, origin=row.origin, source=row.source, config=row.config,
                        layers=arch.layer_kinds(),
-                       kv_bytes_per_token_bf16=kv_bytes_per_token_per_layer(arch, bf16) * token_caching_layers(arch),
+                       kv_bytes_per_token_bf16=kv_bytes_per_token(arch, bf16),
                        created_at=row.created_at)

@@ -193,7 +193,8 @@ def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int) -> Callable[
             shard = ExpertShard(max(1, worker_tokens * moe.top_k // t), -(-moe.experts // t),
                                 expected_active_experts(worker_tokens, moe.experts, moe.top_k) / t,
                                 moe.expert_intermediate)
-            sent = all_to_all_bytes(max(1, worker_tokens // t), moe.top_k, arch.hidden, dtypes.activations, t)
+            sent = all_to_all_bytes(max(1, worker_tokens // t), moe.top_k, moe.routed_width(arch.hidden),
+                                    dtypes.activations, t)
             rows = expert_exchange(mlp_rows(arch, group, step, dtypes, shard), sent)
             return tensor_parallel_block("mlp", rows, arch, step, dtypes)
         if d > 1:

@@ -47,7 +47,7 @@ def expert_parallel_rows(rows: list[Row], arch: Architecture, expert: int, strea
     the experts and a combine after them."""
     if expert == 1 or arch.moe is None or not any(row.kind == ROUTED for row in rows):
         return rows
-    sent = all_to_all_bytes(stream_tokens, arch.moe.top_k, arch.hidden, activations, expert)
+    sent = all_to_all_bytes(stream_tokens, arch.moe.top_k, arch.moe.routed_width(arch.hidden), activations, expert)
     out: list[Row] = []
     for row in rows:
         if row.kind == ROUTED:

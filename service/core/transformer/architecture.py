@@ -96,6 +96,13 @@ class MoE:
     shared_intermediate: int = 0
     router_bias: bool = False  # DeepSeek-V3's per-expert score correction bias
     shared_expert_gate: bool = False  # Qwen3-Next: a sigmoid gate (one weight vector) scales the shared expert
+    # Nemotron-3 Super's latent experts: the routed tokens are projected down to this width before the experts (and
+    # their all-to-all) and back up after them; 0: the experts read and write the hidden width.
+    latent_size: int = 0
+
+    def routed_width(self, hidden: int) -> int:
+        """The width the routed experts read and write (and an expert-parallel all-to-all sends)."""
+        return self.latent_size or hidden
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,9 @@ class LayerGroup:
     # with their outputs added (parallel: Falcon-H1), or none (an MLP-only block).
     mixer: str = "attention"
     has_mlp: bool = True  # False: a block of its mixer alone (Nemotron-H's mamba and attention blocks)
+    # Whether the layer runs its own sparse-attention indexer (Architecture.sparse_index) and caches its keys; False:
+    # it reuses the previous indexed layer's selection (GLM-5.2's "shared" layers).
+    indexed: bool = True
 
     @property
     def attends(self) -> bool:
@@ -148,6 +158,7 @@ class Architecture:
     max_positions: int | None = None
     attention_sinks: bool = False  # a learned sink logit per head (gpt-oss): one parameter per head
     qk_norm_weights: bool = True  # q/k norms with a scale (RMSNorm); False: a plain L2 norm (Llama 4)
+    qk_norm_per_head: bool = True  # False: one norm over all heads' queries (keys) at once (MiniMax-M2)
     # Parameters outside the decoder the checkpoint ships (a vision tower and its projector): weights in memory,
     # not part of a text step.
     vision_params: int = 0
@@ -176,13 +187,15 @@ def _mlp_label(group: LayerGroup) -> str:
 
 def group_layers(flags: list[tuple[int | None, bool]], chunks: list[int | None] | None = None,
                  ropes: list[bool] | None = None, mixers: list[str] | None = None,
-                 mlps: list[bool] | None = None) -> tuple[LayerGroup, ...]:
+                 mlps: list[bool] | None = None, indexed: list[bool] | None = None) -> tuple[LayerGroup, ...]:
     """Identical layers counted together, in order of first appearance: (window, MoE) per layer, and per layer its
-    attention chunk, whether it rotates positions, its mixer and whether it has an MLP where the family says."""
+    attention chunk, whether it rotates positions, its mixer, whether it has an MLP and whether it runs its own
+    indexer where the family says."""
     counts: dict[tuple, int] = {}
     for index, (window, moe) in enumerate(flags):
         key = (window, moe, chunks[index] if chunks else None, ropes[index] if ropes else True,
-               mixers[index] if mixers else "attention", mlps[index] if mlps else True)
+               mixers[index] if mixers else "attention", mlps[index] if mlps else True,
+               indexed[index] if indexed else True)
         counts[key] = counts.get(key, 0) + 1
     return tuple(LayerGroup(count, *key) for key, count in counts.items())
 

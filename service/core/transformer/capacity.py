@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.memo import by_identity
-from service.core.transformer.architecture import Architecture
+from service.core.transformer.architecture import Architecture, LayerGroup
 from service.core.transformer.layers import ModelDTypes
 from service.core.transformer.params import model_params
 
@@ -28,10 +28,13 @@ def kv_heads_per_device(arch: Architecture, tensor_parallel: int) -> float:
     return max(arch.kv_heads / tensor_parallel, 1)
 
 
-def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
+def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1,
+                                 group: LayerGroup | None = None) -> float:
+    """One token's cache in one attention layer (`group`'s; else a layer that runs its own indexer)."""
     s = bytes_per_element(dtypes.kv_cache)
     if arch.latent is not None:  # the compressed latent and the shared rope key (and an indexer's key), whole on every device
-        index = arch.sparse_index.head_dim if arch.sparse_index is not None else 0
+        indexed = arch.sparse_index is not None and (group is None or group.indexed)
+        index = arch.sparse_index.head_dim if indexed and arch.sparse_index is not None else 0
         return (arch.latent.kv_lora_rank + arch.latent.qk_rope_head_dim + index) * s
     return 2 * kv_heads_per_device(arch, tensor_parallel) * arch.head_dim * s
 
@@ -49,11 +52,6 @@ def recurrent_state_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parall
     return layers * (scan + conv) / tensor_parallel
 
 
-def token_caching_layers(arch: Architecture) -> int:
-    """The layers whose cache grows with every token: attention layers without a window or chunk."""
-    return sum(g.count for g in arch.groups if g.attends and not (g.sliding_window or g.chunk))
-
-
 def cached_tokens(tokens: int, block_size: int) -> int:
     """A paged cache holds whole blocks: the tokens rounded up to a multiple of the block size."""
     return -(-tokens // block_size) * block_size
@@ -63,10 +61,15 @@ def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, 
                          block_size: int = 1) -> float:
     """K and V of one request's `context` tokens on one device; each attention layer holds at most its window, in
     whole blocks of `block_size` tokens (1: a contiguous cache); the recurrent layers their fixed state."""
-    per_layer = kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel)
     return (sum(g.count * cached_tokens(min(context, g.sliding_window or g.chunk or context), block_size)
-                for g in arch.groups if g.attends) * per_layer
+                * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, g) for g in arch.groups if g.attends)
             + recurrent_state_bytes(arch, dtypes, tensor_parallel))
+
+
+def kv_bytes_per_token(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
+    """One more token of context, over the layers whose cache grows with every token."""
+    return sum(g.count * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, g) for g in arch.groups
+               if g.attends and not (g.sliding_window or g.chunk))
 
 
 def routed_expert_bytes(arch: Architecture, dtypes: ModelDTypes) -> float:
@@ -143,10 +146,10 @@ def kv_capacity(arch: Architecture, dtypes: ModelDTypes, *, context_len: int, ca
             longest, bound_by = arch.max_positions, "model"
     return Capacity(
         usable_bytes=usable, weights_bytes=weights, workspace_bytes=workspace_bytes, activation_reserve_bytes=reserved,
-        kv_bytes_per_token=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * token_caching_layers(arch),
-        kv_bytes_capped_per_request=kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel) * sum(
-            g.count * cached_tokens(g.sliding_window or g.chunk or 0, block_size) for g in arch.groups
-            if g.attends),
+        kv_bytes_per_token=kv_bytes_per_token(arch, dtypes, tensor_parallel),
+        kv_bytes_capped_per_request=sum(
+            g.count * cached_tokens(g.sliding_window or g.chunk or 0, block_size)
+            * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, g) for g in arch.groups if g.attends),
         kv_bytes_per_request=per_request,
         state_bytes_per_request=recurrent_state_bytes(arch, dtypes, tensor_parallel),
         available_kv_bytes=available, max_concurrent_requests=max_requests,

@@ -120,6 +120,12 @@ def mixtral_experts(r: ConfigReader, layers: int, intermediate: int, config: Map
     return MoE(r.int("num_local_experts"), r.int("num_experts_per_tok"), intermediate), [True] * layers
 
 
+def minimax_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    moe, routed = mixtral_experts(r, layers, intermediate, config)
+    assert moe is not None
+    return replace(moe, router_bias=r.flag("use_routing_bias", True)), routed
+
+
 def qwen_moe_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
     moe = MoE(r.int("num_experts"), r.int("num_experts_per_tok"), r.int("moe_intermediate_size"))
     step = r.int("decoder_sparse_step", 1)
@@ -217,16 +223,15 @@ def nemotron_mixers(r: ConfigReader, layers: int) -> Mixers:
 
 def nemotron_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
     """Routed experts of moe_intermediate_size (ungated, like its MLP) and one shared MLP, on the E blocks; the
-    router has a score-correction bias, which the checkpoint stores."""
+    router has a score-correction bias, which the checkpoint stores; with moe_latent_size (Nemotron-3 Super, Ultra)
+    the routed experts work at that width between a down and an up projection."""
     routed = [block == "moe" for block in nemotron_blocks(r)]
     if not any(routed):
         return None, routed
-    if config.get("moe_latent_size") is not None:
-        r.missing.append("moe_latent_size (latent expert projections are not read yet: describe the model in the "
-                         "generic form)")
     shared = r.int("moe_shared_expert_intermediate_size", 0, minimum=0)
+    latent = r.int("moe_latent_size") if config.get("moe_latent_size") is not None else 0
     return MoE(r.int("n_routed_experts"), r.int("num_experts_per_tok"), r.int("moe_intermediate_size"),
-               1 if shared else 0, shared, router_bias=True), routed
+               1 if shared else 0, shared, router_bias=True, latent_size=latent), routed
 
 
 def no_rope(r: ConfigReader, layers: int) -> tuple[list[int | None], list[bool]]:
@@ -281,9 +286,14 @@ def parallel_everywhere(r: ConfigReader, layers: int) -> Mixers:
     return ["parallel"] * layers, [True] * layers
 
 
-def rotary_fraction(config: Mapping[str, Any]) -> float:
+def rotary_fraction(config: Mapping[str, Any], head_dim: int) -> float:
     """The share of each head's dimensions RoPE rotates: partial_rotary_factor, at the top or among the rope
-    parameters; 1 when neither says."""
+    parameters, else rotary_dim over the head's width (MiniMax-M2's legacy key, read so by transformers 5.25.0);
+    1 when none says."""
+    rotary_dim = config.get("rotary_dim")
+    if isinstance(rotary_dim, int) and not isinstance(rotary_dim, bool) and 0 < rotary_dim <= head_dim \
+            and "partial_rotary_factor" not in config:
+        return rotary_dim / head_dim
     for section in (config, config.get("rope_parameters"), config.get("rope_scaling")):
         if isinstance(section, Mapping):
             factor = section.get("partial_rotary_factor")
@@ -296,6 +306,27 @@ def deepseek_sparse_index(r: ConfigReader) -> SparseIndexer:
     return SparseIndexer(r.int("index_n_heads", 64, note=" (the config class default)"),
                          r.int("index_head_dim", 128, note=" (the config class default)"),
                          r.int("index_topk", 2048, note=" (the config class default)"))
+
+
+def indexer_layers(r: ConfigReader, layers: int) -> list[bool]:
+    """Per layer, whether it runs its own indexer (GLM-5.2: "full") or reuses the previous one's selection
+    ("shared"): as `indexer_types` lists, else an F/S `index_topk_pattern`, else every index_topk_freq-th layer
+    from index_skip_topk_offset on (the defaults of transformers 5.25.0's GlmMoeDsaConfig: 1 and 2, every layer)."""
+    listed = r.config.get("indexer_types")
+    if listed is not None:
+        if not (isinstance(listed, list) and len(listed) == layers and set(listed) <= {"full", "shared"}):
+            r.missing.append(f"indexer_types (a list of {layers} entries, each full or shared)")
+            return [True] * layers
+        return [kind == "full" for kind in listed]
+    pattern = r.config.get("index_topk_pattern")
+    if pattern is not None:
+        if not (isinstance(pattern, str) and len(pattern) == layers and set(pattern) <= {"F", "S"}):
+            r.missing.append(f"index_topk_pattern (a string of {layers} F or S)")
+            return [True] * layers
+        return [kind == "F" for kind in pattern]
+    every = r.int("index_topk_freq", 1, note=" (the config class default)")
+    offset = r.int("index_skip_topk_offset", 2, minimum=0, note=" (the config class default)")
+    return [max(i - offset + 1, 0) % (every or 1) == 0 for i in range(layers)]
 
 
 def llama4_positions(r: ConfigReader, layers: int) -> tuple[list[int | None], list[bool]]:
@@ -331,6 +362,7 @@ class Family:
     qk_norm: bool = False
     qk_norm_flag: str | None = None  # the config key that turns q/k norms on, where the family makes it optional
     qk_norm_weights: bool = True  # False: q/k norms without a scale (Llama 4's L2 norm)
+    qk_norm_per_head: bool = True  # False: one norm over all heads' queries (keys), as wide as them (MiniMax-M2)
     tied_by_default: bool = False
     # Every layer is MoE in the reference configs, so the dense width may be absent (0).
     intermediate_optional: bool = False
@@ -343,6 +375,8 @@ class Family:
     text: str | None = None
     vision: Callable[[Mapping[str, Any], str, int], int] | None = None
     sparse_index: Callable[[ConfigReader], SparseIndexer] | None = None  # DeepSeek-V3.2's indexer
+    # Per layer, whether it runs its own indexer; None: every layer does.
+    indexed: Callable[[ConfigReader, int], list[bool]] | None = None
     # Per layer, its token mixer and whether it has an MLP; with `recurrent`, the recurrent layers' mixer.
     mixers: Callable[[ConfigReader, int], Mixers] = attention_everywhere
     recurrent: Callable[[ConfigReader], RecurrentMixer] | None = None
@@ -358,6 +392,8 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     Family("mistral", windows=window_on_every_layer),
     Family("mixtral", windows=window_on_every_layer, experts=mixtral_experts),
     Family("qwen2", biases=qkv_bias_always, windows=window_above_max_window_layers),
+    # Xiaomi's MiMo-7B: Qwen2's decoder (its multi-token-prediction layers, like DeepSeek's, are not counted).
+    Family("mimo", biases=qkv_bias_always, windows=window_above_max_window_layers),
     Family("qwen3", biases=attention_bias, windows=window_above_max_window_layers, qk_norm=True),
     Family("qwen3_moe", biases=attention_bias, windows=window_above_max_window_layers, experts=qwen_moe_experts,
            qk_norm=True, intermediate_optional=True),
@@ -369,8 +405,19 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     # DeepSeek-V3's architecture with sparse attention: an indexer picks the keys each query attends to.
     Family("deepseek_v32", biases=attention_bias, experts=deepseek_experts, latent=deepseek_latent,
            sparse_index=deepseek_sparse_index),
+    # GLM-5: DeepSeek-V3.2's latent attention, indexer and experts, the indexer on some layers only (GLM-5.2 on).
+    Family("glm_moe_dsa", biases=attention_bias, experts=deepseek_experts, latent=deepseek_latent,
+           sparse_index=deepseek_sparse_index, indexed=indexer_layers),
     # DeepSeek-V3's architecture under Moonshot's name.
     Family("kimi_k2", biases=attention_bias, experts=deepseek_experts, latent=deepseek_latent),
+    # MiniMax-M2: Mixtral's experts behind a sigmoid router with a score-correction bias (stored in the checkpoint,
+    # a buffer in transformers' module), q/k norms over all heads, RoPE on rotary_dim of each head.
+    Family("minimax_m2", windows=window_on_every_layer, experts=minimax_experts, qk_norm_flag="use_qk_norm",
+           qk_norm_per_head=False),
+    # Kimi K2.5 (K2.6, K2.7): Kimi-K2's decoder beside the MoonViT tower; untied unless the config says otherwise
+    # (transformers 5.25.0's Kimi_K25Config ties by default).
+    Family("kimi_k25", text="kimi_k2", tied_by_default=True, vision=lambda config, prefix, hidden: vision.moonvit(
+        _reader(config, "vision_config", prefix), hidden, _top_int(config, "projection_hidden_size", 1152))),
     Family("glm4_moe", biases=qkv_bias_only, experts=deepseek_experts, qk_norm_flag="use_qk_norm"),
     Family("gpt_oss", biases=attention_and_expert_bias, experts=gpt_oss_experts, attention_sinks=True),
     Family("gemma3_text", windows=window_but_every_nth_layer, qk_norm=True, norms_per_layer=4, tied_by_default=True),
@@ -385,6 +432,24 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
         _reader(config, "vision_config", prefix), hidden)),
     Family("qwen3_next", biases=attention_bias, experts=qwen3_next_experts, qk_norm=True, intermediate_optional=True,
            mixers=qwen3_next_mixers, recurrent=gated_deltanet, attention_output_gate=True),
+    # Qwen3-VL: Qwen3's decoder (dense or MoE) beside its vision tower and mergers.
+    Family("qwen3_vl_text", biases=attention_bias, qk_norm=True),
+    Family("qwen3_vl_moe_text", biases=attention_bias, experts=qwen_moe_experts, qk_norm=True,
+           intermediate_optional=True),
+    Family("qwen3_vl", text="qwen3_vl_text", vision=lambda config, prefix, hidden: vision.qwen3_vl(
+        _reader(config, "vision_config", prefix))),
+    Family("qwen3_vl_moe", text="qwen3_vl_moe_text", vision=lambda config, prefix, hidden: vision.qwen3_vl(
+        _reader(config, "vision_config", prefix))),
+    # Qwen3.5 (and 3.6): Qwen3-Next's hybrid of Gated DeltaNet and gated attention, dense or with experts, beside
+    # Qwen3-VL's tower.
+    Family("qwen3_5_text", biases=attention_bias, qk_norm=True, mixers=qwen3_next_mixers, recurrent=gated_deltanet,
+           attention_output_gate=True),
+    Family("qwen3_5_moe_text", biases=attention_bias, experts=qwen3_next_experts, qk_norm=True,
+           intermediate_optional=True, mixers=qwen3_next_mixers, recurrent=gated_deltanet, attention_output_gate=True),
+    Family("qwen3_5", text="qwen3_5_text", vision=lambda config, prefix, hidden: vision.qwen3_vl(
+        _reader(config, "vision_config", prefix))),
+    Family("qwen3_5_moe", text="qwen3_5_moe_text", vision=lambda config, prefix, hidden: vision.qwen3_vl(
+        _reader(config, "vision_config", prefix))),
     # Attention and Mamba-2 side by side on every layer, their outputs added, then a gated MLP.
     Family("falcon_h1", biases=attention_and_mlp_bias, mixers=parallel_everywhere, recurrent=falcon_mamba2),
     # Attention without biases or positions (the config's attention_bias is not read by its attention).
@@ -444,8 +509,9 @@ def _multimodal(family: Family, config: Mapping[str, Any], prefix: str) -> Archi
     if not isinstance(text, Mapping):
         raise ConfigError([f"{prefix}.text_config"], f"a {family.name} config describes its decoder in text_config")
     assert family.text is not None and family.vision is not None
-    # A top-level tie_word_embeddings is the checkpoint's, whatever text_config says.
-    tied = config.get("tie_word_embeddings")
+    # A top-level tie_word_embeddings is the checkpoint's, whatever text_config says; absent, the multimodal config
+    # class's default where it ties (Kimi K2.5's), else text_config's.
+    tied = config.get("tie_word_embeddings", True if family.tied_by_default else None)
     decoder = _decoder(FAMILIES[family.text], {**text, **({"tie_word_embeddings": tied} if isinstance(tied, bool) else {})},
                        f"{prefix}.text_config")
     return replace(decoder, family=family.name, vision_params=family.vision(config, prefix, decoder.hidden),
@@ -482,6 +548,7 @@ def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architec
                  else None)
     qk_norm = family.qk_norm or bool(family.qk_norm_flag and r.flag(family.qk_norm_flag, False))
     sparse_index = family.sparse_index(r) if family.sparse_index is not None else None
+    indexed = family.indexed(r, layers) if family.indexed is not None else None
     # Read before the check: an invalid value is refused with the rest, never kept as 0. A count of positions
     # drives no work, so it may exceed the dimensions' bound (2^25 was read as 0, and refused every prompt).
     max_positions = r.optional_int("max_position_embeddings", maximum=MAX_POSITIONS)
@@ -492,10 +559,11 @@ def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architec
         vocab=vocab, intermediate=intermediate, gated_mlp=family.gated_mlp, activation=activation,
         tied_embeddings=r.flag("tie_word_embeddings", family.tied_by_default),
         qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias, norms_per_layer=family.norms_per_layer,
-        qk_norm=qk_norm, qk_norm_weights=family.qk_norm_weights, latent=latent, moe=moe,
-        groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes, mixers, mlps),
+        qk_norm=qk_norm, qk_norm_weights=family.qk_norm_weights, qk_norm_per_head=family.qk_norm_per_head,
+        latent=latent, moe=moe,
+        groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes, mixers, mlps, indexed),
         attention_sinks=family.attention_sinks, defaults_applied=tuple(r.defaults),
         max_positions=max_positions, recurrent=recurrent,
-        attention_output_gate=family.attention_output_gate, rotary_fraction=rotary_fraction(config),
+        attention_output_gate=family.attention_output_gate, rotary_fraction=rotary_fraction(config, head_dim),
         sparse_index=sparse_index,
     )

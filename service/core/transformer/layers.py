@@ -245,12 +245,22 @@ def norm_weights(arch: Architecture) -> int:
     return arch.hidden * (2 if arch.norm == "layernorm" else 1)
 
 
+def _qk_norm_row(name: str, arch: Architecture, tokens: int, heads: int, d: int, act: str) -> Row:
+    """An RMS norm of each head's query (key), its scale one head wide and shared by the heads; or, where the model
+    normalises all heads' at once (MiniMax-M2), over and as wide as all of them; no scale where it is an L2 norm."""
+    if arch.qk_norm_per_head:
+        return Row(name, "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act),
+                   params=d if arch.qk_norm_weights else 0)
+    return Row(name, "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads * d], dtype=act),
+               params=heads * d if arch.qk_norm_weights else 0)
+
+
 def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
     tp, tokens, h = step.tensor_parallel, step.tokens, arch.hidden
     heads = _split(arch.heads, tp, "num_attention_heads")
     act = dtypes.activations
     if arch.latent is not None:
-        return _latent_attention_rows(arch, arch.latent, step, dtypes, heads)
+        return _latent_attention_rows(arch, arch.latent, step, dtypes, heads, group.indexed)
     kv_heads = kv_heads_on_device(arch.kv_heads, tp)
     d = arch.head_dim
     # With an output gate, q_proj yields each head's gate beside its query.
@@ -258,9 +268,7 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     rows = [Row("qkv_proj", "matmul", 1, linear_cost(tokens, qkv, h, dtypes, arch.qkv_bias),
                 params=linear_params(qkv, h, arch.qkv_bias))]
     if arch.qk_norm:
-        scale = d if arch.qk_norm_weights else 0
-        rows += [Row("q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act), params=scale),
-                 Row("k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, d], dtype=act), params=scale)]
+        rows += [_qk_norm_row("q_norm", arch, tokens, heads, d, act), _qk_norm_row("k_norm", arch, tokens, kv_heads, d, act)]
     if group.rope:
         rotated = int(d * arch.rotary_fraction)
         rows.append(Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + kv_heads, rotated, act)))
@@ -359,7 +367,7 @@ def _cache_write(tokens: int, width: int, dtypes: ModelDTypes) -> OperatorCost:
 
 
 def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step, dtypes: ModelDTypes,
-                           heads: int) -> list[Row]:
+                           heads: int, indexed: bool = True) -> list[Row]:
     """Multi-head latent attention. Prefill expands the latent into per-head K and V and runs ordinary
     attention; decode (and a speculative verification, a few tokens after a cache) absorbs the up-projections
     into the query and output, attending over the cached latent directly (one shared K/V head of kv_lora_rank +
@@ -389,7 +397,8 @@ def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step,
     # read are those of a window of top_k (the cache still keeps every token).
     selected = {}
     if arch.sparse_index is not None:
-        rows += _indexer_rows(arch, arch.sparse_index, lat, step, dtypes)
+        if indexed:
+            rows += _indexer_rows(arch, arch.sparse_index, lat, step, dtypes)
         selected = {"window": arch.sparse_index.top_k}
     if step.q_len >= step.kv_len:  # a prompt with no cache before it
         kv_b = heads * (lat.qk_nope_head_dim + lat.v_head_dim)
@@ -477,13 +486,19 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, sha
     shard = shard or tensor_parallel_shard(moe, tokens, tp)
     width, active, routed = shard.width, shard.active_experts, shard.token_rows
     gate_up = (2 if arch.gated_mlp else 1) * width
-    expert_up, expert_down = linear_params(gate_up, h, arch.mlp_bias), linear_params(h, width, arch.mlp_bias)
+    r_h = moe.routed_width(h)
+    expert_up, expert_down = linear_params(gate_up, r_h, arch.mlp_bias), linear_params(r_h, width, arch.mlp_bias)
     rows = [
         Row("router", "matmul", 1, linear_cost(tokens, moe.experts, h, dtypes, weight_dtype=act),
             params=moe.experts * h + (moe.experts if moe.router_bias else 0)),
         Row("router_softmax", "softmax", 1, softmax_cost(shape=[tokens, moe.experts], dtype=act)),
+    ]
+    if moe.latent_size:  # whole on every device: the tokens leave for their experts at the latent width
+        rows.append(Row("latent_down_proj", "matmul", 1, linear_cost(tokens, r_h, h, dtypes, arch.mlp_bias),
+                        params=linear_params(r_h, h, arch.mlp_bias)))
+    rows += [
         Row("experts_gate_up_proj", "grouped_matmul", 1,
-            grouped_expert_matmul(token_rows=routed, active_experts=active, n=gate_up, k=h, dtypes=dtypes),
+            grouped_expert_matmul(token_rows=routed, active_experts=active, n=gate_up, k=r_h, dtypes=dtypes),
             params=shard.experts * expert_up, active_params=moe.top_k * expert_up),
         Row(f"experts_{arch.activation}", "elementwise", 1, _elementwise(arch.activation, (routed, width), act)),
     ]
@@ -491,11 +506,14 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, sha
         rows.append(Row("experts_gate_mul", "elementwise", 1, _elementwise("mul", (routed, width), act)))
     rows += [
         Row("experts_down_proj", "grouped_matmul", 1,
-            grouped_expert_matmul(token_rows=routed, active_experts=active, n=h, k=width, dtypes=dtypes),
+            grouped_expert_matmul(token_rows=routed, active_experts=active, n=r_h, k=width, dtypes=dtypes),
             params=shard.experts * expert_down, active_params=moe.top_k * expert_down),
         Row("experts_combine", "elementwise", 1,
-            _elementwise("combine", (tokens, h), act, moe.top_k, 2 * moe.top_k)),
+            _elementwise("combine", (tokens, r_h), act, moe.top_k, 2 * moe.top_k)),
     ]
+    if moe.latent_size:
+        rows.append(Row("latent_up_proj", "matmul", 1, linear_cost(tokens, h, r_h, dtypes, arch.mlp_bias),
+                        params=linear_params(h, r_h, arch.mlp_bias)))
     if moe.shared_experts:
         rows += _mlp_rows("shared_", arch, tokens, _split(moe.shared_intermediate, tp, "shared expert width"), dtypes)
     if moe.shared_expert_gate:  # sigmoid(x . w) scales the shared expert's output

@@ -1,7 +1,8 @@
 """Parameters of the vision towers multimodal checkpoints ship beside their decoder (and of the projector into the
 decoder's width). They are weights in memory and in `params.total`; a text step does not run them. Each count
 is the sum of the tower's own modules, as transformers builds them (tests/core/transformer/test_families.py
-checks each against a meta-device build)."""
+checks each against a meta-device build). A key a vision_config leaves out takes its config class's default in
+transformers 5.25.0 (SiglipVisionConfig, PixtralVisionConfig, Llama4VisionConfig), as transformers builds it."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ def siglip(vision: ConfigReader, text_hidden: int) -> int:
     """Gemma 3's SigLIP tower: a biased patch convolution and learned positions, pre-norm layers with biased
     attention and a GELU MLP, a final layer norm, an optional attention-pooling head; then Gemma 3's projector
     (a [vision, text] matrix after an RMS norm of the vision width)."""
-    h, i = vision.int("hidden_size", 1152), vision.int("intermediate_size", 4304)
-    patch, image, channels = vision.int("patch_size", 14), vision.int("image_size", 224), vision.int("num_channels", 3)
+    h, i = vision.int("hidden_size", 768), vision.int("intermediate_size", 3072)
+    patch, image, channels = vision.int("patch_size", 16), vision.int("image_size", 224), vision.int("num_channels", 3)
     layer = 2 * _layer_norm(h) + 4 * _linear(h, h, True) + _linear(i, h, True) + _linear(h, i, True)
-    tower = (channels * patch * patch * h + h + (image // patch) ** 2 * h + vision.int("num_hidden_layers", 27) * layer
+    tower = (channels * patch * patch * h + h + (image // patch) ** 2 * h + vision.int("num_hidden_layers", 12) * layer
              + _layer_norm(h))
     if vision.flag("vision_use_head", True):  # probe, a biased multi-head attention, a norm and an MLP
         tower += h + 3 * h * h + 3 * h + _linear(h, h, True) + _layer_norm(h) + _linear(i, h, True) + _linear(h, i, True)
@@ -46,10 +47,50 @@ def llama4_vision(vision: ConfigReader, text_hidden: int) -> int:
     """Llama 4's tower: a class token, learned positions and an unbiased patch projection, layer-normed layers with
     biased attention and a GELU MLP, the pixel-shuffle adapter's two unbiased linear layers; then the projector
     into the decoder's width."""
-    h, i = vision.int("hidden_size", 1408), vision.int("intermediate_size", 5632)
-    patch, image, channels = vision.int("patch_size", 14), vision.int("image_size", 336), vision.int("num_channels", 3)
+    h, i = vision.int("hidden_size", 768), vision.int("intermediate_size", 5632)
+    patch, image, channels = vision.int("patch_size", 14), vision.int("image_size", 448), vision.int("num_channels", 3)
     projector_in, projector_out = vision.int("projector_input_dim", 4096), vision.int("projector_output_dim", 4096)
     layer = 2 * _layer_norm(h) + 4 * _linear(h, h, True) + _linear(i, h, True) + _linear(h, i, True)
     tower = (h + ((image // patch) ** 2 + 1) * h + channels * patch * patch * h + 2 * _layer_norm(h)
              + vision.int("num_hidden_layers", 34) * layer + i * projector_in + projector_out * projector_out)
-    return tower + vision.int("vision_output_dim", 4096) * text_hidden
+    return tower + vision.int("vision_output_dim", 7680) * text_hidden
+
+
+def qwen3_vl(vision: ConfigReader) -> int:
+    """Qwen3-VL's tower (and Qwen3.5's): a biased 3-D patch convolution over temporal_patch_size frames, learned
+    positions, layer-normed blocks with a biased fused QKV, a biased output projection and a biased GELU MLP; then
+    the patch merger into the decoder's width (out_hidden_size: a layer norm, merge x merge patches through two
+    biased linear layers), and one more merger, normed after the merge, for each deepstack layer it feeds."""
+    h, i = vision.int("hidden_size", 1152), vision.int("intermediate_size", 4304)
+    patch, frames = vision.int("patch_size", 16), vision.int("temporal_patch_size", 2)
+    merged = h * vision.int("spatial_merge_size", 2) ** 2
+    out = vision.int("out_hidden_size", 3584)
+    layer = 2 * _layer_norm(h) + _linear(3 * h, h, True) + _linear(h, h, True) + _linear(i, h, True) + _linear(h, i, True)
+    tower = (vision.int("in_channels", 3) * frames * patch * patch * h + h
+             + vision.int("num_position_embeddings", 2304) * h + vision.int("depth", 27) * layer)
+    deepstack = vision.config.get("deepstack_visual_indexes", (8, 16, 24))
+    mergers = _linear(merged, merged, True) + _linear(out, merged, True)
+    return (tower + _layer_norm(h) + mergers
+            + (len(deepstack) if isinstance(deepstack, (list, tuple)) else 0) * (_layer_norm(merged) + mergers))
+
+
+def moonvit(vision: ConfigReader, text_hidden: int, projection_norm: int) -> int:
+    """Kimi K2.5's MoonViT tower: a biased patch convolution, a learned pos_emb_height x pos_emb_width position grid,
+    layer-normed blocks with biased q, k, v and output projections and a biased GELU MLP, a final layer norm; then
+    the projector: a layer norm over `projection_norm`, the merge_kernel_size patches through two biased linear
+    layers into the decoder's width. Moonshot's own checkpoints name the sizes vt_* and init_pos_emb_*; transformers'
+    names are read first."""
+
+    def size(key: str, theirs: str, default: int) -> int:
+        return vision.int(key if key in vision.config or theirs not in vision.config else theirs, default)
+
+    h, i = size("hidden_size", "vt_hidden_size", 1152), size("intermediate_size", "vt_intermediate_size", 4304)
+    patch = vision.int("patch_size", 14)
+    grid = size("pos_emb_height", "init_pos_emb_height", 64) * size("pos_emb_width", "init_pos_emb_width", 64)
+    merge = vision.config.get("merge_kernel_size", (2, 2))
+    merged = h * (merge[0] * merge[1] if isinstance(merge, (list, tuple)) and len(merge) == 2
+                  and all(isinstance(k, int) and k > 0 for k in merge) else 4)
+    layer = 2 * _layer_norm(h) + 4 * _linear(h, h, True) + _linear(i, h, True) + _linear(h, i, True)
+    tower = 3 * patch * patch * h + h + grid * h + size("num_hidden_layers", "vt_num_hidden_layers", 27) * layer
+    projector = _layer_norm(projection_norm) + _linear(merged, merged, True) + _linear(text_hidden, merged, True)
+    return tower + _layer_norm(h) + projector

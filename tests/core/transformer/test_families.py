@@ -7,11 +7,11 @@ import pytest
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.capacity import kv_bytes_per_request, weight_bytes
 from service.core.transformer.families import from_hf_config
-from service.core.transformer.layers import ModelDTypes
+from service.core.transformer.layers import ModelDTypes, Step, layer_rows
 from service.core.transformer.params import model_params
 from service.core.transformer.quantization import checkpoint_dtypes
 from service.persistence.catalog import model_catalog, nominal_device
-from tests.conftest import forward_flop_counts, import_crosscheck
+from tests.conftest import forward_flop_counts, import_crosscheck, transformers_parameters
 
 CATALOG = {entry["id"]: entry["config"] for entry in model_catalog()}
 TINY_TEXT = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -28,9 +28,7 @@ def transformers_count(model_class: str, config_class: str, config: dict) -> int
     fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "quantization_config")}
     with torch.device("meta"):
         model = getattr(transformers, model_class)(getattr(transformers, config_class)(**fields))
-    stored = set(model.state_dict())
-    buffers = sum(b.numel() for name, b in model.named_buffers() if name in stored)
-    return sum(p.numel() for p in model.parameters()) + buffers
+    return transformers_parameters(model)
 
 
 CASES = [
@@ -183,3 +181,64 @@ def test_positions_past_the_dimension_bound_are_read_and_invalid_ones_refused():
     assert from_hf_config({**config, "max_position_embeddings": 2**25}).max_positions == 2**25
     with pytest.raises(ConfigError, match="max_position_embeddings"):
         from_hf_config({**config, "max_position_embeddings": 0})
+
+
+TINY_MINIMAX = {**TINY_TEXT, "model_type": "minimax_m2", "intermediate_size": 32, "num_local_experts": 4,
+                "num_experts_per_tok": 2, "use_qk_norm": True, "rotary_dim": 8, "hidden_act": "silu",
+                "tie_word_embeddings": False}
+
+
+@pytest.mark.crosscheck
+def test_minimax_m2_parameters_equal_transformers_build():
+    # Its router's score-correction bias is a buffer in transformers' module, stored in the checkpoint.
+    assert model_params(from_hf_config(TINY_MINIMAX)).total == transformers_count(
+        "MiniMaxM2ForCausalLM", "MiniMaxM2Config", TINY_MINIMAX)
+
+
+def test_minimax_m2_normalises_all_heads_at_once_and_rotates_rotary_dim():
+    # q_norm's scale spans all 4 heads x 16 = 64 and k_norm's 2 x 16 = 32 (Qwen3's would be one head's, 16 each);
+    # RoPE turns 8 of each head's 16 dimensions.
+    arch = from_hf_config(TINY_MINIMAX)
+    rows = {r.name: r for r in layer_rows(arch, arch.groups[0], Step(1, 1, 1), ModelDTypes())}
+    assert (rows["q_norm"].params, rows["k_norm"].params) == (64, 32)
+    assert arch.rotary_fraction == 0.5
+    assert arch.moe is not None and arch.moe.router_bias
+
+
+def test_qwen3_vl_vision_tower_by_hand():
+    # Qwen3-VL-8B's tower (hidden 1,152, MLP 4,304, 27 blocks, 16-pixel patches over 2 frames, 2,304 positions,
+    # 2 x 2 merge into 4,096, deepstack mergers at 3 layers):
+    # patch convolution 3 x 2 x 16 x 16 x 1,152 + 1,152 = 1,770,624; positions 2,304 x 1,152 = 2,654,208;
+    # a block: 2 layer norms 4,608 + qkv 3 x 1,152^2 + 3,456 + proj 1,152^2 + 1,152 + fc1 4,304 x 1,152 + 4,304
+    # + fc2 1,152 x 4,304 + 1,152 = 15,239,504, x 27 = 411,466,608; the merger: a norm 2,304 + fc1 4,608^2 + 4,608
+    # + fc2 4,096 x 4,608 + 4,096 = 40,119,040; each deepstack merger the same with its norm over 4,608
+    # (9,216): 40,125,952, x 3 = 120,377,856. In all 576,388,336.
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).resolve().parents[2] / "data" / "aiconfigurator_model_configs"
+                         / "Qwen--Qwen3-VL-8B-Instruct.json").read_text())
+    assert from_hf_config(config).vision_params == 576_388_336
+    # Qwen3.5's tower is the same without deepstack mergers.
+    qwen35 = {**config, "model_type": "qwen3_5", "vision_config": {**config["vision_config"], "deepstack_visual_indexes": []}}
+    qwen35["text_config"] = {**config["text_config"], "layer_types": ["linear_attention", "full_attention"] * 18,
+                             "linear_num_value_heads": 8, "linear_num_key_heads": 4, "linear_key_head_dim": 32,
+                             "linear_value_head_dim": 32}
+    assert from_hf_config(qwen35).vision_params == 576_388_336 - 120_377_856
+
+
+@pytest.mark.crosscheck
+def test_mimo_is_qwen2s_decoder():
+    # transformers has no class of its own for MiMo-7B (remote code: Qwen2's model with MTP layers beside it).
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).resolve().parents[2] / "data" / "aiconfigurator_model_configs"
+                         / "XiaomiMiMo--MiMo-7B-Base.json").read_text())
+    tiny = {**config, **TINY_TEXT, "intermediate_size": 96, "max_window_layers": 2}
+    assert model_params(from_hf_config(tiny)).total == transformers_count("Qwen2ForCausalLM", "Qwen2Config", tiny)
+    # MiMo-7B-Base, by hand: a layer holds q 4,096 x 4,096 + 4,096, k and v 1,024 x 4,096 + 1,024 each, o 4,096^2,
+    # the MLP 3 x 4,096 x 11,008 and two norms of 4,096: 177,223,680, x 36 = 6,380,052,480; untied embedding and
+    # head 2 x 151,680 x 4,096; the final norm 4,096. Its MTP layer is not counted.
+    layer = (4_096 * 4_096 + 4_096) + 2 * (1_024 * 4_096 + 1_024) + 4_096 * 4_096 + 3 * 4_096 * 11_008 + 2 * 4_096
+    assert model_params(from_hf_config(config)).total == 36 * layer + 2 * 151_680 * 4_096 + 4_096 == 7_622_619_136

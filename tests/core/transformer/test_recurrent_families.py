@@ -8,7 +8,7 @@ import pytest
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.capacity import kv_bytes_per_request, kv_capacity, recurrent_state_bytes
 from service.core.transformer.families import from_hf_config
-from service.core.transformer.layers import ModelDTypes, Step, recurrent_rows
+from service.core.transformer.layers import ModelDTypes, Step, mlp_rows, recurrent_rows
 from service.core.transformer.params import model_params
 from service.persistence.catalog import nominal_device
 from tests.conftest import forward_flop_counts, import_crosscheck
@@ -222,3 +222,36 @@ def test_gated_attention_layer_flops_equal_flop_counter():
     assert [r.name for r in rows if r.kind == "matmul"] == ["qkv_proj", "o_proj"]
     scores = attention_cost(batch=batch, heads=4, kv_heads=2, head_dim=16, q_len=length, kv_len=length)
     assert matmuls + scores.flops - batch * 4 * length * length * 5 == counted["total"]
+
+
+TINY_NEMOTRON_LATENT = {**TINY_NEMOTRON_H, "moe_latent_size": 24}
+
+
+@pytest.mark.crosscheck
+def test_latent_experts_parameters_equal_transformers_build():
+    # Nemotron-3 Super's latent MoE: the routed experts read and write 24 wide, not 64, between a 64 -> 24 and a
+    # 24 -> 64 projection: each of the 4 experts holds 32 x 24 + 24 x 32 = 1,536 instead of 4,096, and the block
+    # gains 2 x 64 x 24 = 3,072 (one MoE block, the E of M-M*EM).
+    latent = model_params(from_hf_config(TINY_NEMOTRON_LATENT)).total
+    assert latent == transformers_count("NemotronHForCausalLM", "NemotronHConfig", TINY_NEMOTRON_LATENT)
+    assert model_params(from_hf_config(TINY_NEMOTRON_H)).total - latent == 4 * (4_096 - 1_536) - 3_072
+
+
+@pytest.mark.crosscheck
+def test_latent_experts_flops_equal_flop_counter():
+    torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMoE
+
+    fields = {k: v for k, v in TINY_NEMOTRON_LATENT.items() if k != "model_type"}
+    block = NemotronHMoE(transformers.NemotronHConfig(**fields))
+    tokens = 40
+    counted = forward_flop_counts(block, torch.randn(1, tokens, 64))
+    arch = from_hf_config(TINY_NEMOTRON_LATENT)
+    group = next(g for g in arch.groups if g.moe)
+    rows = {r.name: r.cost.flops for r in mlp_rows(arch, group, Step(1, tokens, tokens), ModelDTypes())}
+    # Every matrix product: the router 2 x 40 x 4 x 64, the latent projections 2 x 40 x 24 x 64 each, the experts
+    # 2 x 80 routed rows x (32 x 24 + 24 x 32), the shared MLP 2 x 40 x (48 x 64 + 64 x 48).
+    by_hand = 2 * 40 * 4 * 64 + 2 * (2 * 40 * 24 * 64) + 2 * 80 * 2 * 32 * 24 + 2 * 40 * 2 * 48 * 64
+    matmuls = sum(flops for name, flops in rows.items() if "proj" in name or name == "router")
+    assert counted["total"] == matmuls == by_hand

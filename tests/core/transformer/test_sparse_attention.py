@@ -72,3 +72,46 @@ def test_the_catalog_entry_is_deepseek_v3_with_an_indexer_a_layer():
     assert v32.quantization == v3.quantization and checkpoint_dtypes(v32.quantization).weights == "fp8"
     # A token's cache a layer: (512 latent + 64 rope + 128 index key) x 1 byte in fp8.
     assert kv_bytes_per_token_per_layer(v32, ModelDTypes(kv_cache="fp8")) == 704
+
+
+TINY_GLM5 = {**TINY_V32, "model_type": "glm_moe_dsa", "num_hidden_layers": 6, "indexer_types":
+             ["full", "full", "shared", "full", "shared", "shared"]}
+
+
+@pytest.mark.crosscheck
+def test_glm5_runs_the_indexer_on_its_full_layers_only():
+    # GLM-5.2: a "shared" layer reuses the previous full layer's selection and has no indexer of its own. Three
+    # shared layers of six: three indexers fewer than DeepSeek-V3.2's build of the same dimensions, each
+    # 24 x 4 x 16 + 64 x 16 + 2 x 16 + 64 x 4 = 2,848 parameters.
+    glm = model_params(from_hf_config(TINY_GLM5)).total
+    assert glm == transformers_count("GlmMoeDsaForCausalLM", "GlmMoeDsaConfig", TINY_GLM5)
+    every = model_params(from_hf_config({**TINY_GLM5, "indexer_types": ["full"] * 6})).total
+    assert every - glm == 3 * 2_848
+
+
+def test_glm5_shared_layers_keep_no_index_key_and_score_nothing():
+    arch = from_hf_config(TINY_GLM5)
+    assert [sum(g.count for g in arch.groups if g.indexed is kind) for kind in (True, False)] == [3, 3]
+    shared = next(g for g in arch.groups if not g.indexed)
+    # Every layer caches its latent and rope key, (16 + 8) x 2 bytes; the three full layers their index key too,
+    # 16 x 2: 6 x 48 + 3 x 32 = 384 bytes a token.
+    from service.core.transformer.capacity import kv_bytes_per_request, kv_bytes_per_token
+
+    assert kv_bytes_per_token(arch, ModelDTypes()) == 384
+    assert kv_bytes_per_request(arch, ModelDTypes(), 1000) == 384_000
+    names = {row.name for row in layer_rows(arch, shared, Step(2, 1, 1001), ModelDTypes())}
+    assert "indexer" not in names and "indexer_k_proj" not in names
+    attention = next(r for r in layer_rows(arch, shared, Step(2, 1, 1001), ModelDTypes()) if r.name == "attention")
+    assert attention.attention_params["window"] == 32  # it still attends to the selected 32 keys
+
+
+def test_glm5_indexer_schedule_follows_the_config_class():
+    # Without indexer_types: every index_topk_freq-th layer from index_skip_topk_offset on runs an indexer
+    # (transformers 5.25.0's GlmMoeDsaConfig): freq 4, offset 3 over 10 layers: 0, 1, 2 (before the offset), 6.
+    base = {k: v for k, v in TINY_GLM5.items() if k != "indexer_types"} | {"num_hidden_layers": 10}
+    arch = from_hf_config({**base, "index_topk_freq": 4, "index_skip_topk_offset": 3})
+    assert sum(g.count for g in arch.groups if g.indexed) == 4
+    assert sum(g.count for g in from_hf_config(base).groups if g.indexed) == 10  # the defaults: every layer
+    with pytest.raises(Exception) as refused:
+        from_hf_config({**base, "indexer_types": ["full", "sometimes"]})
+    assert "indexer_types" in str(refused.value)

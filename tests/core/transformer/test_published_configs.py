@@ -1,0 +1,81 @@
+"""Every config.json NVIDIA's AIConfigurator plans for (tests/data/aiconfigurator_model_configs), read as a client
+posting it inline would: each either answered, its parameters those of transformers' own build of the same config
+on the meta device (vision towers included), or refused with the field that stops it named."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.core.transformer.architecture import ConfigError
+from service.core.transformer.families import SUPPORTED_FAMILIES, from_hf_config
+from service.core.transformer.params import model_params
+from tests.conftest import import_crosscheck, transformers_parameters
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "data" / "aiconfigurator_model_configs").glob("*.json"))
+# Read today; a family that lands raises it. Of the 88 shipped configs.
+ANSWERED_AT_LEAST = 73
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def transformers_build(config: dict) -> int | None:
+    """Parameters of transformers' build of the config by its auto classes (a multimodal checkpoint's whole model
+    first), or None where transformers has no class for its model_type."""
+    torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if config.get("model_type") not in CONFIG_MAPPING_NAMES:
+        return None
+    fields = {k: v for k, v in config.items() if k != "quantization_config"}
+    built = transformers.AutoConfig.for_model(**fields)
+    with torch.device("meta"):
+        for auto in (transformers.AutoModelForImageTextToText, transformers.AutoModelForCausalLM):
+            try:
+                return transformers_parameters(auto.from_config(built))
+            except ValueError:  # not a model of that kind
+                continue
+    return None
+
+
+def test_the_published_configs_are_shipped():
+    assert len(CONFIGS) == 88
+
+
+def test_most_published_configs_are_answered():
+    answered = []
+    for path in CONFIGS:
+        try:
+            from_hf_config(_read(path))
+            answered.append(path.stem)
+        except ConfigError:
+            pass
+    assert len(answered) >= ANSWERED_AT_LEAST, f"{len(answered)} answered"
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[path.stem for path in CONFIGS])
+def test_a_refusal_names_what_stops_it(path):
+    config = _read(path)
+    try:
+        from_hf_config(config)
+    except ConfigError as error:
+        assert error.fields and all(field.startswith("model") for field in error.fields)
+        if config.get("model_type") not in SUPPORTED_FAMILIES:
+            assert error.fields == ["model.model_type"] and repr(config["model_type"]) in str(error)
+
+
+@pytest.mark.crosscheck
+@pytest.mark.parametrize("path", CONFIGS, ids=[path.stem for path in CONFIGS])
+def test_parameters_equal_transformers_build(path):
+    config = _read(path)
+    try:
+        ours = model_params(from_hf_config(config)).total
+    except ConfigError:
+        pytest.skip(f"{config.get('model_type')} is not read yet")
+    theirs = transformers_build(config)
+    if theirs is None:
+        pytest.skip(f"transformers has no class for {config.get('model_type')}")
+    assert ours == theirs
