@@ -36,7 +36,9 @@ def test_unusable_config_is_422_naming_the_fields(client):
                            headers=AUTH)
     assert response.status_code == 422
     locs = [f["loc"] for f in response.json()["fields"]]
-    assert "body.config.num_hidden_layers" in locs and "body.config.vocab_size" in locs
+    # What sizes the model has no default; the vocabulary would take LlamaConfig's (docs/concepts.md).
+    assert "body.config.num_hidden_layers" in locs and "body.config.intermediate_size" in locs
+    assert "body.config.vocab_size" not in locs
     inline = client.post("/v1/analyze/model", json={"device_id": "nvidia-h100-sxm", "phase": "decode", "seq_len": 8,
                                                      "model": {"model_type": "gpt_neox"}})
     assert inline.status_code == 422 and inline.json()["fields"][0]["loc"] == "body.model.model_type"

@@ -24,6 +24,7 @@ from service.core.transformer.architecture import (
     SparseIndexer,
     group_layers,
 )
+from service.core.transformer.config_defaults import WithClassDefaults
 from service.core.transformer.config_reader import ConfigReader
 from service.core.transformer.quantization import checkpoint_quantization
 
@@ -518,7 +519,8 @@ def _multimodal(family: Family, config: Mapping[str, Any], prefix: str) -> Archi
                    quantization=checkpoint_quantization(config, prefix) or checkpoint_quantization(text, prefix))
 
 
-def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architecture:
+def _decoder(family: Family, given: Mapping[str, Any], prefix: str) -> Architecture:
+    config = WithClassDefaults(given, family.name)
     r = ConfigReader(config, prefix)
     hidden = r.int("hidden_size")
     layers = family.layer_count(r) if family.layer_count is not None else r.int("num_hidden_layers")
@@ -562,7 +564,7 @@ def _decoder(family: Family, config: Mapping[str, Any], prefix: str) -> Architec
         qk_norm=qk_norm, qk_norm_weights=family.qk_norm_weights, qk_norm_per_head=family.qk_norm_per_head,
         latent=latent, moe=moe,
         groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes, mixers, mlps, indexed),
-        attention_sinks=family.attention_sinks, defaults_applied=tuple(r.defaults),
+        attention_sinks=family.attention_sinks, defaults_applied=tuple(config.notes() + r.defaults),
         max_positions=max_positions, recurrent=recurrent,
         attention_output_gate=family.attention_output_gate, rotary_fraction=rotary_fraction(config, head_dim),
         sparse_index=sparse_index,

@@ -242,3 +242,35 @@ def test_mimo_is_qwen2s_decoder():
     # head 2 x 151,680 x 4,096; the final norm 4,096. Its MTP layer is not counted.
     layer = (4_096 * 4_096 + 4_096) + 2 * (1_024 * 4_096 + 1_024) + 4_096 * 4_096 + 3 * 4_096 * 11_008 + 2 * 4_096
     assert model_params(from_hf_config(config)).total == 36 * layer + 2 * 151_680 * 4_096 + 4_096 == 7_622_619_136
+
+
+# google/gemma-3-27b-it's config.json (huggingface.co/google/gemma-3-27b-it): its text_config leaves the vocabulary,
+# the activation, the RoPE base and more to Gemma3TextConfig's defaults.
+GEMMA3_27B_IT = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+                    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16,
+                    "query_pre_attn_scalar": 168, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": False},
+}
+
+
+def test_a_config_that_leaves_keys_to_its_class_reads_as_transformers_reads_it():
+    arch = from_hf_config(GEMMA3_27B_IT)
+    assert (arch.vocab, arch.activation, arch.tied_embeddings) == (262_208, "gelu", True)
+    assert "vocab_size = 262208 (transformers 5.25.0's Gemma3TextConfig default)" in arch.defaults_applied
+    assert any(note.startswith("hidden_activation = 'gelu_pytorch_tanh'") for note in arch.defaults_applied)
+
+
+@pytest.mark.crosscheck
+def test_gemma3_27b_it_parameters_equal_transformers_build():
+    # Google's card: 27B; transformers' build of the same config counts the SigLIP tower and projector too.
+    ours = model_params(from_hf_config(GEMMA3_27B_IT)).total
+    assert ours == transformers_count("Gemma3ForConditionalGeneration", "Gemma3Config", GEMMA3_27B_IT)
+    assert round(ours / 1e9) == 27

@@ -90,9 +90,11 @@ def test_gemma2_alternates_sliding_window_and_phi3_windows_every_layer():
 def test_uninterpretable_configs_name_their_fields():
     from service.core.transformer.architecture import ConfigError
 
+    # The keys that size the model have no default (a config without them describes no model in particular); the
+    # vocabulary takes LlamaConfig's (32,000), as transformers would.
     with pytest.raises(ConfigError) as error:
         from_hf_config({"model_type": "llama", "hidden_size": 4096})
-    assert "model.num_hidden_layers" in error.value.fields and "model.vocab_size" in error.value.fields
+    assert error.value.fields == ["model.num_hidden_layers", "model.num_attention_heads", "model.intermediate_size"]
     with pytest.raises(ConfigError) as error:
         from_hf_config({"model_type": "bert"})
     assert error.value.fields == ["model.model_type"]
