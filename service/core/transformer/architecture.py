@@ -56,6 +56,9 @@ class Quantization:
     source: str
     experts_only: bool = False
     activations: str | None = None  # W8A8 schemes compute in the weights' type
+    # Module classes its ignore lists leave in 16 bits (layers.KEPT_MODULES), and whole layers they leave so.
+    kept: tuple[str, ...] = ()
+    kept_layers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

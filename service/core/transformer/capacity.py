@@ -17,8 +17,8 @@ from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.memo import by_identity
 from service.core.transformer.architecture import Architecture, LayerGroup
-from service.core.transformer.layers import ModelDTypes
-from service.core.transformer.params import model_params
+from service.core.transformer.layers import KEPT_MODULES, ModelDTypes
+from service.core.transformer.params import layer_params, model_params
 
 MAX_CONTEXT = 2**40
 
@@ -80,17 +80,41 @@ def routed_expert_bytes(arch: Architecture, dtypes: ModelDTypes) -> float:
 
 @by_identity(objects=1)
 def weight_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
-    """All parameters (every expert) in the weights' type, the routed experts in theirs where they differ; the
-    embedding table and a vision tower in the activations' type (a tied head is that table); an untied LM head in
-    its own type (ModelDTypes.head_dtype), as the analysis reads it."""
+    """All parameters (every expert) as the checkpoint stores them: the routed experts in their type, the other
+    quantised linear layers in the weights', the modules a quantised checkpoint keeps in 16 bits (its attention,
+    shared experts or dense MLPs where its lists say: ModelDTypes.kept) and what every engine keeps so (the
+    embedding table, norms, routers, a vision tower) in 16 bits; an untied LM head in its own type
+    (ModelDTypes.head_dtype), as the analysis reads it."""
     params = model_params(arch)
     s_w = dtypes.weight_bytes_per_element() or bytes_per_element(dtypes.weights)
+    s_16 = bytes_per_element(dtypes.unquantised)
     head = dtypes.head(arch.tied_embeddings)
     s_head = head.weight_bytes_per_element() or bytes_per_element(head.weights)
-    s_act = bytes_per_element(dtypes.activations)
-    other = params.total - params.embedding - params.lm_head - params.vision - params.routed_experts
-    return ((other * s_w + routed_expert_bytes(arch, dtypes) + (params.embedding + params.vision) * s_act
-             + params.lm_head * s_head) / tensor_parallel + replicated_kv_params(arch, tensor_parallel) * s_w)
+    classes = module_params(arch)
+
+    def stored(name: str) -> float:
+        return s_16 if name in dtypes.kept else s_w
+
+    linear = sum(count * stored(name) for name, count in classes.items() if name in KEPT_MODULES)
+    always_16 = params.embedding + params.vision + params.final_norm + classes["norms"] + classes["routers"]
+    return ((linear + always_16 * s_16 + routed_expert_bytes(arch, dtypes) + params.lm_head * s_head) / tensor_parallel
+            + replicated_kv_params(arch, tensor_parallel) * stored("attention"))
+
+
+def module_params(arch: Architecture) -> dict[str, int]:
+    """The decoder's parameters beside its routed experts, by the module classes a checkpoint stores apart: its
+    token mixers (attention, or a recurrent layer's), dense MLPs, shared experts (with a latent MoE's projections),
+    routers and norms."""
+    out = dict.fromkeys(("attention", "dense_mlp", "shared_experts", "routers", "norms"), 0)
+    moe = arch.moe
+    for group in arch.groups:
+        layer = layer_params(arch, group)
+        router = moe.experts * arch.hidden + (moe.experts if moe.router_bias else 0) if group.moe and moe else 0
+        out["attention"] += group.count * layer.attention
+        out["norms"] += group.count * layer.norms
+        out["routers"] += group.count * router
+        out["shared_experts" if group.moe else "dense_mlp"] += group.count * (layer.mlp_total - layer.routed - router)
+    return out
 
 
 def replicated_kv_params(arch: Architecture, tensor_parallel: int) -> float:

@@ -20,13 +20,14 @@ from service.core.transformer.architecture import (
     ConfigError,
     LatentAttention,
     MoE,
+    Quantization,
     RecurrentMixer,
     SparseIndexer,
     group_layers,
 )
 from service.core.transformer.config_defaults import WithClassDefaults
 from service.core.transformer.config_reader import ConfigReader
-from service.core.transformer.quantization import checkpoint_quantization
+from service.core.transformer.quantization import checkpoint_quantization, with_dense_layers
 
 Biases = tuple[bool, bool, bool]  # q/k/v projections, output projection, MLP
 Windows = list[int | None]  # per layer: its sliding window, or None for full attention
@@ -500,7 +501,12 @@ def from_hf_config(config: Mapping[str, Any], prefix: str = "model") -> Architec
         return _multimodal(family, config, prefix)
     arch = _decoder(family, config, prefix)
     quantization = checkpoint_quantization(config, prefix)
-    return replace(arch, quantization=quantization) if quantization else arch
+    return replace(arch, quantization=_with_layers(quantization, arch)) if quantization else arch
+
+
+def _with_layers(quantization: Quantization, arch: Architecture) -> Quantization:
+    dense = sum(g.count for g in arch.groups if g.has_mlp and not g.moe) if arch.moe is not None else 0
+    return with_dense_layers(quantization, dense)
 
 
 def _multimodal(family: Family, config: Mapping[str, Any], prefix: str) -> Architecture:
@@ -515,8 +521,9 @@ def _multimodal(family: Family, config: Mapping[str, Any], prefix: str) -> Archi
     tied = config.get("tie_word_embeddings", True if family.tied_by_default else None)
     decoder = _decoder(FAMILIES[family.text], {**text, **({"tie_word_embeddings": tied} if isinstance(tied, bool) else {})},
                        f"{prefix}.text_config")
+    quantization = checkpoint_quantization(config, prefix) or checkpoint_quantization(text, prefix)
     return replace(decoder, family=family.name, vision_params=family.vision(config, prefix, decoder.hidden),
-                   quantization=checkpoint_quantization(config, prefix) or checkpoint_quantization(text, prefix))
+                   quantization=_with_layers(quantization, decoder) if quantization else None)
 
 
 def _decoder(family: Family, given: Mapping[str, Any], prefix: str) -> Architecture:

@@ -40,6 +40,9 @@ from service.core.transformer.architecture import (
     SparseIndexer,
 )
 
+# The module classes a quantised checkpoint may leave in 16 bits (its quantisation_config's ignore lists).
+KEPT_MODULES = ("attention", "shared_experts", "dense_mlp")
+
 
 # Tuples, not frozen dataclasses: every cached cost model is keyed by the dtypes (a tuple hashes in C) and a
 # step is built per analysis.
@@ -54,6 +57,26 @@ class ModelDTypes(NamedTuple):
     experts: str | None = None
     experts_group_size: int | None = None
     experts_scale_bytes: float = 2.0
+    # Modules a quantised checkpoint leaves in 16 bits beside those every engine keeps so (embedding, LM head,
+    # router, norms): KEPT_MODULES, read from its quantisation_config's lists (quantization.py).
+    kept: frozenset[str] = frozenset()
+
+    @property
+    def unquantised(self) -> str:
+        """The 16-bit type the unquantised weights are stored in: the activations' where they are 16 bits or more,
+        else bf16 (a W8A8 checkpoint keeps its embedding, head and router in bf16)."""
+        return self.activations if bytes_per_element(self.activations) >= 2 else "bf16"
+
+    def in_16_bits(self) -> ModelDTypes:
+        """These dtypes as an unquantised module's matmuls see them: weights and activations in 16 bits."""
+        if self.weights == self.activations == self.unquantised and not self.weight_group_size:
+            return self
+        return self._replace(weights=self.unquantised, activations=self.unquantised, weight_group_size=None)
+
+    def module(self, name: str) -> ModelDTypes:
+        """These dtypes as the matmuls of one module class (KEPT_MODULES) see them: in 16 bits where the
+        checkpoint keeps that module unquantised."""
+        return self.in_16_bits() if name in self.kept else self
 
     def weight_bytes_per_element(self) -> float | None:
         if not self.weight_group_size:
@@ -68,21 +91,24 @@ class ModelDTypes(NamedTuple):
                              weight_scale_bytes=self.experts_scale_bytes)
 
     def quantised(self) -> bool:
-        return bytes_per_element(self.weights) < min(2, bytes_per_element(self.activations))
+        """Whether the weights are stored below 16 bits."""
+        return bytes_per_element(self.weights) < 2
 
     def head_dtype(self, tied: bool) -> str:
-        """The LM head's type. A tied head is the embedding table, kept in the activations' type; an untied one
-        of a quantised checkpoint (W4A16, W8A8, fp8) stays in the activations' type too, as published
-        checkpoints keep lm_head in 16 bits; `lm_head` says otherwise."""
+        """The LM head's type. A tied head is the embedding table, kept in 16 bits; an untied one of a quantised
+        checkpoint (W4A16, W8A8, fp8, NVFP4) stays in 16 bits too, as published checkpoints keep lm_head and as
+        vLLM and SGLang load it (DeepSeek-V3's fp8 checkpoint stores it in bf16); `lm_head` says otherwise."""
         if self.lm_head:
             return self.lm_head
-        return self.activations if tied or self.quantised() else self.weights
+        return self.unquantised if tied or self.quantised() else self.weights
 
     def head(self, tied: bool) -> ModelDTypes:
         """These dtypes as the LM head's matmul sees them: its own type, no group scales unless it is the weights'."""
         dtype = self.head_dtype(tied)
         if dtype == self.weights and not tied:
             return self
+        if bytes_per_element(dtype) >= 2:  # a 16-bit head runs a 16-bit matmul
+            return self._replace(weights=dtype, activations=self.unquantised, weight_group_size=None)
         return self._replace(weights=dtype, weight_group_size=None)
 
 
@@ -337,6 +363,7 @@ def _scan(mixer: RecurrentMixer, batch: int, q_len: int, heads: int, key_heads: 
 def mixer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
     """The layer's token mixer: attention, a recurrent scan, both side by side (their outputs added), or nothing (an
     MLP-only block)."""
+    dtypes = dtypes.module("attention")
     rows = attention_rows(arch, group, step, dtypes) if group.attends else []
     if group.recurs:
         if arch.recurrent is None:
@@ -489,7 +516,7 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, sha
     r_h = moe.routed_width(h)
     expert_up, expert_down = linear_params(gate_up, r_h, arch.mlp_bias), linear_params(r_h, width, arch.mlp_bias)
     rows = [
-        Row("router", "matmul", 1, linear_cost(tokens, moe.experts, h, dtypes, weight_dtype=act),
+        Row("router", "matmul", 1, linear_cost(tokens, moe.experts, h, dtypes.in_16_bits()),
             params=moe.experts * h + (moe.experts if moe.router_bias else 0)),
         Row("router_softmax", "softmax", 1, softmax_cost(shape=[tokens, moe.experts], dtype=act)),
     ]
@@ -515,7 +542,8 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, sha
         rows.append(Row("latent_up_proj", "matmul", 1, linear_cost(tokens, h, r_h, dtypes, arch.mlp_bias),
                         params=linear_params(h, r_h, arch.mlp_bias)))
     if moe.shared_experts:
-        rows += _mlp_rows("shared_", arch, tokens, _split(moe.shared_intermediate, tp, "shared expert width"), dtypes)
+        rows += _mlp_rows("shared_", arch, tokens, _split(moe.shared_intermediate, tp, "shared expert width"),
+                          dtypes.module("shared_experts"))
     if moe.shared_expert_gate:  # sigmoid(x . w) scales the shared expert's output
         rows += [Row("shared_expert_gate", "matmul", 1, linear_cost(tokens, 1, h, dtypes), params=h),
                  Row("shared_expert_scale", "elementwise", 1, _elementwise("sigmoid_mul", (tokens, h), act, 2, 5))]
@@ -532,7 +560,8 @@ def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTy
         if arch.moe is None:
             raise CostModelError("model", "a MoE layer in a model without experts")
         return _moe_rows(arch, arch.moe, step, dtypes, shard)
-    return _mlp_rows("", arch, step.tokens, _split(arch.intermediate, step.tensor_parallel, "intermediate_size"), dtypes)
+    return _mlp_rows("", arch, step.tokens, _split(arch.intermediate, step.tensor_parallel, "intermediate_size"),
+                     dtypes.module("dense_mlp"))
 
 
 def mlp_block(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
@@ -573,7 +602,7 @@ def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tup
     """The embedding before the layers; the final norm and LM head after them. The LM head runs on the
     last token of each sequence only (what serving engines compute), split over the vocabulary under TP."""
     vocab = _split(arch.vocab, step.tensor_parallel, "vocab_size") if step.tensor_parallel > 1 else arch.vocab
-    embed = _embedding(step.tokens, arch.hidden, arch.vocab, dtypes.activations)
+    embed = _embedding(step.tokens, arch.hidden, arch.vocab, dtypes.unquantised)
     head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.stream_tokens, arch.hidden], dtypes),
                 params=norm_weights(arch)),
             # A tied head is the embedding's table: the embedding row owns it.

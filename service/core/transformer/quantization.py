@@ -11,11 +11,20 @@ Schemes read (bytes per weight = bits / 8 + scale bytes / group):
   (W4A16, W8A8);
 - `awq`, `gptq`: int4 (or `bits`) weights in groups of group_size, an fp16 scale and a 4-bit zero point per group.
 Anything else is left to the request's dtypes.
+
+What stays in 16 bits, as vLLM and SGLang load a checkpoint: the embedding table, the LM head, the routers and the
+norms always (DeepSeek-V3's fp8 checkpoint stores its head and gates in bf16 without listing them); and the module
+classes the scheme's lists name (`ignore`, `modules_to_not_convert`, `exclude_modules`, `ignored_layers`): the
+attention or linear-attention projections (NVIDIA's NVFP4 checkpoints), the shared experts, the dense MLPs (Kimi
+K2.5's int4 checkpoint quantises its routed experts only), or whole layers (GLM-5's NVFP4 keeps its three dense
+layers). A list naming only some layers' attention counts as all of it (NVFP4 checkpoints list every layer).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from service.core.transformer.architecture import Quantization
@@ -82,10 +91,51 @@ def _int_groups(q: Mapping[str, Any], method: str) -> Quantization | None:
                                                      f"{size}, an fp16 scale and a {bits}-bit zero point per group")
 
 
+LISTS = ("ignore", "modules_to_not_convert", "exclude_modules", "ignored_layers")
+_CLASSES = (("attention", re.compile(r"self_attn|linear_attn|(^|[.*])attn([.*]|$)")),
+            ("shared_experts", re.compile(r"shared_expert")),
+            ("dense_mlp", re.compile(r"mlp\\?\.\(?(gate_up|gate|up|down)(_proj|\|)")))
+# A decoder layer left whole (not a multi-token-prediction layer's: mtp.layers.N).
+_WHOLE_LAYER = re.compile(r"(^|\.)model\.layers\.(\d+)(\*|\.\*)$")
+# Names of parts every engine keeps in 16 bits anyway, or too small to matter: they say nothing of their module.
+_SMALL_PARTS = re.compile(r"norm|bias|indexer")
+
+
+def _kept(q: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The module classes (layers.KEPT_MODULES) and whole layers a scheme's lists leave unquantised."""
+    names = [str(name) for key in LISTS if isinstance(q.get(key), list) for name in q[key]
+             if not _SMALL_PARTS.search(str(name))]
+    kept = tuple(cls for cls, pattern in _CLASSES
+                 if any(pattern.search(name) and (cls != "dense_mlp" or "expert" not in name) for name in names))
+    layers = tuple(sorted({int(match.group(2)) for name in names if (match := _WHOLE_LAYER.search(name))}))
+    return kept, layers
+
+
 def checkpoint_quantization(config: Mapping[str, Any], prefix: str = "model") -> Quantization | None:
     q = config.get("quantization_config")
     if not isinstance(q, Mapping):
         return None
+    scheme = _scheme(q)
+    if scheme is None or scheme.experts_only:
+        return scheme
+    kept, layers = _kept(q)
+    if not (kept or layers):
+        return scheme
+    return replace(scheme, kept=kept, kept_layers=layers,
+                   source=scheme.source + (f"; left in 16 bits by its lists: {', '.join(kept)}" if kept else ""))
+
+
+def with_dense_layers(quantization: Quantization, dense_layers: int) -> Quantization:
+    """A checkpoint whose lists keep every one of the model's first `dense_layers` layers whole (the dense layers
+    of DeepSeek's and GLM's layouts) keeps its dense MLPs, and their attention, in 16 bits."""
+    if not dense_layers or not set(range(dense_layers)) <= set(quantization.kept_layers) \
+            or "dense_mlp" in quantization.kept:
+        return quantization
+    return replace(quantization, kept=(*quantization.kept, "dense_mlp"),
+                   source=quantization.source + f"; its {dense_layers} dense layers left whole in 16 bits")
+
+
+def _scheme(q: Mapping[str, Any]) -> Quantization | None:
     method = q.get("quant_method")
     if method == "fp8":
         return _fp8(q)
@@ -108,4 +158,4 @@ def checkpoint_dtypes(quantization: Quantization) -> ModelDTypes:
         return ModelDTypes(weights=activations, activations=activations, experts=quantization.weights,
                            experts_group_size=quantization.group_size, experts_scale_bytes=quantization.scale_bytes)
     return ModelDTypes(weights=quantization.weights, activations=activations, weight_group_size=quantization.group_size,
-                       weight_scale_bytes=quantization.scale_bytes)
+                       weight_scale_bytes=quantization.scale_bytes, kept=frozenset(quantization.kept))

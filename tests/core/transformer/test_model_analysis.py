@@ -156,13 +156,16 @@ def test_int4_weights_carry_group_scales():
     # 0.5 bytes + 2 bytes of scale per 128 elements = 0.515625 bytes per weight.
     assert int4.weight_bytes_per_element() == 0.515625
     llama = arch("llama-3.1-8b")
-    # The embedding table (128,256 x 4,096 = 525,336,576) and the untied LM head (the same size) stay in bf16,
-    # as W4A16 checkpoints ship them; the other 8,030,261,248 - 2 x 525,336,576 parameters are int4 with scales.
-    quantised = 8_030_261_248 - 2 * 525_336_576
-    assert weight_bytes(llama, int4) == pytest.approx(quantised * 0.515625 + 2 * 525_336_576 * 2)
+    # The embedding table (128,256 x 4,096 = 525,336,576), the untied LM head (the same size) and the norms
+    # (32 x 2 x 4,096 + 4,096 = 266,240) stay in bf16, as W4A16 checkpoints ship them; the other
+    # 8,030,261,248 - 2 x 525,336,576 - 266,240 parameters are int4 with scales.
+    norms = 32 * 2 * 4_096 + 4_096
+    quantised = 8_030_261_248 - 2 * 525_336_576 - norms
+    assert weight_bytes(llama, int4) == pytest.approx(quantised * 0.515625 + (2 * 525_336_576 + norms) * 2)
     # Said otherwise: an int4 LM head (with its group scales) on request.
     int4_head = ModelDTypes(weights="int4", weight_group_size=128, lm_head="int4")
-    assert weight_bytes(llama, int4_head) == pytest.approx((quantised + 525_336_576) * 0.515625 + 525_336_576 * 2)
+    assert weight_bytes(llama, int4_head) == pytest.approx((quantised + 525_336_576) * 0.515625
+                                                            + (525_336_576 + norms) * 2)
 
 
 def test_quantised_checkpoints_read_a_16_bit_lm_head_in_the_analysis_as_in_the_capacity():
