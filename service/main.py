@@ -149,7 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes,
                        body_timeout_s=settings.body_timeout_s, deadline_s=settings.request_deadline_s,
                        cpu_s=settings.request_cpu_s, bulk_bytes=settings.max_bulk_body_bytes,
-                       writer_tokens=app.state.writer_tokens)
+                       writer_tokens=app.state.writer_tokens, model_bytes=settings.max_model_body_bytes)
     app.add_middleware(ObservabilityMiddleware, access_log_sample=settings.access_log_sample)
     # Outermost: what a request cancelled by the end of a graceful shutdown is answered.
     app.add_middleware(ShutdownAnswerMiddleware)

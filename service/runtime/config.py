@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Large enough for a 4,096-point sweep or a 64-operator fusion graph, small enough to stay harmless.
     max_body_bytes: int = 1_048_576
+    # The requests that carry a model's config (analyses, plans, charts, POST /v1/models): a published config.json
+    # with its quantisation lists reaches 3 MB (MiniMax-M3 NVFP4 lists each of its unquantised modules); 8 MiB
+    # holds it with room, and reading one costs about 0.1 s (bench/large_configs.py).
+    max_model_body_bytes: int = Field(8 * 1_048_576, ge=1024, le=64 * 1_048_576)
     # The bulk writes' bodies (kernel timings, JSON or CSV; serving runs), a writer's only: 10,000 timings as JSON
     # are about 1.6 MB, past the limit above.
     max_bulk_body_bytes: int = Field(16 * 1_048_576, ge=1024, le=1 << 30)

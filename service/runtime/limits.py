@@ -41,6 +41,10 @@ WATCHED_PREFIXES = ("/v1/plan/", "/v1/plot/", "/v1/analyze/batch", "/v1/analyze/
 
 # The bulk writes, whose bodies may reach ROOFLINE_MAX_BULK_BODY_BYTES for a writer.
 BULK_WRITES = re.compile(r"^/v1/(devices/[^/]+/kernel-timings(/csv)?|serving-runs)$")
+# The requests that may carry a model's config, whose bodies may reach ROOFLINE_MAX_MODEL_BODY_BYTES for anyone (a
+# batch's pieces are held to the general limit: each piece is one worker's work; an operator carries no model).
+MODEL_BODIES = re.compile(r"^/v1/(analyze/(model|serving|training|kv-capacity|compare|sweep)|plan/[a-z-]+"
+                          r"|plot/(model-roofline|step-breakdown|sweep|serving-plan)|models)$")
 
 
 class BodySizeLimitMiddleware:
@@ -50,9 +54,11 @@ class BodySizeLimitMiddleware:
     may compute for long, watches for its client leaving."""
 
     def __init__(self, app, max_bytes: int, body_timeout_s: float = 10.0, deadline_s: float = 30.0,
-                 cpu_s: float | None = None, bulk_bytes: int | None = None, writer_tokens: dict[bytes, str] | None = None):
+                 cpu_s: float | None = None, bulk_bytes: int | None = None, writer_tokens: dict[bytes, str] | None = None,
+                 model_bytes: int | None = None):
         self.app = app
         self.max_bytes = max_bytes
+        self.model_bytes = model_bytes or max_bytes
         # A writer's bulk writes may be larger (BULK_WRITES); anyone else's are held to max_bytes before their 401.
         self.bulk_bytes, self.writer_tokens = bulk_bytes or max_bytes, writer_tokens or {}
         self.body_timeout_s = body_timeout_s
@@ -115,7 +121,11 @@ class BodySizeLimitMiddleware:
             watcher.cancel()
 
     def _limit(self, scope) -> int:
-        if scope["method"] != "POST" or not BULK_WRITES.match(scope["path"]) or self.bulk_bytes == self.max_bytes:
+        if scope["method"] != "POST":
+            return self.max_bytes
+        if MODEL_BODIES.match(scope["path"]):
+            return self.model_bytes
+        if not BULK_WRITES.match(scope["path"]) or self.bulk_bytes == self.max_bytes:
             return self.max_bytes
         return self.bulk_bytes if scope_writer(self.writer_tokens, scope) is not None else self.max_bytes
 
@@ -164,7 +174,9 @@ class BodySizeLimitMiddleware:
 
     async def _refuse(self, send, limit: int):
         await send_error(send, 413, "payload_too_large", f"request bodies are limited to {limit} bytes"
-                         + (f" ({self.bulk_bytes} for a writer's bulk write)" if limit != self.bulk_bytes else ""))
+                         + (f" ({self.bulk_bytes} for a writer's bulk write)" if limit != self.bulk_bytes else "")
+                         + (f" ({self.model_bytes} for a request that carries a model's config)"
+                            if limit not in (self.model_bytes, self.bulk_bytes) else ""))
 
 
 async def send_json(send, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:

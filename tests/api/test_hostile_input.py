@@ -133,3 +133,40 @@ def test_fusion_groups_are_bounded(client):
     repeated = client.post("/v1/analyze/fusion", json={**graph, "groups": [["a"] * 64]})
     assert repeated.status_code == 422
     assert repeated.json()["fields"] == [{"loc": "body.groups", "msg": "operator(s) a appear more than once in the groups"}]
+
+
+def test_a_published_config_with_long_quantisation_lists_is_read(client):
+    # NVIDIA's Qwen3.5-397B NVFP4 config with its ignore list grown past 2 MB (as MiniMax-M3 NVFP4's 3 MB one is): a
+    # request carrying a model's config may reach ROOFLINE_MAX_MODEL_BODY_BYTES (8 MiB), others stay at 1 MiB.
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).resolve().parents[1] / "data" / "aiconfigurator_model_configs"
+                         / "nvidia--Qwen3.5-397B-A17B-NVFP4.json").read_text())
+    q = config["quantization_config"]
+    names = q["ignore"] + [f"model.language_model.layers.{i // 512}.mlp.experts.{i % 512}.down_proj.input_quantizer"
+                           for i in range(30_000)]
+    body = {"device_id": "nvidia-b200", "phase": "decode", "seq_len": 1024, "tensor_parallel": 8,
+            "model": {**config, "quantization_config": {**q, "ignore": names}}}
+    assert len(json.dumps(body)) > 2 * 1_048_576
+    answer = client.post("/v1/analyze/model", json=body)
+    assert answer.status_code == 200, answer.text[:300]
+    assert "left in 16 bits by its lists: attention, shared_experts" in json.dumps(answer.json()["assumptions"])
+    too_large = {**body, "model": {**body["model"], "padding": "x" * (8 * 1_048_576)}}
+    refused = client.post("/v1/analyze/model", json=too_large)
+    assert refused.status_code == 413 and "8388608" in refused.json()["detail"]
+    operator = client.post("/v1/analyze/operator", json={"device_id": "nvidia-b200", "padding": "x" * 2_000_000,
+                                                        "operator": {"kind": "matmul", "m": 8, "n": 8, "k": 8}})
+    assert operator.status_code == 413 and "1048576" in operator.json()["detail"]
+
+
+def test_the_proxy_lets_the_same_requests_carry_large_configs():
+    # docker-compose.scale-out.yml's nginx must raise its limit on exactly the paths the service does.
+    from pathlib import Path
+
+    from service.runtime.limits import MODEL_BODIES
+
+    compose = (Path(__file__).resolve().parents[2] / "docker-compose.scale-out.yml").read_text()
+    locations = [line.split("location ~ ", 1)[1].rsplit(" {", 1)[0].replace("$$", "$")
+                 for line in compose.splitlines() if "location ~ " in line]
+    assert MODEL_BODIES.pattern in locations
