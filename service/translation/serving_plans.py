@@ -42,7 +42,7 @@ def tensor_parallel_sizes(arch: Architecture, total_devices: int) -> list[int]:
     """Sizes that split the attention heads evenly and the KV heads evenly, or replicate them over a whole number
     of devices each (a size above the KV heads, as vLLM and SGLang run it)."""
     return [t for t in range(1, total_devices + 1)
-            if arch.heads % t == 0 and (arch.kv_heads % t == 0 or t % arch.kv_heads == 0)]
+            if arch.heads % t == 0 and all(kv % t == 0 or t % kv == 0 for kv in arch.kv_head_counts())]
 
 
 def _replica(request: ServingPlanRequest, arch: Architecture, device, evaluator, dtypes, workload: serving.Workload,

@@ -288,9 +288,10 @@ def _check(arch: Architecture, evaluator: Evaluator, setup: TrainingSetup) -> No
     if not par.reshard_after_forward and par.zero_stage != 3:
         raise CostModelError("reshard_after_forward", "only ZeRO 3 reshards parameters: keeping them after the "
                                                       "forward needs zero_stage 3")
-    if arch.latent is None and arch.kv_heads % par.tensor:
+    uneven = [kv for kv in sorted(arch.kv_head_counts()) if kv % par.tensor]
+    if arch.latent is None and uneven:
         # Serving engines replicate K/V heads over a larger group; Megatron-LM divides its query groups evenly.
-        raise CostModelError("tensor_parallel", f"num_key_value_heads ({arch.kv_heads}) is not divisible by "
+        raise CostModelError("tensor_parallel", f"num_key_value_heads ({uneven[0]}) is not divisible by "
                                                 f"tensor_parallel ({par.tensor}): Megatron-LM splits the query "
                                                 "groups evenly over tensor parallelism")
     check_expert_parallel(arch, par.expert, par.replicas, par.tensor, par.sequence_parallel)

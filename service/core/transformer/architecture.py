@@ -124,6 +124,11 @@ class LayerGroup:
     # Whether the layer runs its own sparse-attention indexer (Architecture.sparse_index) and caches its keys; False:
     # it reuses the previous indexed layer's selection (GLM-5.2's "shared" layers).
     indexed: bool = True
+    # Where the model's layers differ in shape (MiMo-V2-Flash's window layers: twice the K/V heads and attention
+    # sinks; Nemotron-NAS's per-layer blocks): this group's K/V heads, sinks and dense MLP width, else the model's.
+    kv_heads: int | None = None
+    sinks: bool | None = None
+    intermediate: int | None = None
 
     @property
     def attends(self) -> bool:
@@ -171,6 +176,18 @@ class Architecture:
     sparse_index: SparseIndexer | None = None  # latent attention over the keys an indexer picks (DeepSeek-V3.2)
     attention_output_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate on the attention output
     rotary_fraction: float = 1.0  # the share of each head's dimensions that RoPE rotates (partial_rotary_factor)
+    v_head_dim: int | None = None  # a value head's width where it differs from head_dim (MiMo-V2-Flash: 128 of 192)
+
+    @property
+    def value_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    def kv_heads_of(self, group: LayerGroup) -> int:
+        return group.kv_heads or self.kv_heads
+
+    def kv_head_counts(self) -> set[int]:
+        """The K/V head counts of the model's attention layers (one, unless its layers differ)."""
+        return {self.kv_heads_of(g) for g in self.groups if g.attends} or {self.kv_heads}
 
     def layer_kinds(self) -> str:
         return ", ".join(f"{g.count} x {_mixer_label(g)}{_mlp_label(g)}"
@@ -190,7 +207,8 @@ def _mlp_label(group: LayerGroup) -> str:
 
 def group_layers(flags: list[tuple[int | None, bool]], chunks: list[int | None] | None = None,
                  ropes: list[bool] | None = None, mixers: list[str] | None = None,
-                 mlps: list[bool] | None = None, indexed: list[bool] | None = None) -> tuple[LayerGroup, ...]:
+                 mlps: list[bool] | None = None, indexed: list[bool] | None = None,
+                 shapes: list[tuple[int | None, bool | None, int | None]] | None = None) -> tuple[LayerGroup, ...]:
     """Identical layers counted together, in order of first appearance: (window, MoE) per layer, and per layer its
     attention chunk, whether it rotates positions, its mixer, whether it has an MLP and whether it runs its own
     indexer where the family says."""
@@ -198,7 +216,7 @@ def group_layers(flags: list[tuple[int | None, bool]], chunks: list[int | None] 
     for index, (window, moe) in enumerate(flags):
         key = (window, moe, chunks[index] if chunks else None, ropes[index] if ropes else True,
                mixers[index] if mixers else "attention", mlps[index] if mlps else True,
-               indexed[index] if indexed else True)
+               indexed[index] if indexed else True, *(shapes[index] if shapes else (None, None, None)))
         counts[key] = counts.get(key, 0) + 1
     return tuple(LayerGroup(count, *key) for key, count in counts.items())
 

@@ -23,9 +23,10 @@ from service.core.transformer.params import layer_params, model_params
 MAX_CONTEXT = 2**40
 
 
-def kv_heads_per_device(arch: Architecture, tensor_parallel: int) -> float:
-    """K/V heads each device caches: split by t, or replicated when there are fewer heads than devices."""
-    return max(arch.kv_heads / tensor_parallel, 1)
+def kv_heads_per_device(arch: Architecture, tensor_parallel: int, group: LayerGroup | None = None) -> float:
+    """K/V heads each device caches in one of `group`'s layers (else the model's): split by t, or replicated when
+    there are fewer heads than devices."""
+    return max((arch.kv_heads_of(group) if group else arch.kv_heads) / tensor_parallel, 1)
 
 
 def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1,
@@ -36,7 +37,7 @@ def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor
         indexed = arch.sparse_index is not None and (group is None or group.indexed)
         index = arch.sparse_index.head_dim if indexed and arch.sparse_index is not None else 0
         return (arch.latent.kv_lora_rank + arch.latent.qk_rope_head_dim + index) * s
-    return 2 * kv_heads_per_device(arch, tensor_parallel) * arch.head_dim * s
+    return kv_heads_per_device(arch, tensor_parallel, group) * (arch.head_dim + arch.value_dim) * s
 
 
 def recurrent_state_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
@@ -121,10 +122,10 @@ def replicated_kv_params(arch: Architecture, tensor_parallel: int) -> float:
     """The K and V projections' parameters a device holds beyond its even share, where tensor parallelism exceeds
     the K/V heads and each device keeps one replicated head: (1 - kv_heads / t) of one head's K and V a layer."""
     t = tensor_parallel
-    if arch.latent is not None or arch.kv_heads >= t:
+    if arch.latent is not None:
         return 0.0
-    layers = sum(group.count for group in arch.groups if group.attends)
-    return layers * 2 * arch.hidden * arch.head_dim * (1 - arch.kv_heads / t)
+    return sum(group.count * arch.hidden * (arch.head_dim + arch.value_dim) * (1 - arch.kv_heads_of(group) / t)
+               for group in arch.groups if group.attends and arch.kv_heads_of(group) < t)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ def activation_bytes(arch: Architecture, dtypes: ModelDTypes, *, tokens: int, ba
     each sequence. A floor for planning, not a profile: frameworks add workspaces of their own."""
     t = tensor_parallel
     s = bytes_per_element(dtypes.activations)
-    qkv = (arch.heads + 2 * arch.kv_heads) * arch.head_dim / t
+    qkv = (arch.heads * arch.head_dim + max(arch.kv_head_counts()) * (arch.head_dim + arch.value_dim)) / t
     widths = [arch.intermediate]
     if arch.recurrent is not None:  # its input projection: q, k, v, the output gate and the per-head gates
         mixer = arch.recurrent

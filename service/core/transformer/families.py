@@ -310,6 +310,76 @@ def deepseek_sparse_index(r: ConfigReader) -> SparseIndexer:
                          r.int("index_topk", 2048, note=" (the config class default)"))
 
 
+def mimo_v2_windows(r: ConfigReader, layers: int, window: int | None) -> Windows:
+    """MiMo-V2-Flash: full attention on the first layer and every sixth, a window on the rest (as `layer_types`
+    says where given; transformers 5.25.0's MiMoV2FlashConfig ignores hybrid_layer_pattern, which agrees)."""
+    return [None if i == 0 or (i + 1) % 6 == 0 else window for i in range(layers)]
+
+
+def mimo_v2_window(r: ConfigReader) -> int | None:
+    # SGLang's reference attends to sliding_window_size earlier tokens and the query: transformers reads it + 1.
+    size = r.optional_int("sliding_window_size")
+    return size + 1 if size else sliding_window(r)
+
+
+def mimo_v2_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[tuple[int | None, bool | None, int | None]]:
+    """Its window layers hold twice the full layers' K/V heads and learned sinks (transformers 5.25.0's
+    MiMoV2FlashAttention); the full ones neither."""
+    kv = r.int("num_key_value_heads")
+    return [(2 * kv, True, None) if window else (None, False, None) for window in windows]
+
+
+def mimo_v2_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    """DeepSeek's routed experts without shared ones, on every layer but the first (or as mlp_layer_types or a
+    moe_layer_freq list says)."""
+    moe = MoE(r.int("n_routed_experts"), r.int("num_experts_per_tok"), r.int("moe_intermediate_size"),
+              router_bias=config.get("topk_method", "noaux_tc") == "noaux_tc")
+    listed = config.get("mlp_layer_types")
+    if isinstance(listed, list) and len(listed) == layers:
+        return moe, [kind == "sparse" for kind in listed]
+    freq = config.get("moe_layer_freq")
+    if isinstance(freq, list) and len(freq) == layers:
+        return moe, [bool(flag) for flag in freq]
+    return moe, [i > 0 for i in range(layers)]
+
+
+def _decilm_blocks(r: ConfigReader, layers: int) -> list[tuple[int | None, int]]:
+    """Nemotron-NAS (DeciLM) block_configs, one a layer: (K/V heads, None where its attention is a no-op; its MLP
+    width, 0 where a no-op). The width is 2/3 of ffn_mult x hidden rounded up to a multiple of 256, and the K/V
+    heads are the heads over n_heads_in_group, as NVIDIA's modeling_decilm.py builds them. A block replaced by a
+    linear layer is refused."""
+    blocks = r.config.get("block_configs")
+    if not isinstance(blocks, list) or len(blocks) != layers or not all(isinstance(b, Mapping) for b in blocks):
+        r.missing.append(f"block_configs (a list of {layers} blocks, one a layer)")
+        return [(None, 0)] * layers
+    heads, hidden, out = r.int("num_attention_heads"), r.int("hidden_size"), []
+    for block in blocks:
+        attention, ffn = block.get("attention") or {}, block.get("ffn") or {}
+        if attention.get("replace_with_linear") or ffn.get("replace_with_linear"):
+            r.missing.append("block_configs (a block replaced by a linear layer is not read yet)")
+            return [(None, 0)] * layers
+        group, mult = attention.get("n_heads_in_group"), ffn.get("ffn_mult")
+        kv = None if attention.get("no_op") else (heads // group if isinstance(group, int) and group > 0
+                                                   and heads % group == 0 else 0)
+        width = 0 if ffn.get("no_op") else (-(-int(2 * mult * hidden / 3) // 256) * 256
+                                             if isinstance(mult, (int, float)) and mult > 0 else -1)
+        if kv == 0 or width < 0:
+            r.missing.append("block_configs (each attention's n_heads_in_group must divide the heads, each ffn_mult "
+                             "be positive)")
+            return [(None, 0)] * layers
+        out.append((kv, width))
+    return out
+
+
+def decilm_mixers(r: ConfigReader, layers: int) -> Mixers:
+    blocks = _decilm_blocks(r, layers)
+    return ["none" if kv is None else "attention" for kv, _ in blocks], [width > 0 for _, width in blocks]
+
+
+def decilm_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[tuple[int | None, bool | None, int | None]]:
+    return [(kv, None, width) for kv, width in _decilm_blocks(r, layers)]
+
+
 def indexer_layers(r: ConfigReader, layers: int) -> list[bool]:
     """Per layer, whether it runs its own indexer (GLM-5.2: "full") or reuses the previous one's selection
     ("shared"): as `indexer_types` lists, else an F/S `index_topk_pattern`, else every index_topk_freq-th layer
@@ -379,6 +449,10 @@ class Family:
     sparse_index: Callable[[ConfigReader], SparseIndexer] | None = None  # DeepSeek-V3.2's indexer
     # Per layer, whether it runs its own indexer; None: every layer does.
     indexed: Callable[[ConfigReader, int], list[bool]] | None = None
+    # Per layer, (K/V heads, attention sinks, dense MLP width) where its layers differ from the model's (None each
+    # where they do not), given each layer's window; None: every layer alike.
+    shapes: Callable[[ConfigReader, int, Windows], list[tuple[int | None, bool | None, int | None]]] | None = None
+    reads_value_dim: bool = False  # v_head_dim: a value head narrower or wider than head_dim
     # Per layer, its token mixer and whether it has an MLP; with `recurrent`, the recurrent layers' mixer.
     mixers: Callable[[ConfigReader, int], Mixers] = attention_everywhere
     recurrent: Callable[[ConfigReader], RecurrentMixer] | None = None
@@ -434,6 +508,14 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
         _reader(config, "vision_config", prefix), hidden)),
     Family("qwen3_next", biases=attention_bias, experts=qwen3_next_experts, qk_norm=True, intermediate_optional=True,
            mixers=qwen3_next_mixers, recurrent=gated_deltanet, attention_output_gate=True),
+    # NVIDIA's Nemotron-NAS (Llama-3.3-Nemotron-Super-49B): Llama's layers, each block's attention and MLP sized (or
+    # skipped) by the architecture search: per-layer K/V heads and MLP widths from block_configs.
+    Family("nemotron-nas", biases=attention_and_mlp_bias, mixers=decilm_mixers, shapes=decilm_shapes,
+           intermediate_optional=True),
+    # Xiaomi's MiMo-V2-Flash: windowed layers with twice the K/V heads and sinks between full ones; value heads
+    # narrower than the keys'; DeepSeek's experts.
+    Family("mimo_v2_flash", window=mimo_v2_window, windows=mimo_v2_windows, experts=mimo_v2_experts,
+           shapes=mimo_v2_shapes, reads_value_dim=True, biases=attention_bias),
     # Qwen3-VL: Qwen3's decoder (dense or MoE) beside its vision tower and mergers.
     Family("qwen3_vl_text", biases=attention_bias, qk_norm=True),
     Family("qwen3_vl_moe_text", biases=attention_bias, experts=qwen_moe_experts, qk_norm=True,
@@ -558,11 +640,16 @@ def _decoder(family: Family, given: Mapping[str, Any], prefix: str) -> Architect
     qk_norm = family.qk_norm or bool(family.qk_norm_flag and r.flag(family.qk_norm_flag, False))
     sparse_index = family.sparse_index(r) if family.sparse_index is not None else None
     indexed = family.indexed(r, layers) if family.indexed is not None else None
+    shapes = family.shapes(r, layers, windows) if family.shapes is not None else None
+    value_dim = r.optional_int("v_head_dim") if family.reads_value_dim else None
     # Read before the check: an invalid value is refused with the rest, never kept as 0. A count of positions
     # drives no work, so it may exceed the dimensions' bound (2^25 was read as 0, and refused every prompt).
     max_positions = r.optional_int("max_position_embeddings", maximum=MAX_POSITIONS)
     r.fail_if_missing()
-    moe = _check_layers(moe, moe_layers, intermediate, prefix)
+    # Per-layer widths (Nemotron-NAS) stand in for intermediate_size on the dense layers that give one.
+    widths_given = shapes is not None and all(shape[2] is not None for shape, routed in zip(shapes, moe_layers,
+                                                                                               strict=True) if not routed)
+    moe = _check_layers(moe, moe_layers, intermediate or int(widths_given), prefix)
     return Architecture(
         family=family.name, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         vocab=vocab, intermediate=intermediate, gated_mlp=family.gated_mlp, activation=activation,
@@ -570,9 +657,10 @@ def _decoder(family: Family, given: Mapping[str, Any], prefix: str) -> Architect
         qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias, norms_per_layer=family.norms_per_layer,
         qk_norm=qk_norm, qk_norm_weights=family.qk_norm_weights, qk_norm_per_head=family.qk_norm_per_head,
         latent=latent, moe=moe,
-        groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes, mixers, mlps, indexed),
+        groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes, mixers, mlps, indexed, shapes),
         attention_sinks=family.attention_sinks, defaults_applied=tuple(config.notes() + r.defaults),
         max_positions=max_positions, recurrent=recurrent,
         attention_output_gate=family.attention_output_gate, rotary_fraction=rotary_fraction(config, head_dim),
+        v_head_dim=value_dim,
         sparse_index=sparse_index,
     )

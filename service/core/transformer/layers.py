@@ -287,10 +287,10 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     act = dtypes.activations
     if arch.latent is not None:
         return _latent_attention_rows(arch, arch.latent, step, dtypes, heads, group.indexed)
-    kv_heads = kv_heads_on_device(arch.kv_heads, tp)
-    d = arch.head_dim
+    kv_heads = kv_heads_on_device(arch.kv_heads_of(group), tp)
+    d, dv = arch.head_dim, arch.value_dim
     # With an output gate, q_proj yields each head's gate beside its query.
-    qkv = ((2 if arch.attention_output_gate else 1) * heads + 2 * kv_heads) * d
+    qkv = ((2 if arch.attention_output_gate else 1) * heads + kv_heads) * d + kv_heads * dv
     rows = [Row("qkv_proj", "matmul", 1, linear_cost(tokens, qkv, h, dtypes, arch.qkv_bias),
                 params=linear_params(qkv, h, arch.qkv_bias))]
     if arch.qk_norm:
@@ -299,18 +299,20 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
         rotated = int(d * arch.rotary_fraction)
         rows.append(Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + kv_heads, rotated, act)))
     chunked = {"chunk": group.chunk} if group.chunk else {}
+    sinks = arch.attention_sinks if group.sinks is None else group.sinks
+    values = {"v_head_dim": dv} if dv != d else {}
     rows += [
-        Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, 2 * kv_heads * d, dtypes)),
-        _attention_row(heads if arch.attention_sinks else 0, batch=step.batch, heads=heads, kv_heads=kv_heads,
+        Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, kv_heads * (d + dv), dtypes)),
+        _attention_row(heads if sinks else 0, batch=step.batch, heads=heads, kv_heads=kv_heads,
                        head_dim=d, q_len=step.q_len, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache,
                        causal=True, window=group.sliding_window, implementation=step.attention_implementation,
-                       **chunked),
+                       **chunked, **values),
     ]
     if arch.attention_output_gate:  # sigmoid(gate) x output: 4 FLOPs the sigmoid, 1 the product
         rows.append(Row("attn_output_gate", "elementwise", 1,
-                        _elementwise("sigmoid_mul", (tokens, heads * d), act, 2, 5)))
-    rows.append(Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * d, dtypes, arch.o_bias),
-                    params=linear_params(h, heads * d, arch.o_bias)))
+                        _elementwise("sigmoid_mul", (tokens, heads * dv), act, 2, 5)))
+    rows.append(Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * dv, dtypes, arch.o_bias),
+                    params=linear_params(h, heads * dv, arch.o_bias)))
     return rows
 
 
@@ -560,7 +562,8 @@ def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTy
         if arch.moe is None:
             raise CostModelError("model", "a MoE layer in a model without experts")
         return _moe_rows(arch, arch.moe, step, dtypes, shard)
-    return _mlp_rows("", arch, step.tokens, _split(arch.intermediate, step.tensor_parallel, "intermediate_size"),
+    width = arch.intermediate if group.intermediate is None else group.intermediate
+    return _mlp_rows("", arch, step.tokens, _split(width, step.tensor_parallel, "intermediate_size"),
                      dtypes.module("dense_mlp"))
 
 

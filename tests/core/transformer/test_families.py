@@ -274,3 +274,77 @@ def test_gemma3_27b_it_parameters_equal_transformers_build():
     ours = model_params(from_hf_config(GEMMA3_27B_IT)).total
     assert ours == transformers_count("Gemma3ForConditionalGeneration", "Gemma3Config", GEMMA3_27B_IT)
     assert round(ours / 1e9) == 27
+
+
+def _published(name: str):
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).resolve().parents[2] / "data" / "aiconfigurator_model_configs"
+                       / f"{name}.json").read_text())
+
+
+def test_mimo_v2_flash_window_layers_hold_twice_the_kv_heads_and_sinks():
+    arch = from_hf_config(_published("XiaomiMiMo--MiMo-V2-Flash"))
+    full = [g for g in arch.groups if not g.sliding_window]
+    window = [g for g in arch.groups if g.sliding_window]
+    # Full attention on layer 0 and every sixth (5, 11, ..., 47): 9 layers of 4 K/V heads; the other 39 attend
+    # over sliding_window_size 128 + the query = 129 tokens with 8 K/V heads and a sink logit per head.
+    assert sum(g.count for g in full) == 9 and {arch.kv_heads_of(g) for g in full} == {4}
+    assert sum(g.count for g in window) == 39 and {(g.sliding_window, arch.kv_heads_of(g), g.sinks)
+                                                   for g in window} == {(129, 8, True)}
+    # A token's cache: K 192 wide and V 128, in bf16: 9 full layers x 4 heads x 320 x 2 = 23,040 bytes a token;
+    # each window layer at most 129 tokens of 8 x 320 x 2 = 5,120 bytes.
+    assert kv_bytes_per_request(arch, ModelDTypes(), 1) == 23_040 + 39 * 5_120
+    assert kv_bytes_per_request(arch, ModelDTypes(), 10_000) == 10_000 * 23_040 + 39 * 129 * 5_120
+    # The attention of a window layer: q 64 x 192, k 8 x 192, v 8 x 128 from 4,096; o from 64 x 128.
+    rows = {r.name: r for r in layer_rows(arch, window[0], Step(1, 1, 1), ModelDTypes())}
+    assert rows["qkv_proj"].params == (64 * 192 + 8 * 192 + 8 * 128) * 4_096
+    assert rows["o_proj"].params == 4_096 * 64 * 128 and rows["attention"].params == 64
+
+
+@pytest.mark.crosscheck
+def test_mimo_v2_flash_attention_flops_equal_flop_counter():
+    # One window layer's attention, transformers' own module against its rows: the projections and the
+    # attention's products (QK^T over 192, PV over 128; sinks add no product).
+    torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    from transformers.models.mimo_v2_flash.modeling_mimo_v2_flash import (
+        MiMoV2FlashAttention,
+        MiMoV2FlashRotaryEmbedding,
+    )
+
+    config = {**_published("XiaomiMiMo--MiMo-V2-Flash"), **TINY_TEXT, "head_dim": 24, "v_head_dim": 16,
+              "num_hidden_layers": 6, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+              "intermediate_size": 96,
+              "sliding_window_size": 64, "quantization_config": None}
+    fields = {k: v for k, v in config.items() if k not in ("model_type", "quantization_config", "architectures")}
+    built = transformers.MiMoV2FlashConfig(**fields)
+    layer = MiMoV2FlashAttention(built, layer_idx=1)  # a window layer
+    length = 32
+    hidden = torch.randn(1, length, 64)
+    positions = MiMoV2FlashRotaryEmbedding(built)(hidden, torch.arange(length)[None], "sliding_attention")
+    counted = forward_flop_counts(layer, hidden, position_embeddings=positions, attention_mask=None)
+    arch = from_hf_config(config)
+    group = next(g for g in arch.groups if g.sliding_window)
+    rows = {r.name: r.cost.flops for r in layer_rows(arch, group, Step(1, length, length), ModelDTypes())}
+    # FlopCounterMode counts the full square of scores (no causal skipping) in eager attention: 2 x 32 x 32 x
+    # heads x (24 + 16).
+    eager = 2 * length * length * 4 * (24 + 16)
+    assert counted["total"] == rows["qkv_proj"] + rows["o_proj"] + eager
+
+
+def test_nemotron_nas_blocks_by_hand():
+    # Llama-3.3-Nemotron-Super-49B's 80 blocks: 49 attend (8 K/V heads of 64, n_heads_in_group 8), 31 skip
+    # attention; MLP widths 2 x ffn_mult x 8,192 / 3 rounded up to 256: 5.25 -> 28,672 (49 layers),
+    # 2.625 -> 14,336 (6), 1.3125 -> 7,168 (10), 1.0 -> 5,632 (8), 0.5 -> 2,816 (6), 3.28125 -> 17,920 (1).
+    arch = from_hf_config(_published("nvidia--Llama-3_3-Nemotron-Super-49B-v1"))
+    assert sum(g.count for g in arch.groups if g.attends) == 49
+    assert {arch.kv_heads_of(g) for g in arch.groups if g.attends} == {8}
+    attention = 2 * 8_192 * 8_192 + 2 * 8_192 * 1_024 + 8_192  # q, o, k, v and its norm
+    widths = 49 * 28_672 + 6 * 14_336 + 10 * 7_168 + 8 * 5_632 + 6 * 2_816 + 17_920
+    mlp = 3 * 8_192 * widths + 80 * 8_192  # gate, up, down and the norm before each
+    embeddings = 2 * 128_256 * 8_192
+    assert model_params(arch).total == 49 * attention + mlp + embeddings + 8_192 == 49_867_145_216
+    # Its cache: 49 attending layers x 2 x 8 x 128 x 2 bytes = 200,704 bytes a token.
+    assert kv_bytes_per_request(arch, ModelDTypes(), 1) == 200_704

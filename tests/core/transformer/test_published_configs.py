@@ -14,7 +14,7 @@ from tests.conftest import import_crosscheck, transformers_parameters
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "data" / "aiconfigurator_model_configs").glob("*.json"))
 # Read today; a family that lands raises it. Of the 88 shipped configs.
-ANSWERED_AT_LEAST = 73
+ANSWERED_AT_LEAST = 75
 
 
 def _read(path: Path) -> dict:
