@@ -1,5 +1,6 @@
 """What `--model` names: a catalog id, a config.json, a checkpoint folder, or a Hugging Face repo id found in the
-local Hugging Face cache. Nothing is downloaded: a repo id the cache does not hold is an error that says so."""
+local Hugging Face cache. Nothing is downloaded: a repo id the cache does not hold is an error that says so. A
+folder's (or cached repo's) hf_quant_config.json, ModelOpt's quantisation record, travels with its config."""
 
 from __future__ import annotations
 
@@ -36,13 +37,26 @@ def _cached_config(repo_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+def with_modelopt_record(config: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A ModelOpt checkpoint states its quantisation in hf_quant_config.json beside config.json (vLLM and TensorRT-LLM
+    read it there): its `quantization` section becomes the config's quantization_config (quant_method modelopt),
+    unless the config states one itself."""
+    record = folder / "hf_quant_config.json"
+    if "quantization_config" in config or not record.is_file():
+        return config
+    section = _read_config(record).get("quantization")
+    if not isinstance(section, dict):
+        return config
+    return {**config, "quantization_config": {"quant_method": "modelopt", **section}}
+
+
 def model_choice(name: str) -> dict[str, Any]:
     """The request's model: {"model": config} for a file, folder or cached repo; else {"model_id": name}."""
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise SystemExit(f"--model {name}: the folder holds no config.json")
-        return {"model": _read_config(path / "config.json")}
+        return {"model": with_modelopt_record(_read_config(path / "config.json"), path)}
     if path.is_file():
         return {"model": _read_config(path)}
     if "/" in name:
@@ -51,5 +65,5 @@ def model_choice(name: str) -> dict[str, Any]:
             raise SystemExit(f"--model {name}: no such file or folder, and not a Hugging Face repo id (org/name) in "
                              "the local Hugging Face cache (nothing is downloaded: check the path, or fetch the repo "
                              "with `huggingface-cli download` first)")
-        return {"model": _read_config(cached)}
+        return {"model": with_modelopt_record(_read_config(cached), cached.parent)}
     return {"model_id": name}

@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -295,3 +296,19 @@ def test_large_counts_are_read_as_people_write_them(local_database, capsys):
     out = run(capsys, "train", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--seq-len", "8192",
               "--data-parallel", "64", "--global-batch-tokens", "16.777216e6").out
     assert "64 DP" in out
+
+
+def test_a_modelopt_checkpoint_folder_carries_its_quantisation_record(local_database, capsys, tmp_path):
+    # NVIDIA's GLM-5 NVFP4 checkpoint states its formats in hf_quant_config.json, not in config.json: read from the
+    # folder, the model is NVFP4 with its attention left in bf16 (exclude_modules); its config alone reads as bf16.
+    data = Path(__file__).resolve().parents[1] / "data" / "aiconfigurator_model_configs"
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text((data / "nvidia--GLM-5-NVFP4.json").read_text())
+    args = ("kv-capacity", "--device", "nvidia-b200", "--context-len", "8192", "--tensor-parallel", "8", "--json")
+    alone = json.loads(run(capsys, *args, "--model", str(tmp_path / "ckpt" / "config.json")).out)
+    (tmp_path / "ckpt" / "hf_quant_config.json").write_text((data / "hf_quant_config" / "nvidia--GLM-5-NVFP4.json")
+                                                            .read_text())
+    folder = json.loads(run(capsys, *args, "--model", str(tmp_path / "ckpt")).out)
+    notes = " ".join(folder["assumptions"])
+    assert "modelopt: NVFP4" in notes and "left in 16 bits by its lists: attention" in notes
+    assert folder["weights_bytes"] < 0.35 * alone["weights_bytes"]

@@ -7,6 +7,8 @@ Schemes read (bytes per weight = bits / 8 + scale bytes / group):
 - `mxfp4` (gpt-oss): fp4 weights with one 8-bit (e8m0) scale per 32, on the modules not in
   modules_to_not_convert (gpt-oss: the routed experts; attention, router, embedding and head stay bf16);
 - `modelopt` NVFP4 and compressed-tensors `nvfp4`: fp4 weights and activations (W4A4), one fp8 scale per 16;
+  `modelopt` FP8: fp8 weights and activations, a scale per tensor (a ModelOpt checkpoint states it in
+  hf_quant_config.json, whose `quantization` section the CLI attaches as quantization_config);
 - `compressed-tensors`: the first config group's weights (int4/int8/fp8, its group size) and input activations
   (W4A16, W8A8);
 - `awq`, `gptq`: int4 (or `bits`) weights in groups of group_size, an fp16 scale and a 4-bit zero point per group.
@@ -143,6 +145,9 @@ def _scheme(q: Mapping[str, Any]) -> Quantization | None:
         return _mxfp4(q)
     if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "NVFP4":
         return _nvfp4("quantization_config modelopt")
+    if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "FP8":
+        return Quantization("fp8", None, 4.0, "quantization_config modelopt FP8: fp8 weights and activations, a "
+                                              "scale per tensor", activations="fp8")
     if method == "compressed-tensors":
         return _compressed_tensors(q)
     if method in ("awq", "gptq"):

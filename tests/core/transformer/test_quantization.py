@@ -101,3 +101,17 @@ def test_a_requests_dtypes_keep_nothing_but_the_usual():
     dtypes = ModelDTypes(weights="fp8", activations="fp8")
     assert dtypes.kept == frozenset() and dtypes.head_dtype(tied=False) == "bf16"
     assert dtypes.module("attention") is dtypes
+
+
+def test_a_modelopt_fp8_record_reads_as_per_tensor_w8a8():
+    # nvidia/Llama-3.1-70B-Instruct-FP8's hf_quant_config.json: quant_algo FP8, exclude_modules [lm_head]. As the
+    # CLI attaches it: fp8 weights and activations, one scale a tensor; the head in bf16.
+    config = json.loads((CONFIGS / "nvidia--Llama-3.1-70B-Instruct-FP8.json").read_text())
+    record = json.loads((CONFIGS / "hf_quant_config" / "nvidia--Llama-3.1-70B-Instruct-FP8.json").read_text())
+    arch = from_hf_config({**config, "quantization_config": {"quant_method": "modelopt", **record["quantization"]}})
+    dtypes = checkpoint_dtypes(arch.quantization)
+    assert (dtypes.weights, dtypes.activations, dtypes.weight_group_size, dtypes.head_dtype(False)) == (
+        "fp8", "fp8", None, "bf16")
+    params, classes = model_params(arch), module_params(arch)
+    in_16 = params.embedding + params.lm_head + classes["norms"] + params.final_norm
+    assert weight_bytes(arch, dtypes) == params.total - in_16 + 2 * in_16
