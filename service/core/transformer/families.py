@@ -384,18 +384,15 @@ def indexer_layers(r: ConfigReader, layers: int) -> list[bool]:
     """Per layer, whether it runs its own indexer (GLM-5.2: "full") or reuses the previous one's selection
     ("shared"): as `indexer_types` lists, else an F/S `index_topk_pattern`, else every index_topk_freq-th layer
     from index_skip_topk_offset on (the defaults of transformers 5.25.0's GlmMoeDsaConfig: 1 and 2, every layer)."""
-    listed = r.config.get("indexer_types")
-    if listed is not None:
-        if not (isinstance(listed, list) and len(listed) == layers and set(listed) <= {"full", "shared"}):
-            r.missing.append(f"indexer_types (a list of {layers} entries, each full or shared)")
+    for key, full, kinds, form in (("indexer_types", "full", {"full", "shared"}, "entries, each full or shared"),
+                                   ("index_topk_pattern", "F", {"F", "S"}, "letters, each F or S")):
+        value = r.config.get(key)
+        if value is None:
+            continue
+        if not (isinstance(value, (list, str)) and len(value) == layers and set(value) <= kinds):
+            r.missing.append(f"{key} ({layers} {form})")
             return [True] * layers
-        return [kind == "full" for kind in listed]
-    pattern = r.config.get("index_topk_pattern")
-    if pattern is not None:
-        if not (isinstance(pattern, str) and len(pattern) == layers and set(pattern) <= {"F", "S"}):
-            r.missing.append(f"index_topk_pattern (a string of {layers} F or S)")
-            return [True] * layers
-        return [kind == "F" for kind in pattern]
+        return [kind == full for kind in value]
     every = r.int("index_topk_freq", 1, note=" (the config class default)")
     offset = r.int("index_skip_topk_offset", 2, minimum=0, note=" (the config class default)")
     return [max(i - offset + 1, 0) % (every or 1) == 0 for i in range(layers)]

@@ -112,6 +112,9 @@ def test_glm5_indexer_schedule_follows_the_config_class():
     arch = from_hf_config({**base, "index_topk_freq": 4, "index_skip_topk_offset": 3})
     assert sum(g.count for g in arch.groups if g.indexed) == 4
     assert sum(g.count for g in from_hf_config(base).groups if g.indexed) == 10  # the defaults: every layer
+    # An F/S pattern says the same per layer: F runs the indexer.
+    pattern = from_hf_config({**base, "index_topk_pattern": "FFSSFSSSSF"})
+    assert sum(g.count for g in pattern.groups if g.indexed) == 4
     with pytest.raises(Exception) as refused:
         from_hf_config({**base, "indexer_types": ["full", "sometimes"]})
-    assert "indexer_types" in str(refused.value)
+    assert "indexer_types (10 entries, each full or shared)" in str(refused.value)
