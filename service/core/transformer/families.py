@@ -629,35 +629,43 @@ def _decoder(family: Family, given: Mapping[str, Any], prefix: str) -> Architect
     windows = family.windows(r, layers, window)
     windows = windows_by_layer_types(config, layers, window) or windows
     moe, moe_layers = family.experts(r, layers, intermediate, config)
-    latent = family.latent(r) if family.latent is not None else None
-    chunks, ropes = family.positions(r, layers) if family.positions is not None else (None, None)
     mixers, mlps = family.mixers(r, layers)
-    recurrent = (family.recurrent(r) if family.recurrent is not None and {"recurrent", "parallel"} & set(mixers)
-                 else None)
-    qk_norm = family.qk_norm or bool(family.qk_norm_flag and r.flag(family.qk_norm_flag, False))
-    sparse_index = family.sparse_index(r) if family.sparse_index is not None else None
+    chunks, ropes = family.positions(r, layers) if family.positions is not None else (None, None)
     indexed = family.indexed(r, layers) if family.indexed is not None else None
     shapes = family.shapes(r, layers, windows) if family.shapes is not None else None
-    value_dim = r.optional_int("v_head_dim") if family.reads_value_dim else None
+    features = _features(family, r, mixers)
     # Read before the check: an invalid value is refused with the rest, never kept as 0. A count of positions
     # drives no work, so it may exceed the dimensions' bound (2^25 was read as 0, and refused every prompt).
     max_positions = r.optional_int("max_position_embeddings", maximum=MAX_POSITIONS)
     r.fail_if_missing()
-    # Per-layer widths (Nemotron-NAS) stand in for intermediate_size on the dense layers that give one.
-    widths_given = shapes is not None and all(shape[2] is not None for shape, routed in zip(shapes, moe_layers,
-                                                                                               strict=True) if not routed)
-    moe = _check_layers(moe, moe_layers, intermediate or int(widths_given), prefix)
+    moe = _check_layers(moe, moe_layers, intermediate or int(_widths_given(shapes, moe_layers)), prefix)
     return Architecture(
         family=family.name, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         vocab=vocab, intermediate=intermediate, gated_mlp=family.gated_mlp, activation=activation,
         tied_embeddings=r.flag("tie_word_embeddings", family.tied_by_default),
         qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias, norms_per_layer=family.norms_per_layer,
-        qk_norm=qk_norm, qk_norm_weights=family.qk_norm_weights, qk_norm_per_head=family.qk_norm_per_head,
-        latent=latent, moe=moe,
+        qk_norm_weights=family.qk_norm_weights, qk_norm_per_head=family.qk_norm_per_head, moe=moe,
         groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes, mixers, mlps, indexed, shapes),
         attention_sinks=family.attention_sinks, defaults_applied=tuple(config.notes() + r.defaults),
-        max_positions=max_positions, recurrent=recurrent,
-        attention_output_gate=family.attention_output_gate, rotary_fraction=rotary_fraction(config, head_dim),
-        v_head_dim=value_dim,
-        sparse_index=sparse_index,
+        max_positions=max_positions, attention_output_gate=family.attention_output_gate,
+        rotary_fraction=rotary_fraction(config, head_dim), **features,
     )
+
+
+def _features(family: Family, r: ConfigReader, mixers: list[str]) -> dict[str, Any]:
+    """The optional parts a family's layers have: latent attention, q/k norms, a sparse indexer, value heads of
+    their own width, the recurrent layers' mixer."""
+    return {
+        "latent": family.latent(r) if family.latent is not None else None,
+        "qk_norm": family.qk_norm or bool(family.qk_norm_flag and r.flag(family.qk_norm_flag, False)),
+        "sparse_index": family.sparse_index(r) if family.sparse_index is not None else None,
+        "v_head_dim": r.optional_int("v_head_dim") if family.reads_value_dim else None,
+        "recurrent": (family.recurrent(r) if family.recurrent is not None and {"recurrent", "parallel"} & set(mixers)
+                      else None),
+    }
+
+
+def _widths_given(shapes: list[tuple[int | None, bool | None, int | None]] | None, moe_layers: list[bool]) -> bool:
+    """Whether per-layer widths (Nemotron-NAS) stand in for intermediate_size on every dense layer."""
+    return shapes is not None and all(shape[2] is not None for shape, routed in zip(shapes, moe_layers, strict=True)
+                                      if not routed)
