@@ -210,11 +210,28 @@ DTYPES_DOC = ("Types of weights, activations and KV cache. Omitted: the checkpoi
               "else bf16 throughout; `assumptions` says which")
 
 
+class RopeScaling(StrictModel):
+    """A RoPE scaling the run applies beyond the model's config (vLLM's --rope-scaling, SGLang's
+    --json-model-override-args): it extends the positions the model accepts; the step's cost is unchanged."""
+
+    rope_type: Literal["linear", "dynamic", "yarn", "llama3", "longrope"] = Field(
+        "yarn", description="The scaling method (it changes the rotation's frequencies, not its cost)")
+    factor: Annotated[float, Field(gt=1, le=64)] = Field(
+        description="How many times the positions are extended: max_position_embeddings becomes "
+                    "original_max_position_embeddings (else the config's) x factor")
+    original_max_position_embeddings: Annotated[int, Field(ge=1, le=2**40)] | None = Field(
+        None, description="The positions the model was trained on (default: the config's max_position_embeddings)")
+
+
 class ModelChoice(StrictModel):
     schema_rules = exactly_one_of("model_id", "model")
     model_id: ModelIdField | None = Field(None, description="A catalog model (GET /v1/models)")
     model: dict[str, Any] | None = Field(
         None, description="An inline Hugging Face config.json, or a generic description with \"format\": \"generic\"")
+    rope_scaling: RopeScaling | None = Field(
+        None, description="Extend the model's positions as the run does (e.g. Llama 2 70B fine-tuned at 8,192 "
+                          "tokens with linear scaling x2): without it a context beyond max_position_embeddings is "
+                          "refused")
 
     @model_validator(mode="after")
     def _one_model(self):

@@ -32,7 +32,7 @@ from service.core.planning.deployment import largest_fitting
 from service.core.roofs import RoofMode
 from service.core.transformer import layers
 from service.core.transformer.analysis import Evaluator, RowResult, analyze_model
-from service.core.transformer.architecture import Architecture, ConfigError, from_generic
+from service.core.transformer.architecture import Architecture, ConfigError, from_generic, with_rope_scaling
 from service.core.transformer.capacity import (
     MemoryBudget,
     StepMemory,
@@ -86,6 +86,17 @@ def unprocessable(exc: CostModelError, prefix: str) -> Unprocessable:
 
 
 def resolve_model(choice: ModelChoice, catalog: DeviceCatalog) -> tuple[str, Architecture]:
+    name, arch = _model_of(choice, catalog)
+    scaling = choice.rope_scaling
+    if scaling is None:
+        return name, arch
+    try:
+        return name, with_rope_scaling(arch, scaling.rope_type, scaling.factor, scaling.original_max_position_embeddings)
+    except CostModelError as exc:
+        raise cost_model_error(exc, "body") from None
+
+
+def _model_of(choice: ModelChoice, catalog: DeviceCatalog) -> tuple[str, Architecture]:
     if choice.model_id is not None:
         row, arch = catalog_model(catalog, choice.model_id)
         return row.id, arch
@@ -106,6 +117,11 @@ def core_dtypes(request, arch: Architecture | None = None) -> layers.ModelDTypes
                               d.weight_scale_bytes, d.lm_head, d.experts,
                               weight_group_size(d.experts, d.experts_group_size) if d.experts else None,
                               d.weight_scale_bytes)
+
+
+def positions_notes(arch: Architecture) -> list[str]:
+    """How the request extended the model's positions (its rope_scaling), where it did."""
+    return [arch.positions_extended] if arch.positions_extended else []
 
 
 def dtypes_note(request, arch: Architecture) -> str:
@@ -423,7 +439,7 @@ def kv_capacity_request(request: KvCapacityRequest, catalog: DeviceCatalog) -> K
                      f"{mixer.key_dim} x {mixer.value_dim} in {mixer.state_dtype or 'the activations type'}, and "
                      f"the convolution's last {mixer.conv_kernel - 1} inputs of {mixer.conv_channels} channels")
     if arch.max_positions is not None:
-        notes.append(f"model limit: max_position_embeddings {arch.max_positions:,} tokens")
+        notes.append(arch.positions_extended or f"model limit: max_position_embeddings {arch.max_positions:,} tokens")
     return KvCapacity(device_id=device.id, model=name, context_len=request.context_len,
                       tensor_parallel=request.tensor_parallel, capacity_bytes=device.memory_capacity_bytes,
                       mix=KvMix(**vars(mix)) if mix else None, **vars(result), assumptions=notes)

@@ -40,7 +40,7 @@ EVALUATOR_FIELDS = ("device_id", "roofs", "sustained_clock_hz", "collective_late
 STEP_FIELDS = ("batch_size", "seq_len")
 # Read per step by model_answer_json, after the rows (memory, what-ifs, achieved), or required to be absent.
 ANSWER_FIELDS = ("dtypes", "memory_utilization", "memory_capacity_bytes", "workspace_bytes", "block_size", "profile_tokens",
-                 "measured_time_s", "speedups", "model", "output_len", "engine", "calibration")
+                 "measured_time_s", "speedups", "model", "output_len", "engine", "calibration", "rope_scaling")
 if set(ModelAnalysisRequest.model_fields) != {*GROUP_FIELDS, *EVALUATOR_FIELDS, *STEP_FIELDS, *ANSWER_FIELDS}:
     raise ImportError("service.translation.model_batches does not know every model request field: "
                       f"{sorted(ModelAnalysisRequest.model_fields)}")
@@ -58,7 +58,9 @@ BOUND_TEXTS = {json_bytes(float(code)): json_bytes(bound) for code, bound in enu
 
 
 def is_plain_model_step(request) -> bool:
-    return isinstance(request, ModelAnalysisRequest) and request.model_id is not None and request.output_len is None
+    # A catalog model as configured: a RoPE scaling makes it another model (its positions), answered one by one.
+    return (isinstance(request, ModelAnalysisRequest) and request.model_id is not None and request.output_len is None
+            and request.rope_scaling is None)
 
 
 def _group_key(request: ModelAnalysisRequest) -> tuple:

@@ -28,6 +28,7 @@ from service.translation.model_analyses import (
     core_dtypes,
     dtypes_note,
     evaluator_on,
+    positions_notes,
     resolve_model,
     unprocessable,
     usable_memory,
@@ -158,7 +159,7 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
     matmul = first_matmul(row for rows, _, _ in step_rows(arch, Step(1, 1, 2, decode.attention_ranks), dtypes)
                           for row in rows)
     flops_per_s, _, compute_source = evaluator.compute_roof(matmul) if matmul else (0.0, None, "nominal")
-    notes = [dtypes_note(request, arch), basis, *_layout_notes(request, bound, topology),
+    notes = [dtypes_note(request, arch), *positions_notes(arch), basis, *_layout_notes(request, bound, topology),
              f"compute roof of the matmuls: {compute_source} {matmul.compute_dtype if matmul else ''} tensor, "
              f"{flops_per_s:.4g} FLOP/s; memory roof: {evaluator.hbm.source.value} hbm bandwidth, "
              f"{evaluator.hbm.bytes_per_s:.4g} bytes/s", *SCHEDULING_NOTES]

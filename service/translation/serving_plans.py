@@ -31,6 +31,7 @@ from service.translation.model_analyses import (
     core_dtypes,
     evaluator_on,
     memory_budget_of,
+    positions_notes,
     resolve_model,
     unprocessable,
 )
@@ -176,7 +177,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
                        configs=[_out(c) for c in best[:request.top_n]],
                        pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,
                        skipped=skipped,
-                       assumptions=[*_assumptions(request, arch), *link_notes, basis_note])
+                       assumptions=[*_assumptions(request, arch), *positions_notes(arch), *link_notes, basis_note])
 
 
 class Planned(NamedTuple):

@@ -30,7 +30,7 @@ from service.core.transformer.capacity import check_positions
 from service.core.transformer.params import model_params
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable
-from service.translation.model_analyses import resolve_model, unprocessable, usable_memory
+from service.translation.model_analyses import positions_notes, resolve_model, unprocessable, usable_memory
 
 ROWS = TypeAdapter(list[TrainingRowOut])
 
@@ -284,5 +284,5 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
         recompute_advice=_advice(result, setup.recompute),
         compute_roof_source=result.compute_roof_source,
         memory_roof_source=evaluator.hbm.source.value,
-        assumptions=_assumptions(request, setup, result, evaluator, basis),
+        assumptions=[*_assumptions(request, setup, result, evaluator, basis), *positions_notes(arch)],
     )

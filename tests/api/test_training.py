@@ -235,3 +235,31 @@ def test_training_splits_the_kv_heads_as_megatron_does(client):
     assert refused.json()["fields"][0]["loc"] == "body.tensor_parallel"
     assert "Megatron-LM" in refused.json()["detail"]
     assert client.post("/v1/analyze/training", json={**body, "tensor_parallel": 8}).status_code == 200
+
+
+def test_a_run_that_scales_rope_trains_past_the_configs_positions(client):
+    # MLPerf Training's llama2_70b_lora fine-tunes Llama 2 70B (4,096 positions in its config) at 8,192 tokens:
+    # refused as configured, answered with the run's RoPE scaling (linear x2: 4,096 x 2 = 8,192), the answer saying
+    # so; the step costs the same either way (compared at 4,096 tokens).
+    body = {"device_id": "amd-mi300x", "model_id": "llama-2-70b", "seq_len": 8192, "micro_batch_size": 1,
+            "tensor_parallel": 8, "sequence_parallel": True}
+    refused = client.post("/v1/analyze/training", json=body)
+    assert refused.status_code == 422 and refused.json()["fields"][0]["loc"] == "body.seq_len"
+    assert "max_position_embeddings (4,096)" in refused.json()["detail"]
+    scaled = {**body, "rope_scaling": {"rope_type": "linear", "factor": 2}}
+    answer = client.post("/v1/analyze/training", json=scaled)
+    assert answer.status_code == 200, answer.text
+    shorter = {**body, "seq_len": 4096}
+    plain = client.post("/v1/analyze/training", json=shorter).json()
+    same = client.post("/v1/analyze/training", json={**shorter, "rope_scaling": {"rope_type": "linear",
+                                                                                  "factor": 2}}).json()
+    assert same["step_time_s"] == plain["step_time_s"]
+    serving = client.post("/v1/analyze/serving", json={
+        "device_id": "amd-mi300x", "model_id": "llama-2-70b", "input_len": 7000, "output_len": 1000,
+        "concurrency": 8, "tensor_parallel": 8, "rope_scaling": {"factor": 2}})
+    assert serving.status_code == 200, serving.text
+    assert any("8,192 = 4,096 x 2, the request's rope_scaling (yarn)" in note
+               for note in serving.json()["assumptions"])
+    # A scaling that cannot be read names its field.
+    bad = client.post("/v1/analyze/training", json={**body, "rope_scaling": {"factor": 0.5}})
+    assert bad.status_code == 422 and "rope_scaling.factor" in bad.json()["fields"][0]["loc"]

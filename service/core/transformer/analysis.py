@@ -293,10 +293,14 @@ def explain_model(arch: Architecture, evaluator: Evaluator, tensor_parallel: int
     """A step's notes before and after its step_note: what every step of the model on these roofs shares."""
     before = [f"config defaults applied: {', '.join(arch.defaults_applied)}"] if arch.defaults_applied else []
     before.append(f"model: {arch.family}, {arch.layers} layers ({arch.layer_kinds()}); each distinct layer is costed once")
+    if arch.positions_extended:
+        before.append(arch.positions_extended)
     notes = [
         f"dtypes: weights {dtypes.weights}"
         + (f" (+{dtypes.weight_scale_bytes:g}-byte scale per {dtypes.weight_group_size})" if dtypes.weight_group_size else "")
-        + f", activations {dtypes.activations}, kv cache {dtypes.kv_cache}; embedding table and router in activations' type",
+        + f", activations {dtypes.activations}, kv cache {dtypes.kv_cache}; embedding table, LM head (unless "
+        f"dtypes.lm_head), routers and norms in {dtypes.unquantised}"
+        + "".join(f", {name.replace('_', ' ')} in {dtypes.unquantised} (the checkpoint's lists)" for name in sorted(dtypes.kept)),
         "time: the sum of each operator's lower bound (kernels in sequence, each at its own roof)",
         "lm_head: computed for the last token of each sequence only",
     ]

@@ -5,7 +5,7 @@ directly (`from_generic`). The cost models read only this, never a config."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.core.errors import CostModelError
@@ -177,6 +177,8 @@ class Architecture:
     attention_output_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate on the attention output
     rotary_fraction: float = 1.0  # the share of each head's dimensions that RoPE rotates (partial_rotary_factor)
     v_head_dim: int | None = None  # a value head's width where it differs from head_dim (MiMo-V2-Flash: 128 of 192)
+    # How a request extended max_positions (a RoPE scaling the run applies), for the answer; None: as configured.
+    positions_extended: str | None = None
 
     @property
     def value_dim(self) -> int:
@@ -203,6 +205,20 @@ def _mlp_label(group: LayerGroup) -> str:
     if not group.has_mlp:
         return "attention" if group.mixer == "attention" else "mixer only"
     return "MoE" if group.moe else "dense"
+
+
+def with_rope_scaling(arch: Architecture, rope_type: str, factor: float, original: int | None) -> Architecture:
+    """The model as a run that scales its RoPE serves it (vLLM's --rope-scaling or --hf-overrides, SGLang's
+    --json-model-override-args): its positions extended to `original` (else its max_position_embeddings) x factor.
+    The step's cost does not change: the rotation's FLOPs are the same at any frequency."""
+    base = original or arch.max_positions
+    if base is None:
+        raise CostModelError("rope_scaling.original_max_position_embeddings",
+                             "the model states no max_position_embeddings: give the positions it was trained on")
+    extended = min(int(base * factor), MAX_POSITIONS)
+    return replace(arch, max_positions=extended, positions_extended=(
+        f"positions: max_position_embeddings {extended:,} = {base:,} x {factor:g}, the request's rope_scaling "
+        f"({rope_type}); the model was configured for {arch.max_positions or base:,} and the step's cost is unchanged"))
 
 
 def group_layers(flags: list[tuple[int | None, bool]], chunks: list[int | None] | None = None,
