@@ -15,7 +15,7 @@ from typing import Any
 
 from schemas.models import SCHEMES
 from service.cli.backends import backend
-from service.cli.models import MODEL_HELP, model_choice
+from service.cli.models import MODEL_HELP, ROPE_SCALING_HELP, model_of
 from service.cli.render import (
     compare_table,
     device_table,
@@ -97,7 +97,7 @@ def dtypes_of(args) -> dict[str, Any]:
 
 
 def model_body(args) -> dict[str, Any]:
-    return {**model_choice(args.model), "tensor_parallel": args.tensor_parallel, **dtypes_of(args)}
+    return {**model_of(args), "tensor_parallel": args.tensor_parallel, **dtypes_of(args)}
 
 
 def step_body(args) -> dict[str, Any]:
@@ -166,7 +166,7 @@ def speculative_of(args) -> dict[str, Any]:
 
 
 def serving_body(args) -> dict[str, Any]:
-    body: dict[str, Any] = {**model_choice(args.model), **dtypes_of(args), "device_id": args.device,
+    body: dict[str, Any] = {**model_of(args), **dtypes_of(args), "device_id": args.device,
                             "input_len": args.input_len, "output_len": args.output_len, "concurrency": args.concurrency,
                             "roofs": args.roofs}
     if (args.prefill_pool is None) != (args.decode_pool is None):
@@ -264,7 +264,7 @@ def cmd_plot(args) -> None:
 
 
 def cmd_plan_serving(args) -> None:
-    body = {**model_choice(args.model), "device_ids": args.devices, "total_devices": args.total_devices,
+    body = {**model_of(args), "device_ids": args.devices, "total_devices": args.total_devices,
             "input_len": args.input_len, "output_len": args.output_len, "modes": args.modes, "top_n": args.top_n,
             **dtypes_of(args), **speculative_of(args),
             "slo": {name: value for name, value in (("ttft_s", args.ttft), ("tpot_s", args.tpot),
@@ -280,7 +280,7 @@ def cmd_plan_serving(args) -> None:
 
 
 def training_body(args) -> dict[str, Any]:
-    body = {"device_id": args.device, **model_choice(args.model), "seq_len": args.seq_len,
+    body = {"device_id": args.device, **model_of(args), "seq_len": args.seq_len,
             "micro_batch_size": args.micro_batch_size, "tensor_parallel": args.tensor_parallel,
             "pipeline_parallel": args.pipeline_parallel, "pipeline_schedule": args.pipeline_schedule,
             "virtual_pipeline_stages": args.virtual_pipeline_stages, "sequence_parallel": args.sequence_parallel,
@@ -395,6 +395,7 @@ def parser() -> argparse.ArgumentParser:
         if device:
             p.add_argument("--device", required=True, help="device id (see `roofline devices`)")
         p.add_argument("--model", required=device, help=MODEL_HELP)
+        p.add_argument("--rope-scaling", metavar="TYPE:FACTOR", help=ROPE_SCALING_HELP)
         p.add_argument("--tensor-parallel", type=int, default=1, help="devices the model is split over (default 1)")
         p.add_argument("--scheme", choices=sorted(SCHEMES), help="a deployment scheme by name: w8a8-fp8 computes at the "
                        "fp8 peak, w8a16-fp8 stores fp8 weights but computes in bf16, w4a16 int4 in groups of 128, "
@@ -507,6 +508,7 @@ def parser() -> argparse.ArgumentParser:
     def training_options(p):
         p.add_argument("--device", required=True, help="device id (see `roofline devices`)")
         p.add_argument("--model", required=True, help=MODEL_HELP)
+        p.add_argument("--rope-scaling", metavar="TYPE:FACTOR", help=ROPE_SCALING_HELP)
         p.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
         p.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch (default 1)")
         p.add_argument("--gradient-accumulation-steps", type=int, help="micro-batches per step (default 1)")

@@ -67,3 +67,20 @@ def model_choice(name: str) -> dict[str, Any]:
                              "with `huggingface-cli download` first)")
         return {"model": with_modelopt_record(_read_config(cached), cached.parent)}
     return {"model_id": name}
+
+
+ROPE_SCALING_HELP = ("the run's RoPE scaling, TYPE:FACTOR (e.g. linear:2, yarn:4): the model accepts contexts up to its "
+                     "max_position_embeddings x FACTOR (the step costs the same)")
+
+
+def model_of(args) -> dict[str, Any]:
+    """The request's model (model_choice) and the run's RoPE scaling where --rope-scaling gives one."""
+    choice = model_choice(args.model)
+    scaling = getattr(args, "rope_scaling", None)
+    if not scaling:
+        return choice
+    rope_type, _, factor = scaling.partition(":")
+    try:
+        return {**choice, "rope_scaling": {"rope_type": rope_type, "factor": float(factor)}}
+    except ValueError:
+        raise SystemExit(f"--rope-scaling {scaling}: give TYPE:FACTOR, e.g. linear:2") from None

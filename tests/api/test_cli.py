@@ -312,3 +312,15 @@ def test_a_modelopt_checkpoint_folder_carries_its_quantisation_record(local_data
     notes = " ".join(folder["assumptions"])
     assert "modelopt: NVFP4" in notes and "left in 16 bits by its lists: attention" in notes
     assert folder["weights_bytes"] < 0.35 * alone["weights_bytes"]
+
+
+def test_a_run_that_scales_rope_from_the_command_line(local_database, capsys):
+    # Llama 2 70B (4,096 positions) trained at 8,192 tokens: refused, then answered with --rope-scaling linear:2.
+    argv = ("train", "--device", "amd-mi300x", "--model", "llama-2-70b", "--seq-len", "8192", "--tensor-parallel", "8",
+            "--sequence-parallel", "--json")
+    with pytest.raises(SystemExit, match="max_position_embeddings"):
+        run(capsys, *argv)
+    answer = json.loads(run(capsys, *argv, "--rope-scaling", "linear:2").out)
+    assert any("8,192 = 4,096 x 2, the request's rope_scaling (linear)" in note for note in answer["assumptions"])
+    with pytest.raises(SystemExit, match="TYPE:FACTOR"):
+        run(capsys, *argv, "--rope-scaling", "linear")
