@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from service.core.errors import CostModelError
 
@@ -91,6 +91,25 @@ class RecurrentMixer:
 
 
 @dataclass(frozen=True)
+class CompressedAttention:
+    """DeepSeek-V4's attention: one K=V head of the attention's head_dim (multi-query), queries through a low-rank
+    `q_lora_rank`, every query over the last `window` tokens and over compressed entries (LayerGroup.compress),
+    an indexer (`index_heads` x `index_head_dim`) picking `index_topk` of them on the compressed-sparse layers; the
+    heads' outputs projected in `o_groups` groups to `o_lora_rank` each, then to the hidden size; and the residual
+    stream carried as `hyper_streams` parallel streams mixed in and out of each block (manifold hyper-connections)."""
+
+    q_lora_rank: int
+    window: int
+    o_groups: int
+    o_lora_rank: int
+    index_heads: int
+    index_head_dim: int
+    index_topk: int
+    rope_dim: int
+    hyper_streams: int
+
+
+@dataclass(frozen=True)
 class MoE:
     experts: int
     top_k: int
@@ -129,6 +148,11 @@ class LayerGroup:
     kv_heads: int | None = None
     sinks: bool | None = None
     intermediate: int | None = None
+    # DeepSeek-V4's attention (Architecture.compressed): besides its window, every `compress` tokens pooled into one
+    # cached entry (4: compressed sparse attention, an indexer picking the entries; 128: heavily compressed, all of
+    # them); 0: the window alone.
+    compress: int = 0
+    hash_routed: bool = False  # its experts chosen by a fixed token-id table (DeepSeek-V4's first layers)
 
     @property
     def attends(self) -> bool:
@@ -137,6 +161,16 @@ class LayerGroup:
     @property
     def recurs(self) -> bool:
         return self.mixer in ("recurrent", "parallel")
+
+
+class LayerShape(NamedTuple):
+    """What a family says of one layer where its layers differ (LayerGroup's fields of the same names)."""
+
+    kv_heads: int | None = None
+    sinks: bool | None = None
+    intermediate: int | None = None
+    compress: int = 0
+    hash_routed: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,6 +213,7 @@ class Architecture:
     v_head_dim: int | None = None  # a value head's width where it differs from head_dim (MiMo-V2-Flash: 128 of 192)
     # How a request extended max_positions (a RoPE scaling the run applies), for the answer; None: as configured.
     positions_extended: str | None = None
+    compressed: CompressedAttention | None = None  # DeepSeek-V4's attention and hyper-connections
 
     @property
     def value_dim(self) -> int:
@@ -224,7 +259,7 @@ def with_rope_scaling(arch: Architecture, rope_type: str, factor: float, origina
 def group_layers(flags: list[tuple[int | None, bool]], chunks: list[int | None] | None = None,
                  ropes: list[bool] | None = None, mixers: list[str] | None = None,
                  mlps: list[bool] | None = None, indexed: list[bool] | None = None,
-                 shapes: list[tuple[int | None, bool | None, int | None]] | None = None) -> tuple[LayerGroup, ...]:
+                 shapes: list[LayerShape] | None = None) -> tuple[LayerGroup, ...]:
     """Identical layers counted together, in order of first appearance: (window, MoE) per layer, and per layer its
     attention chunk, whether it rotates positions, its mixer, whether it has an MLP and whether it runs its own
     indexer where the family says."""
@@ -232,7 +267,7 @@ def group_layers(flags: list[tuple[int | None, bool]], chunks: list[int | None] 
     for index, (window, moe) in enumerate(flags):
         key = (window, moe, chunks[index] if chunks else None, ropes[index] if ropes else True,
                mixers[index] if mixers else "attention", mlps[index] if mlps else True,
-               indexed[index] if indexed else True, *(shapes[index] if shapes else (None, None, None)))
+               indexed[index] if indexed else True, *(shapes[index] if shapes else LayerShape()))
         counts[key] = counts.get(key, 0) + 1
     return tuple(LayerGroup(count, *key) for key, count in counts.items())
 

@@ -19,6 +19,7 @@ from service.core.transformer.architecture import (
     Architecture,
     ConfigError,
     LatentAttention,
+    LayerShape,
     MoE,
     Quantization,
     RecurrentMixer,
@@ -322,11 +323,11 @@ def mimo_v2_window(r: ConfigReader) -> int | None:
     return size + 1 if size else sliding_window(r)
 
 
-def mimo_v2_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[tuple[int | None, bool | None, int | None]]:
+def mimo_v2_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[LayerShape]:
     """Its window layers hold twice the full layers' K/V heads and learned sinks (transformers 5.25.0's
     MiMoV2FlashAttention); the full ones neither."""
     kv = r.int("num_key_value_heads")
-    return [(2 * kv, True, None) if window else (None, False, None) for window in windows]
+    return [LayerShape(2 * kv, True) if window else LayerShape(sinks=False) for window in windows]
 
 
 def mimo_v2_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
@@ -376,8 +377,8 @@ def decilm_mixers(r: ConfigReader, layers: int) -> Mixers:
     return ["none" if kv is None else "attention" for kv, _ in blocks], [width > 0 for _, width in blocks]
 
 
-def decilm_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[tuple[int | None, bool | None, int | None]]:
-    return [(kv, None, width) for kv, width in _decilm_blocks(r, layers)]
+def decilm_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[LayerShape]:
+    return [LayerShape(kv, None, width) for kv, width in _decilm_blocks(r, layers)]
 
 
 def indexer_layers(r: ConfigReader, layers: int) -> list[bool]:
@@ -448,7 +449,7 @@ class Family:
     indexed: Callable[[ConfigReader, int], list[bool]] | None = None
     # Per layer, (K/V heads, attention sinks, dense MLP width) where its layers differ from the model's (None each
     # where they do not), given each layer's window; None: every layer alike.
-    shapes: Callable[[ConfigReader, int, Windows], list[tuple[int | None, bool | None, int | None]]] | None = None
+    shapes: Callable[[ConfigReader, int, Windows], list[LayerShape]] | None = None
     reads_value_dim: bool = False  # v_head_dim: a value head narrower or wider than head_dim
     # Per layer, its token mixer and whether it has an MLP; with `recurrent`, the recurrent layers' mixer.
     mixers: Callable[[ConfigReader, int], Mixers] = attention_everywhere
@@ -665,7 +666,7 @@ def _features(family: Family, r: ConfigReader, mixers: list[str]) -> dict[str, A
     }
 
 
-def _widths_given(shapes: list[tuple[int | None, bool | None, int | None]] | None, moe_layers: list[bool]) -> bool:
+def _widths_given(shapes: list[LayerShape] | None, moe_layers: list[bool]) -> bool:
     """Whether per-layer widths (Nemotron-NAS) stand in for intermediate_size on every dense layer."""
-    return shapes is not None and all(shape[2] is not None for shape, routed in zip(shapes, moe_layers, strict=True)
-                                      if not routed)
+    return shapes is not None and all(shape.intermediate is not None for shape, routed in zip(shapes, moe_layers,
+                                                                                               strict=True) if not routed)
