@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 # The families whose transformers class is another's (kimi_k2: transformers reads it as deepseek_v3; MiMo is
 # Qwen2's decoder, remote code only).
-CLASS_OF = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}
+CLASS_OF = {"kimi_k2": "deepseek_v3", "mimo": "qwen2", "deepseek_ref": "deepseek_v4"}
 # A config without these is not a description of any one model.
 SIZES = frozenset({"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                    "moe_intermediate_size", "num_experts", "num_local_experts", "n_routed_experts",
@@ -56,6 +56,8 @@ def main() -> None:
 
     classes = {}
     for name in sorted(FAMILIES):
+        if CLASS_OF.get(name, name) not in CONFIG_MAPPING:  # remote code only (Nemotron-NAS): no class defaults
+            continue
         config_class = CONFIG_MAPPING[CLASS_OF.get(name, name)]
         classes[name] = {"class": config_class.__name__, "defaults": declared_defaults(config_class)}
     out = ROOT / "service" / "data" / "config_defaults.json"

@@ -289,11 +289,15 @@ def _check(arch: Architecture, evaluator: Evaluator, setup: TrainingSetup) -> No
         raise CostModelError("reshard_after_forward", "only ZeRO 3 reshards parameters: keeping them after the "
                                                       "forward needs zero_stage 3")
     uneven = [kv for kv in sorted(arch.kv_head_counts()) if kv % par.tensor]
-    if arch.latent is None and uneven:
-        # Serving engines replicate K/V heads over a larger group; Megatron-LM divides its query groups evenly.
+    # DeepSeek-V4's one K=V head is whole on every device, as the latent attention's cache is. Serving engines
+    # replicate K/V heads over a larger group; Megatron-LM divides its query groups evenly.
+    if arch.latent is None and arch.compressed is None and uneven:
         raise CostModelError("tensor_parallel", f"num_key_value_heads ({uneven[0]}) is not divisible by "
                                                 f"tensor_parallel ({par.tensor}): Megatron-LM splits the query "
                                                 "groups evenly over tensor parallelism")
+    if arch.compressed is not None and par.context > 1:
+        raise CostModelError("context_parallel", "context parallelism is not modelled for DeepSeek-V4's compressed "
+                                                 "attention (its ring would pass windows and compressed entries)")
     check_expert_parallel(arch, par.expert, par.replicas, par.tensor, par.sequence_parallel)
     check_recipe(dtypes.fp8_recipe, dtypes.activations)
     if dtypes.fp8_recipe != "none" and evaluator.device.peak("fp8", "tensor") is None:

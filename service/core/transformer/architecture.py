@@ -59,6 +59,10 @@ class Quantization:
     # Module classes its ignore lists leave in 16 bits (layers.KEPT_MODULES), and whole layers they leave so.
     kept: tuple[str, ...] = ()
     kept_layers: tuple[int, ...] = ()
+    # The routed experts' own format where it differs from the other weights' (DeepSeek-V4: fp8 blocks, fp4 experts).
+    experts: str | None = None
+    experts_group_size: int | None = None
+    experts_scale_bytes: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -228,7 +232,14 @@ class Architecture:
 
     def layer_kinds(self) -> str:
         return ", ".join(f"{g.count} x {_mixer_label(g)}{_mlp_label(g)}"
-                         + (f" (window {g.sliding_window})" if g.sliding_window else "") for g in self.groups)
+                         + (f" (window {g.sliding_window})" if g.sliding_window else "")
+                         + (_compression_label(g, self.compressed.window) if self.compressed else "")
+                         for g in self.groups)
+
+
+def _compression_label(group: LayerGroup, window: int) -> str:
+    kind = f"window {window} + 1 entry per {group.compress} tokens" if group.compress else f"window {window}"
+    return f" ({kind}{', hash-routed' if group.hash_routed else ''})"
 
 
 def _mixer_label(group: LayerGroup) -> str:

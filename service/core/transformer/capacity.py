@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
 from service.core.memo import by_identity
+from service.core.transformer import compressed
 from service.core.transformer.architecture import Architecture, LayerGroup
 from service.core.transformer.layers import KEPT_MODULES, ModelDTypes
 from service.core.transformer.params import layer_params, model_params
@@ -58,19 +59,44 @@ def cached_tokens(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size) * block_size
 
 
+def layer_cache_bytes(arch: Architecture, dtypes: ModelDTypes, group: LayerGroup, context: int,
+                      tensor_parallel: int = 1, block_size: int = 1) -> float:
+    """One request's cache in one of `group`'s attention layers: at most its window (or chunk) of tokens, in whole
+    blocks of `block_size` (1: a contiguous cache); DeepSeek-V4's its window and compressed entries."""
+    if arch.compressed is not None:
+        return compressed.cache_bytes_per_request(arch, arch.compressed, group, context,
+                                                  bytes_per_element(dtypes.kv_cache), block_size)
+    return (cached_tokens(min(context, group.sliding_window or group.chunk or context), block_size)
+            * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, group))
+
+
 def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, tensor_parallel: int = 1,
                          block_size: int = 1) -> float:
-    """K and V of one request's `context` tokens on one device; each attention layer holds at most its window, in
-    whole blocks of `block_size` tokens (1: a contiguous cache); the recurrent layers their fixed state."""
-    return (sum(g.count * cached_tokens(min(context, g.sliding_window or g.chunk or context), block_size)
-                * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, g) for g in arch.groups if g.attends)
+    """The cache of one request's `context` tokens on one device: every attention layer's (layer_cache_bytes),
+    and the recurrent layers' fixed state."""
+    return (sum(g.count * layer_cache_bytes(arch, dtypes, g, context, tensor_parallel, block_size)
+                for g in arch.groups if g.attends)
             + recurrent_state_bytes(arch, dtypes, tensor_parallel))
 
 
 def kv_bytes_per_token(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
-    """One more token of context, over the layers whose cache grows with every token."""
+    """One more token of context, over the layers whose cache grows with every token (DeepSeek-V4's compressing
+    layers by one entry every `compress` tokens)."""
+    if arch.compressed is not None:
+        return sum(g.count * compressed.cache_growth_per_token(arch, arch.compressed, g,
+                                                               bytes_per_element(dtypes.kv_cache))
+                   for g in arch.groups if g.attends)
     return sum(g.count * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, g) for g in arch.groups
                if g.attends and not (g.sliding_window or g.chunk))
+
+
+def _capped_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int, block_size: int) -> float:
+    """What a request's window and chunk layers hold once its context passes their span."""
+    if arch.compressed is not None:  # every layer's window, its entries growing apart
+        window = cached_tokens(arch.compressed.window, block_size) * arch.head_dim * bytes_per_element(dtypes.kv_cache)
+        return sum(g.count for g in arch.groups if g.attends) * window
+    return sum(g.count * cached_tokens(g.sliding_window or g.chunk or 0, block_size)
+               * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, g) for g in arch.groups if g.attends)
 
 
 def routed_expert_bytes(arch: Architecture, dtypes: ModelDTypes) -> float:
@@ -110,7 +136,8 @@ def module_params(arch: Architecture) -> dict[str, int]:
     moe = arch.moe
     for group in arch.groups:
         layer = layer_params(arch, group)
-        router = moe.experts * arch.hidden + (moe.experts if moe.router_bias else 0) if group.moe and moe else 0
+        table = arch.vocab * moe.top_k if moe and group.hash_routed else moe.experts if moe and moe.router_bias else 0
+        router = moe.experts * arch.hidden + table if group.moe and moe else 0
         out["attention"] += group.count * layer.attention
         out["norms"] += group.count * layer.norms
         out["routers"] += group.count * router
@@ -172,9 +199,7 @@ def kv_capacity(arch: Architecture, dtypes: ModelDTypes, *, context_len: int, ca
     return Capacity(
         usable_bytes=usable, weights_bytes=weights, workspace_bytes=workspace_bytes, activation_reserve_bytes=reserved,
         kv_bytes_per_token=kv_bytes_per_token(arch, dtypes, tensor_parallel),
-        kv_bytes_capped_per_request=sum(
-            g.count * cached_tokens(g.sliding_window or g.chunk or 0, block_size)
-            * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, g) for g in arch.groups if g.attends),
+        kv_bytes_capped_per_request=_capped_bytes(arch, dtypes, tensor_parallel, block_size),
         kv_bytes_per_request=per_request,
         state_bytes_per_request=recurrent_state_bytes(arch, dtypes, tensor_parallel),
         available_kv_bytes=available, max_concurrent_requests=max_requests,

@@ -17,6 +17,7 @@ from service.core.transformer import vision
 from service.core.transformer.architecture import (
     MAX_POSITIONS,
     Architecture,
+    CompressedAttention,
     ConfigError,
     LatentAttention,
     LayerShape,
@@ -381,6 +382,66 @@ def decilm_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[LayerS
     return [LayerShape(kv, None, width) for kv, width in _decilm_blocks(r, layers)]
 
 
+# transformers 5.25.0's DeepseekV4Config: its layer kinds by compression ratio, and its defaults.
+V4_KINDS = {"sliding_attention": 0, "compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+
+
+def v4_compression(r: ConfigReader, layers: int) -> list[int]:
+    """Per layer, its compression ratio (0: the window alone): as layer_types names it (the ratios of
+    compress_rates), else as compress_ratios lists it, else the class's pattern (two heavily compressed layers, then
+    compressed-sparse and heavily compressed in turn)."""
+    rates = r.config.get("compress_rates")
+    csa = rates.get("compressed_sparse_attention", 4) if isinstance(rates, Mapping) else 4
+    hca = rates.get("heavily_compressed_attention", 128) if isinstance(rates, Mapping) else 128
+    ratio = {"sliding_attention": 0, "compressed_sparse_attention": csa, "heavily_compressed_attention": hca}
+    # Lists may run past the layers (the multi-token-prediction layer's entry): transformers keeps the first ones.
+    kinds, listed = r.config.get("layer_types"), r.config.get("compress_ratios")
+    if isinstance(kinds, list) and len(kinds) >= layers and set(kinds[:layers]) <= set(ratio):
+        return [ratio[kind] for kind in kinds[:layers]]
+    if isinstance(listed, list) and len(listed) >= layers and set(listed[:layers]) <= {0, csa, hca}:
+        return list(listed[:layers])
+    if kinds is not None or listed is not None:
+        r.missing.append(f"layer_types or compress_ratios ({layers} entries, each of {sorted(ratio)} or 0, {csa}, {hca})")
+        return [0] * layers
+    return [hca] * min(layers, 2) + [csa if i % 2 else hca for i in range(max(layers - 2, 0))]
+
+
+def v4_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[LayerShape]:
+    """Each layer's compression, and whether its experts are hash-routed (the first num_hash_layers, 3 by default,
+    or as mlp_layer_types says)."""
+    kinds = r.config.get("mlp_layer_types")
+    if isinstance(kinds, list) and len(kinds) >= layers:
+        hashed = [kind == "hash_moe" for kind in kinds[:layers]]
+    else:
+        first = r.int("num_hash_layers", 3, minimum=0, note=" (the config class default)")
+        hashed = [i < first for i in range(layers)]
+    return [LayerShape(compress=ratio, hash_routed=flag) for ratio, flag in zip(v4_compression(r, layers), hashed,
+                                                                                 strict=True)]
+
+
+def v4_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    """Every layer routes to n_routed_experts beside one shared expert as wide as each (transformers builds one
+    whatever n_shared_experts says); the learned router's score-correction bias is stored."""
+    width = r.int("moe_intermediate_size")
+    return MoE(r.int("n_routed_experts"), r.int("num_experts_per_tok"), width, 1, width, router_bias=True), \
+        [True] * layers
+
+
+def v4_attention(r: ConfigReader) -> CompressedAttention:
+    head_dim = r.int("head_dim")
+    rope = r.optional_int("qk_rope_head_dim")
+    fraction = r.config.get("partial_rotary_factor")
+    rope_dim = (int(head_dim * fraction) if isinstance(fraction, (int, float)) and 0 < fraction <= 1
+                else rope or head_dim // 8)
+    return CompressedAttention(
+        r.int("q_lora_rank"), r.int("sliding_window", 128, note=" (the config class default)"),
+        r.int("o_groups", 8, note=" (the config class default)"), r.int("o_lora_rank", 1024, note=" (the config class default)"),
+        r.int("index_n_heads", 64, note=" (the config class default)"),
+        r.int("index_head_dim", 128, note=" (the config class default)"),
+        r.int("index_topk", 512, note=" (the config class default)"), rope_dim,
+        r.int("hc_mult", 4, note=" (the config class default)"))
+
+
 def indexer_layers(r: ConfigReader, layers: int) -> list[bool]:
     """Per layer, whether it runs its own indexer (GLM-5.2: "full") or reuses the previous one's selection
     ("shared"): as `indexer_types` lists, else an F/S `index_topk_pattern`, else every index_topk_freq-th layer
@@ -451,6 +512,7 @@ class Family:
     # where they do not), given each layer's window; None: every layer alike.
     shapes: Callable[[ConfigReader, int, Windows], list[LayerShape]] | None = None
     reads_value_dim: bool = False  # v_head_dim: a value head narrower or wider than head_dim
+    compressed: Callable[[ConfigReader], CompressedAttention] | None = None  # DeepSeek-V4's attention
     # Per layer, its token mixer and whether it has an MLP; with `recurrent`, the recurrent layers' mixer.
     mixers: Callable[[ConfigReader, int], Mixers] = attention_everywhere
     recurrent: Callable[[ConfigReader], RecurrentMixer] | None = None
@@ -510,6 +572,10 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     # skipped) by the architecture search: per-layer K/V heads and MLP widths from block_configs.
     Family("nemotron-nas", biases=attention_and_mlp_bias, mixers=decilm_mixers, shapes=decilm_shapes,
            intermediate_optional=True),
+    # DeepSeek-V4: one K=V head over a window and compressed entries (an indexer picking among them on half the
+    # layers), grouped low-rank output, hyper-connections, hash-routed experts on the first layers.
+    Family("deepseek_v4", experts=v4_experts, shapes=v4_shapes, compressed=v4_attention, intermediate_optional=True,
+           intermediate_key="moe_intermediate_size"),
     # Xiaomi's MiMo-V2-Flash: windowed layers with twice the K/V heads and sinks between full ones; value heads
     # narrower than the keys'; DeepSeek's experts.
     Family("mimo_v2_flash", window=mimo_v2_window, windows=mimo_v2_windows, experts=mimo_v2_experts,
@@ -539,6 +605,8 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            gated_mlp=False, activation_key="mlp_hidden_act", layer_count=nemotron_layer_count,
            intermediate_optional=True),
 )}
+# SGLang's DeepSeek-V4 checkpoints name the same architecture deepseek_ref.
+FAMILIES["deepseek_ref"] = replace(FAMILIES["deepseek_v4"], name="deepseek_ref")
 SUPPORTED_FAMILIES = tuple(FAMILIES)
 
 
@@ -663,6 +731,7 @@ def _features(family: Family, r: ConfigReader, mixers: list[str]) -> dict[str, A
         "v_head_dim": r.optional_int("v_head_dim") if family.reads_value_dim else None,
         "recurrent": (family.recurrent(r) if family.recurrent is not None and {"recurrent", "parallel"} & set(mixers)
                       else None),
+        "compressed": family.compressed(r) if family.compressed is not None else None,
     }
 
 

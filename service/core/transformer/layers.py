@@ -31,8 +31,10 @@ from service.core.operators import (
 )
 from service.core.operators.base import OperatorCost, at_most
 from service.core.operators.recurrent import GATES_PER_HEAD
+from service.core.transformer import compressed
 from service.core.transformer.architecture import (
     Architecture,
+    CompressedAttention,
     LatentAttention,
     LayerGroup,
     MoE,
@@ -287,6 +289,8 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     act = dtypes.activations
     if arch.latent is not None:
         return _latent_attention_rows(arch, arch.latent, step, dtypes, heads, group.indexed)
+    if arch.compressed is not None:
+        return _compressed_attention_rows(arch, arch.compressed, group, step, dtypes)
     kv_heads = kv_heads_on_device(arch.kv_heads_of(group), tp)
     d, dv = arch.head_dim, arch.value_dim
     # With an output gate, q_proj yields each head's gate beside its query.
@@ -393,6 +397,78 @@ def _cache_write(tokens: int, width: int, dtypes: ModelDTypes) -> OperatorCost:
     return OperatorCost(cost.kind, cost.flops, cost.bytes_read, cost.bytes_written, cost.compute_dtype, cost.unit,
                         ("kv cache: the new tokens' keys and values written once in the cache dtype",),
                         kv_bytes_written=cost.bytes_written)
+
+
+def _compressed_attention_rows(arch: Architecture, spec: CompressedAttention, group: LayerGroup, step: Step,
+                               dtypes: ModelDTypes) -> list[Row]:
+    """DeepSeek-V4's attention on one device (service/core/transformer/compressed.py says what each row is)."""
+    tp, tokens, act, d = step.tensor_parallel, step.tokens, dtypes.activations, arch.head_dim
+    heads = _split(arch.heads, tp, "num_attention_heads")
+    groups = _split(spec.o_groups, tp, "o_groups")
+    small = compressed.small_params(arch, spec, group, heads)
+    matmuls = {name: (n, k) for name, n, k in compressed.projections(
+        arch, spec, heads, groups, compressed.indexer_on(group), compressed.pooling_width(group))}
+
+    def project(name: str) -> Row:
+        n, k = matmuls[name]
+        if name != "o_a_proj":
+            return Row(name, "matmul", 1, linear_cost(tokens, n, k, dtypes), params=linear_params(n, k))
+        # Grouped: each of the device's groups reads its own heads' outputs (k wide) into its own o_lora_rank.
+        cost = linear_cost(tokens, n, k, dtypes)
+        extra = (groups - 1) * tokens * k * bytes_per_element(act)
+        return Row(name, "matmul", 1, cost._replace(bytes_read=cost.bytes_read + extra), params=n * k)
+
+    rows = [project("q_a_proj"),
+            Row("q_a_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, spec.q_lora_rank], dtype=act),
+                params=small["q_a_norm"]),
+            project("q_b_proj"),
+            Row("q_b_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, heads, d], dtype=act)),
+            project("kv_proj"),
+            Row("kv_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, d], dtype=act), params=small["kv_norm"]),
+            Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + 1, spec.rope_dim, act)),
+            Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, d, dtypes))]
+    entries_written = tokens // group.compress if group.compress else 0
+    if group.compress:
+        pooled = compressed.pooling_width(group) * d
+        rows += [project("compressor_proj"),
+                 Row("compressor_pool", "elementwise", 1, _elementwise("softmax_pool", (tokens, pooled), act, 2, 6),
+                     params=small["compressor_bias_and_norm"])]
+        if entries_written:
+            rows.append(Row("compressed_cache_write", "elementwise", 1, _cache_write(entries_written, d, dtypes)))
+    window, entries, index = compressed.attention_costs(
+        arch, spec, group, batch=step.batch, heads=heads, q_len=step.q_len, kv_len=step.kv_len, dtype=act,
+        kv_dtype=dtypes.kv_cache, implementation=step.attention_implementation)
+    if compressed.indexer_on(group):
+        di = spec.index_head_dim
+        rows += [project("indexer_compressor_proj"),
+                 Row("indexer_pool", "elementwise", 1, _elementwise("softmax_pool", (tokens, 2 * di), act, 2, 6),
+                     params=small["indexer_bias_and_norm"]),
+                 project("indexer_q_proj"), project("indexer_weights_proj")]
+        if entries_written:
+            rows.append(Row("indexer_cache_write", "elementwise", 1, _cache_write(entries_written, di, dtypes)))
+        if index is not None:
+            rows.append(Row("indexer", "sparse_index", 1, index[1], attention_params=index[0]))
+    rows.append(Row("attention", "attention", 1, window[1], attention_params=window[0], params=small["sinks"]))
+    if entries is not None:
+        rows.append(Row("compressed_attention", "attention", 1, entries[1], attention_params=entries[0]))
+    return rows + [project("o_a_proj"), project("o_b_proj")]
+
+
+def _hyper_rows(prefix: str, arch: Architecture, spec: CompressedAttention, tokens: int, dtypes: ModelDTypes) -> list[Row]:
+    """A block's hyper-connection: the mixes from the N streams (a small matmul), the collapse into the block's
+    input (reads N x hidden, writes hidden), and after the block the spread and recombination of the streams (reads
+    the output and the N streams, writes N streams: 2 N FLOPs an element)."""
+    n, h, act = spec.hyper_streams, arch.hidden, dtypes.activations
+    mixes = (2 + n) * n
+    return [Row(f"{prefix}_hc_mix", "matmul", 1, linear_cost(tokens, mixes, n * h, dtypes.in_16_bits()),
+                params=compressed.hyper_mix_params(arch, spec)),
+            Row(f"{prefix}_hc_collapse", "elementwise", 1, _elementwise("weighted_sum", (tokens, n * h), act, 1, 2))]
+
+
+def _hyper_spread(prefix: str, arch: Architecture, spec: CompressedAttention, tokens: int, dtypes: ModelDTypes) -> Row:
+    n = spec.hyper_streams
+    return Row(f"{prefix}_hc_spread", "elementwise", 1,
+               _elementwise("hyper_combine", (tokens, n * arch.hidden), dtypes.activations, 2, 2 * n))
 
 
 def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step, dtypes: ModelDTypes,
@@ -510,7 +586,10 @@ def tensor_parallel_shard(moe: MoE, tokens: int, tensor_parallel: int) -> Expert
                        _split(moe.expert_intermediate, tensor_parallel, "moe_intermediate_size"))
 
 
-def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, shard: ExpertShard | None = None) -> list[Row]:
+def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, shard: ExpertShard | None = None,
+              hash_routed: bool = False) -> list[Row]:
+    """`hash_routed`: experts chosen by a fixed token-id table (DeepSeek-V4's first layers): the router's
+    weights still score them; its table (vocab x top-k ids) is stored in place of a score-correction bias."""
     tokens, tp, act, h = step.tokens, step.tensor_parallel, dtypes.activations, arch.hidden
     shard = shard or tensor_parallel_shard(moe, tokens, tp)
     width, active, routed = shard.width, shard.active_experts, shard.token_rows
@@ -519,7 +598,7 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, sha
     expert_up, expert_down = linear_params(gate_up, r_h, arch.mlp_bias), linear_params(r_h, width, arch.mlp_bias)
     rows = [
         Row("router", "matmul", 1, linear_cost(tokens, moe.experts, h, dtypes.in_16_bits()),
-            params=moe.experts * h + (moe.experts if moe.router_bias else 0)),
+            params=moe.experts * h + (arch.vocab * moe.top_k if hash_routed else moe.experts if moe.router_bias else 0)),
         Row("router_softmax", "softmax", 1, softmax_cost(shape=[tokens, moe.experts], dtype=act)),
     ]
     if moe.latent_size:  # whole on every device: the tokens leave for their experts at the latent width
@@ -561,7 +640,7 @@ def mlp_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTy
     if group.moe:
         if arch.moe is None:
             raise CostModelError("model", "a MoE layer in a model without experts")
-        return _moe_rows(arch, arch.moe, step, dtypes, shard)
+        return _moe_rows(arch, arch.moe, step, dtypes, shard, group.hash_routed)
     width = arch.intermediate if group.intermediate is None else group.intermediate
     return _mlp_rows("", arch, step.tokens, _split(width, step.tensor_parallel, "intermediate_size"),
                      dtypes.module("dense_mlp"))
@@ -590,14 +669,18 @@ def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelD
     norm = _norm(arch, [stream, arch.hidden], dtypes)
     residual = _elementwise("add", (stream, arch.hidden), act)
     rows: list[Row] = []
-    if group.mixer != "none":
-        rows.append(Row("attn_norm", arch.norm, norms_each, norm, params=norm_weights(arch)))
-        rows += tensor_parallel_block("attn", mixer_rows(arch, group, step, dtypes), arch, step, dtypes)
-        rows.append(Row("attn_residual", "elementwise", 1, residual))
-    if group.has_mlp:
-        rows.append(Row("mlp_norm", arch.norm, norms_each, norm, params=norm_weights(arch)))
-        rows += mlp(arch, group, step, dtypes)
-        rows.append(Row("mlp_residual", "elementwise", 1, residual))
+    spec = arch.compressed
+    for prefix, present, block in (("attn", group.mixer != "none", lambda: tensor_parallel_block(
+            "attn", mixer_rows(arch, group, step, dtypes), arch, step, dtypes)),
+                                   ("mlp", group.has_mlp, lambda: mlp(arch, group, step, dtypes))):
+        if not present:
+            continue
+        if spec is not None:  # hyper-connections in place of the residual add
+            rows += _hyper_rows(prefix, arch, spec, stream, dtypes)
+        rows.append(Row(f"{prefix}_norm", arch.norm, norms_each, norm, params=norm_weights(arch)))
+        rows += block()
+        rows.append(_hyper_spread(prefix, arch, spec, stream, dtypes) if spec is not None
+                    else Row(f"{prefix}_residual", "elementwise", 1, residual))
     return rows
 
 
@@ -606,8 +689,10 @@ def model_level_rows(arch: Architecture, step: Step, dtypes: ModelDTypes) -> tup
     last token of each sequence only (what serving engines compute), split over the vocabulary under TP."""
     vocab = _split(arch.vocab, step.tensor_parallel, "vocab_size") if step.tensor_parallel > 1 else arch.vocab
     embed = _embedding(step.tokens, arch.hidden, arch.vocab, dtypes.unquantised)
+    # With hyper-connections the streams are collapsed first (their weights counted with the final norm's).
+    hyper = compressed.hyper_head_params(arch, arch.compressed) if arch.compressed is not None else 0
     head = [Row("final_norm", arch.norm, 1, _norm(arch, [step.stream_tokens, arch.hidden], dtypes),
-                params=norm_weights(arch)),
+                params=norm_weights(arch) + hyper),
             # A tied head is the embedding's table: the embedding row owns it.
             Row("lm_head", "matmul", 1, linear_cost(step.batch * step.scored_tokens, vocab, arch.hidden, dtypes.head(arch.tied_embeddings)),
                 params=0 if arch.tied_embeddings else linear_params(vocab, arch.hidden))]

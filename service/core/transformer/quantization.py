@@ -117,7 +117,7 @@ def checkpoint_quantization(config: Mapping[str, Any], prefix: str = "model") ->
     q = config.get("quantization_config")
     if not isinstance(q, Mapping):
         return None
-    scheme = _scheme(q)
+    scheme = _with_expert_dtype(_scheme(q), config)
     if scheme is None or scheme.experts_only:
         return scheme
     kept, layers = _kept(q)
@@ -125,6 +125,15 @@ def checkpoint_quantization(config: Mapping[str, Any], prefix: str = "model") ->
         return scheme
     return replace(scheme, kept=kept, kept_layers=layers,
                    source=scheme.source + (f"; left in 16 bits by its lists: {', '.join(kept)}" if kept else ""))
+
+
+def _with_expert_dtype(scheme: Quantization | None, config: Mapping[str, Any]) -> Quantization | None:
+    """DeepSeek-V4's checkpoints state `expert_dtype: fp4` beside their fp8 scheme: the routed experts are MXFP4
+    (fp4 with an 8-bit power-of-two scale per 32, the ue8m0 scale format), the rest as the scheme says."""
+    if scheme is None or config.get("expert_dtype") != "fp4" or scheme.weights == "fp4":
+        return scheme
+    return replace(scheme, experts="fp4", experts_group_size=32, experts_scale_bytes=1.0,
+                   source=scheme.source + "; routed experts fp4 with an 8-bit scale per 32 (expert_dtype)")
 
 
 def with_dense_layers(quantization: Quantization, dense_layers: int) -> Quantization:
@@ -163,4 +172,6 @@ def checkpoint_dtypes(quantization: Quantization) -> ModelDTypes:
         return ModelDTypes(weights=activations, activations=activations, experts=quantization.weights,
                            experts_group_size=quantization.group_size, experts_scale_bytes=quantization.scale_bytes)
     return ModelDTypes(weights=quantization.weights, activations=activations, weight_group_size=quantization.group_size,
-                       weight_scale_bytes=quantization.scale_bytes, kept=frozenset(quantization.kept))
+                       weight_scale_bytes=quantization.scale_bytes, kept=frozenset(quantization.kept),
+                       experts=quantization.experts, experts_group_size=quantization.experts_group_size,
+                       experts_scale_bytes=quantization.experts_scale_bytes)
