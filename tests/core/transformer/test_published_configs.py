@@ -80,3 +80,23 @@ def test_parameters_equal_transformers_build(path):
     if theirs is None:
         pytest.skip(f"transformers has no class for {config.get('model_type')}")
     assert ours == theirs
+
+
+# (config, total and active parameters in billions as the model's card or name states them): cards write whole
+# billions (Kimi K2.5 "1T"), some counting the input embedding among the active parameters and some not.
+CARDS = [
+    ("zai-org--GLM-5", 744, 40), ("Qwen--Qwen3.5-397B-A17B", 397, 17), ("Qwen--Qwen3.5-35B-A3B", 35, 3),
+    ("MiniMaxAI--MiniMax-M2.5", 230, 10), ("moonshotai--Kimi-K2.5", 1000, 32), ("XiaomiMiMo--MiMo-V2-Flash", 309, 15),
+    ("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8", 120, 12), ("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", 550, 55),
+    ("deepseek-ai--DeepSeek-V4-Flash", 284, 13), ("deepseek-ai--DeepSeek-V4-Pro", 1600, 49),
+    ("Qwen--Qwen3-VL-235B-A22B-Instruct", 235, 22),
+]
+
+
+@pytest.mark.parametrize("name, total, active", CARDS, ids=[card[0] for card in CARDS])
+def test_counts_agree_with_the_cards(name, total, active):
+    # Within the card's rounding: the total within 3 % (1T for 1.027T, 1.6T for 1.573T), the active count within a
+    # billion either with the input embedding or without it (GLM-5: 40.8 without, 41.8 with; the card: 40B).
+    params = model_params(from_hf_config(_read(CONFIGS[0].parent / f"{name}.json")))
+    assert abs(params.total / 1e9 / total - 1) < 0.03
+    assert min(abs(params.active / 1e9 - active), abs(params.active_with_embedding / 1e9 - active)) < 1
