@@ -272,8 +272,8 @@ def group_layers(flags: list[tuple[int | None, bool]], chunks: list[int | None] 
                  mlps: list[bool] | None = None, indexed: list[bool] | None = None,
                  shapes: list[LayerShape] | None = None) -> tuple[LayerGroup, ...]:
     """Identical layers counted together, in order of first appearance: (window, MoE) per layer, and per layer its
-    attention chunk, whether it rotates positions, its mixer, whether it has an MLP and whether it runs its own
-    indexer where the family says."""
+    attention chunk, whether it rotates positions, its mixer, whether it has an MLP, whether it runs its own
+    indexer and its LayerShape where the family says."""
     counts: dict[tuple, int] = {}
     for index, (window, moe) in enumerate(flags):
         key = (window, moe, chunks[index] if chunks else None, ropes[index] if ropes else True,

@@ -18,7 +18,7 @@ from service.core.errors import CostModelError
 from service.core.memo import by_identity
 from service.core.transformer import compressed
 from service.core.transformer.architecture import Architecture, LayerGroup
-from service.core.transformer.layers import KEPT_MODULES, ModelDTypes
+from service.core.transformer.layers import KEPT_MODULES, ModelDTypes, router_params
 from service.core.transformer.params import layer_params, model_params
 
 MAX_CONTEXT = 2**40
@@ -63,9 +63,9 @@ def layer_cache_bytes(arch: Architecture, dtypes: ModelDTypes, group: LayerGroup
                       tensor_parallel: int = 1, block_size: int = 1) -> float:
     """One request's cache in one of `group`'s attention layers: at most its window (or chunk) of tokens, in whole
     blocks of `block_size` (1: a contiguous cache); DeepSeek-V4's its window and compressed entries."""
-    if arch.compressed is not None:
-        return compressed.cache_bytes_per_request(arch, arch.compressed, group, context,
-                                                  bytes_per_element(dtypes.kv_cache), block_size)
+    if arch.compressed is not None:  # its window of one K=V head, and an entry every `compress` tokens
+        entries = context // group.compress * compressed.entry_width(arch, arch.compressed, group) if group.compress else 0
+        return _window_bytes(arch, dtypes, context, block_size) + entries * bytes_per_element(dtypes.kv_cache)
     return (cached_tokens(min(context, group.sliding_window or group.chunk or context), block_size)
             * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, group))
 
@@ -83,17 +83,23 @@ def kv_bytes_per_token(arch: Architecture, dtypes: ModelDTypes, tensor_parallel:
     """One more token of context, over the layers whose cache grows with every token (DeepSeek-V4's compressing
     layers by one entry every `compress` tokens)."""
     if arch.compressed is not None:
-        return sum(g.count * compressed.cache_growth_per_token(arch, arch.compressed, g,
-                                                               bytes_per_element(dtypes.kv_cache))
-                   for g in arch.groups if g.attends)
+        return sum(g.count * compressed.entry_width(arch, arch.compressed, g) * bytes_per_element(dtypes.kv_cache)
+                   / g.compress for g in arch.groups if g.attends and g.compress)
     return sum(g.count * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, g) for g in arch.groups
                if g.attends and not (g.sliding_window or g.chunk))
+
+
+def _window_bytes(arch: Architecture, dtypes: ModelDTypes, context: int, block_size: int) -> float:
+    """DeepSeek-V4's window in one layer: at most `window` tokens (in whole blocks) of its one K=V head."""
+    assert arch.compressed is not None
+    return (cached_tokens(min(context, arch.compressed.window), block_size) * arch.head_dim
+            * bytes_per_element(dtypes.kv_cache))
 
 
 def _capped_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int, block_size: int) -> float:
     """What a request's window and chunk layers hold once its context passes their span."""
     if arch.compressed is not None:  # every layer's window, its entries growing apart
-        window = cached_tokens(arch.compressed.window, block_size) * arch.head_dim * bytes_per_element(dtypes.kv_cache)
+        window = _window_bytes(arch, dtypes, arch.compressed.window, block_size)
         return sum(g.count for g in arch.groups if g.attends) * window
     return sum(g.count * cached_tokens(g.sliding_window or g.chunk or 0, block_size)
                * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, g) for g in arch.groups if g.attends)
@@ -136,8 +142,7 @@ def module_params(arch: Architecture) -> dict[str, int]:
     moe = arch.moe
     for group in arch.groups:
         layer = layer_params(arch, group)
-        table = arch.vocab * moe.top_k if moe and group.hash_routed else moe.experts if moe and moe.router_bias else 0
-        router = moe.experts * arch.hidden + table if group.moe and moe else 0
+        router = router_params(arch, moe, group.hash_routed) if group.moe and moe else 0
         out["attention"] += group.count * layer.attention
         out["norms"] += group.count * layer.norms
         out["routers"] += group.count * router

@@ -15,8 +15,8 @@ every device, as the latent attention's compressed projections are):
   compressed-sparse layer, all of them on a heavily compressed one), with a sink logit per head;
 - output: o_a_proj in o_groups/t groups (heads/o_groups x head_dim -> o_lora_rank each), then o_b_proj
   (o_groups/t x o_lora_rank -> hidden), row-parallel.
-The cache per request and layer: its last `window` tokens of head_dim, and one entry of head_dim (and, where an
-indexer scores them, index_head_dim) per c tokens. A query at position p sees floor((p + 1) / c) entries: the
+The cache per request and layer (capacity.layer_cache_bytes): its last `window` tokens of head_dim, and one entry
+of entry_width per c tokens. A query at position p sees floor((p + 1) / c) entries: the
 steps below count each query's own, so a prefill's pairs are exact, not the last query's for all.
 
 The residual stream is hyper_streams (N) streams of the hidden size; before each block (attention, MLP) a mixing
@@ -121,22 +121,12 @@ def attention_costs(arch: Architecture, spec: CompressedAttention, group: LayerG
             (index, sparse_index_cost(**index)) if index else None)
 
 
-def cache_bytes_per_request(arch: Architecture, spec: CompressedAttention, group: LayerGroup, context: int,
-                            bytes_per_element: float, block_size: int = 1) -> float:
-    """One request's cache in one of the group's layers: the window's tokens (in whole blocks) of one head_dim
-    vector (key and value are one), and its compressed entries (with the indexer's keys where it has one)."""
-    window = -(-min(context, spec.window) // block_size) * block_size
-    entry = arch.head_dim + (spec.index_head_dim if indexer_on(group) else 0)
-    compressed = context // group.compress * entry if group.compress else 0
-    return (window * arch.head_dim + compressed) * bytes_per_element
-
-
-def cache_growth_per_token(arch: Architecture, spec: CompressedAttention, group: LayerGroup,
-                           bytes_per_element: float) -> float:
-    """What each further token of context adds to the group's layer in the long run: 1/compress of an entry."""
+def entry_width(arch: Architecture, spec: CompressedAttention, group: LayerGroup) -> int:
+    """One compressed entry's cached width in the group's layers: head_dim, and the indexer's key where an indexer
+    scores the entries; 0 where the layer keeps its window alone."""
     if not group.compress:
-        return 0.0
-    return (arch.head_dim + (spec.index_head_dim if indexer_on(group) else 0)) * bytes_per_element / group.compress
+        return 0
+    return arch.head_dim + (spec.index_head_dim if indexer_on(group) else 0)
 
 
 def hyper_mix_params(arch: Architecture, spec: CompressedAttention) -> int:

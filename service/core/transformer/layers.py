@@ -586,6 +586,13 @@ def tensor_parallel_shard(moe: MoE, tokens: int, tensor_parallel: int) -> Expert
                        _split(moe.expert_intermediate, tensor_parallel, "moe_intermediate_size"))
 
 
+def router_params(arch: Architecture, moe: MoE, hash_routed: bool = False) -> int:
+    """A MoE layer's router: its experts x hidden scores, and beside them the score-correction bias a checkpoint
+    stores (one per expert), or a hash-routed layer's token-id table (vocab x top-k ids) in its place."""
+    stored = arch.vocab * moe.top_k if hash_routed else moe.experts if moe.router_bias else 0
+    return moe.experts * arch.hidden + stored
+
+
 def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, shard: ExpertShard | None = None,
               hash_routed: bool = False) -> list[Row]:
     """`hash_routed`: experts chosen by a fixed token-id table (DeepSeek-V4's first layers): the router's
@@ -598,7 +605,7 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, sha
     expert_up, expert_down = linear_params(gate_up, r_h, arch.mlp_bias), linear_params(r_h, width, arch.mlp_bias)
     rows = [
         Row("router", "matmul", 1, linear_cost(tokens, moe.experts, h, dtypes.in_16_bits()),
-            params=moe.experts * h + (arch.vocab * moe.top_k if hash_routed else moe.experts if moe.router_bias else 0)),
+            params=router_params(arch, moe, hash_routed)),
         Row("router_softmax", "softmax", 1, softmax_cost(shape=[tokens, moe.experts], dtype=act)),
     ]
     if moe.latent_size:  # whole on every device: the tokens leave for their experts at the latent width
