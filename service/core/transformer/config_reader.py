@@ -76,5 +76,7 @@ class ConfigReader:
 
     def fail_if_missing(self) -> None:
         if self.missing:
-            names = [f"{self.prefix}.{m.split(' ')[0]}" for m in self.missing]
-            raise ConfigError(names, "cannot interpret the model: missing or invalid " + ", ".join(self.missing))
+            # A list two readers consult (Nemotron-H's blocks, Nemotron-NAS's block_configs) is refused once.
+            missing = list(dict.fromkeys(self.missing))
+            names = [f"{self.prefix}.{m.split(' ')[0]}" for m in missing]
+            raise ConfigError(names, "cannot interpret the model: missing or invalid " + ", ".join(missing))

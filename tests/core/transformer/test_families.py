@@ -348,3 +348,13 @@ def test_nemotron_nas_blocks_by_hand():
     assert model_params(arch).total == 49 * attention + mlp + embeddings + 8_192 == 49_867_145_216
     # Its cache: 49 attending layers x 2 x 8 x 128 x 2 bytes = 200,704 bytes a token.
     assert kv_bytes_per_request(arch, ModelDTypes(), 1) == 200_704
+
+
+def test_a_list_two_readers_consult_is_refused_once():
+    # Nemotron-NAS's block_configs are read for the mixers and for the layer shapes: one refusal, one field.
+    from service.core.transformer.architecture import ConfigError
+
+    config = {**_published("nvidia--Llama-3_3-Nemotron-Super-49B-v1"), "block_configs": [{}] * 3}
+    with pytest.raises(ConfigError) as refused:
+        from_hf_config(config)
+    assert refused.value.fields == ["model.block_configs"]
