@@ -25,12 +25,17 @@ install: $(BIN)/python
 # (and CI, with REQUIRE_CROSSCHECK=1, fails).
 TORCH_CPU := torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# Test libraries that need torch, installed after its CPU build so that none of them pulls PyPI's CUDA one: Hugging
+# Face PEFT's real LoRA layers for the fine-tuning cross-check (their versions pinned in constraints.txt).
+TORCH_TEST_PACKAGES := peft>=0.21,<0.22
 
 install-test: $(BIN)/python
 	$(BIN)/pip install --quiet --constraint $(CONSTRAINTS) -e '.[test,dev]'
 	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet '$(TORCH_CPU)' 2>/dev/null \
 		|| $(BIN)/pip install --quiet --retries 1 --timeout 20 '$(TORCH_CPU)' --extra-index-url $(TORCH_CPU_INDEX) \
 		|| echo "torch (CPU build) could not be installed: the FLOP cross-checks will be skipped"
+	@$(BIN)/python -c "import torch" 2>/dev/null && $(BIN)/pip install --quiet --constraint $(CONSTRAINTS) '$(TORCH_TEST_PACKAGES)' \
+		|| echo "$(TORCH_TEST_PACKAGES) not installed: its cross-checks will be skipped"
 
 migrate: install
 	$(BIN)/python -m service.persistence.migrate

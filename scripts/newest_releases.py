@@ -44,6 +44,7 @@ def build_venv() -> Path:
     if subprocess.run([str(pip), "install", "--quiet", torch], cwd=ROOT).returncode != 0:
         subprocess.run([str(pip), "install", "--quiet", "--retries", "1", "--timeout", "20", torch,
                         "--extra-index-url", makefile_value("TORCH_CPU_INDEX")], cwd=ROOT)
+    subprocess.run([str(pip), "install", "--quiet", makefile_value("TORCH_TEST_PACKAGES")], cwd=ROOT)
     return VENV / "bin" / "python"
 
 

@@ -107,8 +107,9 @@ def _cost(like: OperatorCost, flops: float, read: float, written: float, note: s
     return OperatorCost(like.kind, flops, read, written, like.compute_dtype, like.unit, (note,), weight_bytes_read=weights)
 
 
-def backward_rows(row: Row, gradient_ratio: float, accumulate: bool) -> list[PhasedRow]:
-    """The backward of one forward row. gradient_ratio: bytes per gradient element over bytes per parameter."""
+def backward_rows(row: Row, gradient_ratio: float, accumulate: bool, frozen: bool = False) -> list[PhasedRow]:
+    """The backward of one forward row. gradient_ratio: bytes per gradient element over bytes per parameter;
+    frozen: a matmul whose weights do not train computes its input gradient only."""
     if row.is_comm:
         # Megatron's conjugate: the all-reduce after a row-parallel layer in the forward is one before the
         # column-parallel layer in the backward, of the same [tokens, hidden] gradient.
@@ -120,6 +121,8 @@ def backward_rows(row: Row, gradient_ratio: float, accumulate: bool) -> list[Pha
         inputs = cost.bytes_read - weights
         gradients = weights * gradient_ratio
         dgrad = _cost(cost, cost.flops, outputs + weights, inputs, "dX = dY W^T: reads dY and W, writes dX", weights)
+        if frozen:
+            return [PhasedRow(BACKWARD_ACTIVATION, Row(f"{row.name}.dgrad", row.kind, row.count, dgrad))]
         wgrad = _cost(cost, cost.flops, outputs + inputs + (gradients if accumulate else 0.0), gradients,
                       "dW = X^T dY: reads dY and X, writes dW" + (" (accumulated: read too)" if accumulate else ""))
         return [PhasedRow(BACKWARD_ACTIVATION, Row(f"{row.name}.dgrad", row.kind, row.count, dgrad)),

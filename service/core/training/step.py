@@ -16,6 +16,17 @@ from service.core.errors import CostModelError
 from service.core.training.collectives import Collective, Link, Topology, ring_all_reduce_bytes, ring_shard_bytes
 from service.core.training.experts import check_expert_parallel, expert_parallel_rows
 from service.core.training.fp8 import QUANTIZE, check_recipe, fp8_backward, fp8_rows, is_fp8, weight_cast
+from service.core.training.peft import (
+    Peft,
+    adapted_bases,
+    adapter_params,
+    check_targets,
+    is_dequantize,
+    is_frozen_matmul,
+    peft_layer_rows,
+    quantised_params,
+    saved_bytes,
+)
 from service.core.training.rows import (
     BACKWARD_ACTIVATION,
     BACKWARD_WEIGHT,
@@ -38,7 +49,7 @@ from service.core.training.stages import StagePlan, plan_stages
 from service.core.transformer.analysis import Evaluator, RowResult, group_label
 from service.core.transformer.architecture import Architecture, LayerGroup
 from service.core.transformer.layers import ModelDTypes, Row, Step, attention_params_of, cost_of
-from service.core.transformer.params import layer_params, norm_params
+from service.core.transformer.params import layer_params, model_params, norm_params
 
 FIRST_STAGE, LAST_STAGE = "first stage", "last stage"
 RECOMPUTE_POLICIES = ("none", "selective", "full")
@@ -118,6 +129,7 @@ class TrainingSetup:
     overlap_data_parallel: bool = False
     usable_bytes: float = math.inf
     workspace_bytes: float = 0.0
+    peft: Peft | None = None  # fine-tune adapters beside a frozen base (peft.py), or train every weight
 
     @property
     def tokens_per_step(self) -> int:
@@ -201,6 +213,7 @@ class TrainingStep:
     compute_roof_source: str  # of the matmuls: "nominal" or "measured"
     devices: int
     stage_layers: tuple[int, ...]  # per pipeline stage
+    trainable_parameters: float  # the model's, all of them unless adapters are fine-tuned beside a frozen base
 
     @property
     def tokens_per_s(self) -> float:
@@ -257,6 +270,7 @@ class _Layers:
     groups: tuple[tuple[str, int, list[Row]], ...]  # (label, layers in the model, forward rows of one layer)
     plan: StagePlan
     stream_shards: int  # sequence parallelism's slices of the residual stream
+    frozen_base: bool = False  # adapters fine-tuned beside frozen weights: what the backward keeps changes
 
     @property
     def share(self) -> float:
@@ -270,11 +284,23 @@ class _Layers:
         share = self.share if stage is None else self.plan.share(stage)
         total = largest = 0.0
         for _, count, rows in self.groups:
-            layer = sum(saved_activation_bytes(r, activations, policy == "none", self.stream_shards) * r.count
-                        for r in rows)
+            adapted = adapted_bases(rows) if self.frozen_base else frozenset()
+            layer = sum(self._kept(r, adapted, activations, policy) * r.count for r in rows)
             largest = max(largest, layer)
             total += count * share * (checkpoint_bytes if policy == "full" else layer)
         return total, largest
+
+    def _kept(self, row: Row, adapted: frozenset[str], activations: str, policy: str) -> float:
+        kept = saved_activation_bytes(row, activations, policy == "none", self.stream_shards)
+        return saved_bytes(row, kept, adapted) if self.frozen_base else kept
+
+    def adapter_parameters(self, stage: int) -> float:
+        """The adapters one device of a stage trains."""
+        return sum(layers * self.plan.share(stage) * adapter_params(rows) for _, layers, rows in self.groups)
+
+    def linear_parameters(self, stage: int) -> float:
+        """The frozen linear weights one device of a stage holds (what QLoRA quantises)."""
+        return sum(layers * self.plan.share(stage) * quantised_params(rows) for _, layers, rows in self.groups)
 
 
 def _check(arch: Architecture, evaluator: Evaluator, setup: TrainingSetup) -> None:
@@ -300,9 +326,22 @@ def _check(arch: Architecture, evaluator: Evaluator, setup: TrainingSetup) -> No
                                                  "attention (its ring would pass windows and compressed entries)")
     check_expert_parallel(arch, par.expert, par.replicas, par.tensor, par.sequence_parallel)
     check_recipe(dtypes.fp8_recipe, dtypes.activations)
+    if setup.peft is not None:
+        _check_peft(setup)
     if dtypes.fp8_recipe != "none" and evaluator.device.peak("fp8", "tensor") is None:
         raise CostModelError("dtypes.fp8_recipe", f"device {evaluator.device.id} publishes no fp8 tensor peak to run "
                                                   "fp8 matmuls at")
+
+
+def _check_peft(setup: TrainingSetup) -> None:
+    assert setup.peft is not None
+    setup.peft.check()
+    if setup.parallelism.expert > 1:
+        raise CostModelError("expert_parallel", "fine-tuning adapters with expert parallelism is not modelled (the "
+                                                "frozen experts' sharding and gathers); use expert_parallel 1")
+    if setup.dtypes.fp8_recipe != "none" and setup.peft.quantised_base:
+        raise CostModelError("dtypes.fp8_recipe", "QLoRA dequantises its stored base to dtypes.parameters for each "
+                                                  "matmul; an fp8 recipe needs a LoRA base kept in 16 bits")
 
 
 def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topology, setup: TrainingSetup) -> TrainingStep:
@@ -323,7 +362,9 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     first, last = forward_model_rows(arch, step, model_dtypes)
     layers = _Layers(tuple((group_label(g), g.count, _layer_rows(arch, g, step, setup)) for g in arch.groups),
                      plan_stages(arch.layers, stages, setup.first_stage_layers, setup.last_stage_layers),
-                     par.stream_shards)
+                     par.stream_shards, setup.peft is not None)
+    if setup.peft is not None:
+        check_targets(setup.peft, [rows for _, _, rows in layers.groups])
     placed: list[PlacedRow] = []
 
     def place_all(rows: list[Row], phase: str, group: str, count: int) -> None:
@@ -342,7 +383,8 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     place_backward(last, LAST_STAGE, 1)
     for label, count, rows in reversed(layers.groups):
         place_backward(rows, label, count)
-    place_backward(first, FIRST_STAGE, 1)
+    if setup.peft is None:  # a frozen embedding, first in the model, has no gradient to compute
+        place_backward(first, FIRST_STAGE, 1)
 
     hidden_bytes = setup.micro_batch_size * local_len * arch.hidden * bytes_per_element(dtypes.activations)
     communication: list[Collective] = []
@@ -353,13 +395,13 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     micro_batch_time, pipeline_time, bubble_time = pipeline.micro_batch_s, pipeline.total_s, pipeline.bubble_s
 
     memory, params_device = _memory(arch, setup, layers, last, hidden_bytes)
-    shard = params_device.sharded(par, 1)
+    shard = params_device.trainable / par.shards(1) if setup.peft else params_device.sharded(par, 1)
     optimizer = Row("optimizer_update", "optimizer", 1, optimizer_cost(
         shard, setup.optimizer, dtypes.parameters, dtypes.gradients, dtypes.optimizer_states, dtypes.keeps_master))
     optimizer_result = evaluator.evaluate(optimizer, "optimizer", 1)
     placed.append(PlacedRow(OPTIMIZER, optimizer_result))
     optimizer_time = optimizer_result.total_time_s
-    if dtypes.fp8_recipe != "none":
+    if dtypes.fp8_recipe != "none" and setup.peft is None:  # a frozen base is cast to fp8 once, before training
         cast = evaluator.evaluate(weight_cast(_held_parameters(params_device, par), dtypes.fp8_recipe), "optimizer", 1)
         placed.append(PlacedRow(OPTIMIZER, cast))
         optimizer_time += cast.total_time_s
@@ -369,7 +411,8 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     exposed = max(0.0, dp_time - pipeline.backward_s) if setup.overlap_data_parallel else dp_time
     step_time = pipeline_time + optimizer_time + exposed
 
-    forward_flops, recompute_flops = _unsplit_flops(arch, setup, model_dtypes)
+    unsplit = _unsplit(arch, setup, model_dtypes)
+    forward_flops, recompute_flops = unsplit.forward, unsplit.recompute
     if not math.isfinite(step_time + memory.required_bytes + forward_flops * micro_batches * par.data):
         raise CostModelError("seq_len", "the step's counts exceed the floating-point range")
     sequences = micro_batches * par.data
@@ -378,12 +421,13 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     options = _recompute_options(evaluator, setup, layers, last, memory, hidden_bytes)
     return TrainingStep(
         rows=tuple(placed), communication=tuple(communication), memory=memory, recompute_options=options,
-        model_flops_per_step=3 * forward_flops * sequences,
-        hardware_flops_per_step=(3 * forward_flops + recompute_flops) * sequences,
+        model_flops_per_step=(forward_flops + unsplit.backward) * sequences,
+        hardware_flops_per_step=(forward_flops + unsplit.backward + recompute_flops) * sequences,
         tokens_per_step=setup.tokens_per_step, micro_batch_time_s=micro_batch_time, pipeline_time_s=pipeline_time,
         bubble_fraction=bubble_time / pipeline_time, optimizer_time_s=optimizer_time,
         data_parallel_time_s=dp_time, data_parallel_exposed_s=exposed, step_time_s=step_time, peak_flops_per_s=peak,
-        compute_roof_source=compute_source, devices=par.devices, stage_layers=layers.plan.layers)
+        compute_roof_source=compute_source, devices=par.devices, stage_layers=layers.plan.layers,
+        trainable_parameters=unsplit.trainable)
 
 
 class _PipelineTimes(NamedTuple):
@@ -401,7 +445,10 @@ def _layer_rows(arch: Architecture, group: LayerGroup, step: Step, setup: Traini
     rows = context_parallel_rows(forward_layer_rows(arch, group, step, dtypes.model_dtypes()), setup.seq_len,
                                  par.context)
     rows = expert_parallel_rows(rows, arch, par.expert, step.stream_tokens, dtypes.activations)
-    return fp8_rows(rows, dtypes.fp8_recipe, bytes_per_element(dtypes.parameters))
+    rows = fp8_rows(rows, dtypes.fp8_recipe, bytes_per_element(dtypes.parameters))
+    if setup.peft is None:
+        return rows
+    return peft_layer_rows(rows, setup.peft, arch, group, step.tokens, par.tensor, dtypes.model_dtypes())
 
 
 def _backward(row: Row, setup: TrainingSetup, gradient_ratio: float, accumulate: bool) -> list[PhasedRow]:
@@ -409,12 +456,15 @@ def _backward(row: Row, setup: TrainingSetup, gradient_ratio: float, accumulate:
     gradient passes straight through); any other row's as rows.py counts it."""
     if row.name.endswith(QUANTIZE):
         return []
+    if is_dequantize(row):  # QLoRA dequantises the frozen weight again for dX = dY W^T
+        return [PhasedRow(BACKWARD_ACTIVATION, row._replace(name=f"{row.name}.backward"))]
+    frozen = setup.peft is not None and is_frozen_matmul(row)
     if is_fp8(row):
         cast, dgrad, wgrad = fp8_backward(row, setup.dtypes.fp8_recipe, bytes_per_element(setup.dtypes.gradients),
                                           accumulate)
-        return [PhasedRow(BACKWARD_ACTIVATION, cast), PhasedRow(BACKWARD_ACTIVATION, dgrad),
-                PhasedRow(BACKWARD_WEIGHT, wgrad)]
-    return backward_rows(row, gradient_ratio, accumulate)
+        return [PhasedRow(BACKWARD_ACTIVATION, cast), PhasedRow(BACKWARD_ACTIVATION, dgrad)] + (
+            [] if frozen else [PhasedRow(BACKWARD_WEIGHT, wgrad)])
+    return backward_rows(row, gradient_ratio, accumulate, frozen=frozen)
 
 
 def _context_slice(setup: TrainingSetup) -> int:
@@ -538,16 +588,37 @@ def _layer_collectives(placed: list[PlacedRow], share: float, setup: TrainingSet
     return found
 
 
-def _unsplit_flops(arch: Architecture, setup: TrainingSetup, model_dtypes) -> tuple[float, float]:
-    """(forward, recomputed) FLOPs of one micro-batch on the unsplit model: tensor parallelism replicates norms and
-    residuals, which MFU must not count."""
+class _Unsplit(NamedTuple):
+    """One micro-batch on the unsplit model (tensor parallelism replicates norms and residuals, which MFU must not
+    count)."""
+
+    forward: float  # FLOPs
+    recompute: float
+    backward: float
+    trainable: float  # parameters
+
+
+def _unsplit(arch: Architecture, setup: TrainingSetup, model_dtypes: ModelDTypes) -> _Unsplit:
+    """Every weight trained: the backward is twice the forward (docs/training.md). Adapters beside a frozen base:
+    the backward counted row by row (dX only for the frozen matmuls, no embedding gradient)."""
     whole = Step(setup.micro_batch_size, setup.seq_len, setup.seq_len, 1, setup.attention_implementation)
     whole_first, whole_last = forward_model_rows(arch, whole, model_dtypes)
-    whole_layers = [(g.count, forward_layer_rows(arch, g, whole, model_dtypes)) for g in arch.groups]
-    forward_flops = _flops(whole_first) + _flops(whole_last) + sum(_flops(rows, n) for n, rows in whole_layers)
+    whole_layers = [(g.count, forward_layer_rows(arch, g, whole, model_dtypes), g) for g in arch.groups]
+    if setup.peft is not None:
+        whole_layers = [(n, peft_layer_rows(rows, setup.peft, arch, g, whole.tokens, 1, model_dtypes), g)
+                        for n, rows, g in whole_layers]
+    forward_flops = _flops(whole_first) + _flops(whole_last) + sum(_flops(rows, n) for n, rows, _ in whole_layers)
     activations = setup.dtypes.activations
-    recompute_flops = sum(_flops(_recomputed(setup.recompute, rows, activations), n) for n, rows in whole_layers)
-    return forward_flops, recompute_flops
+    recompute_flops = sum(_flops(_recomputed(setup.recompute, rows, activations), n) for n, rows, _ in whole_layers)
+    if setup.peft is None:
+        return _Unsplit(forward_flops, recompute_flops, 2 * forward_flops, model_params(arch).total - arch.vision_params)
+
+    def backward(rows: list[Row]) -> float:
+        return _flops([phased.row for row in rows for phased in _backward(row, setup, 1.0, False)])
+
+    backward_flops = backward(whole_last) + sum(n * backward(rows) for n, rows, _ in whole_layers)
+    return _Unsplit(forward_flops, recompute_flops, backward_flops,
+                    sum(n * adapter_params(rows) for n, rows, _ in whole_layers))
 
 
 class _StageParams(NamedTuple):
@@ -556,10 +627,16 @@ class _StageParams(NamedTuple):
     dense: float
     experts: float
     largest_layer: float  # one layer's, what ZeRO 3 gathers at a time
+    adapters: float = 0.0  # fine-tuned beside the frozen rest (not in dense)
+    linear: float = 0.0  # of dense and experts, the layers' linear weights: what QLoRA stores quantised
 
     @property
     def total(self) -> float:
         return self.dense + self.experts
+
+    @property
+    def trainable(self) -> float:
+        return self.adapters or self.total
 
     def sharded(self, par: Parallelism, stage: int) -> float:
         """What remains on the device once ZeRO shards what it shards from `stage` on."""
@@ -606,6 +683,23 @@ def _held_parameters(params: _StageParams, par: Parallelism) -> float:
     return held
 
 
+def _frozen_bytes(params: _StageParams, setup: TrainingSetup) -> float:
+    """The stage's base weights on a device (before ZeRO), QLoRA's linear ones in their stored type."""
+    s_p = bytes_per_element(setup.dtypes.parameters)
+    stored = setup.peft.base_bytes_per_parameter(setup.dtypes.parameters) if setup.peft else s_p
+    return params.total * s_p + params.linear * (stored - s_p)
+
+
+def _held_parameter_bytes(params: _StageParams, setup: TrainingSetup) -> float:
+    """Parameter bytes resident at the step's peak; adapters whole on every device (ZeRO 3 gathers them for use,
+    a few hundred MB at most)."""
+    held = _held_parameters(params, setup.parallelism)
+    if setup.peft is None:
+        return held * bytes_per_element(setup.dtypes.parameters)
+    return (held / params.total * _frozen_bytes(params, setup)
+            + params.adapters * bytes_per_element(setup.dtypes.parameters))
+
+
 def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: list[Row],
             checkpoint_bytes: float) -> tuple[TrainingMemory, _StageParams]:
     """The memory of the fullest stage (the first holds the most micro-batches, the last the head's logits),
@@ -614,12 +708,16 @@ def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: lis
     candidates, per_layer_params = [], _layer_parameters(arch, par)
     for stage in plan.kinds():
         params = _stage_parameters(arch, par, per_layer_params, plan, stage)
+        if setup.peft is not None:
+            params = params._replace(adapters=layers.adapter_parameters(stage), linear=layers.linear_parameters(stage))
+        trained = params.trainable / par.shards(2) if setup.peft else params.sharded(par, 2)
         activations, per_layer = _activations(setup, layers, last, setup.recompute, checkpoint_bytes, stage)
         candidates.append((params, TrainingMemory(
-            stage=stage, stage_layers=plan.layers[stage], parameters_per_device=params.total,
-            parameters_bytes=_held_parameters(params, par) * bytes_per_element(dtypes.parameters),
-            gradients_bytes=params.sharded(par, 2) * bytes_per_element(dtypes.gradients),
-            optimizer_bytes=params.sharded(par, 1) * dtypes.optimizer_bytes_per_parameter(setup.optimizer),
+            stage=stage, stage_layers=plan.layers[stage], parameters_per_device=params.total + params.adapters,
+            parameters_bytes=_held_parameter_bytes(params, setup),
+            gradients_bytes=trained * bytes_per_element(dtypes.gradients),
+            optimizer_bytes=(params.trainable / par.shards(1) if setup.peft else params.sharded(par, 1))
+            * dtypes.optimizer_bytes_per_parameter(setup.optimizer),
             activations_bytes=activations, activations_per_layer_bytes=per_layer,
             in_flight_micro_batches=_in_flight(setup, stage), workspace_bytes=setup.workspace_bytes,
             usable_bytes=setup.usable_bytes)))
@@ -677,27 +775,35 @@ def _recompute_options(evaluator: Evaluator, setup: TrainingSetup, layers: _Laye
 
 def _data_parallel(topology: Topology, setup: TrainingSetup, params_device: _StageParams) -> list[Collective]:
     """The gradient sync of the weights every replica holds and, under expert parallelism, that of the routed
-    experts over the fewer ranks holding each."""
-    par = setup.parallelism
-    if par.expert == 1:
-        return _gradient_sync(topology, setup, params_device.total, par.replicas, "")
-    return (_gradient_sync(topology, setup, params_device.dense, par.replicas, "non-expert ")
-            + _gradient_sync(topology, setup, params_device.experts, par.replicas // par.expert, "expert "))
-
-
-def _gradient_sync(topology: Topology, setup: TrainingSetup, params_device: float, n: int,
-                   which: str) -> list[Collective]:
-    """Gradient sync over the data- and context-parallel ranks: an all-reduce once per step (ZeRO 0; ZeRO 1 reduce-scatters the
-    gradients and all-gathers the updated parameters, the same bytes); ZeRO 2 and 3 keep only a shard of the
-    gradients, so each micro-batch's are reduce-scattered; ZeRO 3 also all-gathers the parameters before each
-    micro-batch's forward and again before its backward."""
+    experts over the fewer ranks holding each. Fine-tuning syncs the adapters' gradients only; ZeRO 3 still
+    gathers the frozen base it shards."""
     par, dtypes = setup.parallelism, setup.dtypes
+    s_p, s_g = bytes_per_element(dtypes.parameters), bytes_per_element(dtypes.gradients)
+    if setup.peft is not None:
+        adapters = params_device.adapters * s_p
+        gathered = adapters + (_frozen_bytes(params_device, setup) if par.zero_stage == 3 else 0.0)
+        return _gradient_sync(topology, setup, params_device.adapters * s_g, gathered, par.replicas, "adapter ",
+                              "adapter and frozen-base " if par.zero_stage == 3 else "adapter ")
+    if par.expert == 1:
+        return _gradient_sync(topology, setup, params_device.total * s_g, params_device.total * s_p, par.replicas, "")
+    return (_gradient_sync(topology, setup, params_device.dense * s_g, params_device.dense * s_p, par.replicas,
+                           "non-expert ")
+            + _gradient_sync(topology, setup, params_device.experts * s_g, params_device.experts * s_p,
+                             par.replicas // par.expert, "expert "))
+
+
+def _gradient_sync(topology: Topology, setup: TrainingSetup, grads: float, params: float, n: int,
+                   which: str, gathered_which: str | None = None) -> list[Collective]:
+    """Gradient sync over the data- and context-parallel ranks (grads: the device's gradient bytes; params: the
+    parameter bytes ZeRO gathers): an all-reduce once per step (ZeRO 0; ZeRO 1 reduce-scatters the gradients and
+    all-gathers the updated parameters, the same bytes); ZeRO 2 and 3 keep only a shard of the gradients, so each
+    micro-batch's are reduce-scattered; ZeRO 3 also all-gathers the parameters before each micro-batch's forward
+    and again before its backward."""
+    par = setup.parallelism
     if n == 1:
         return []
     # The ranks holding the same weights span every tensor-, context- and data-parallel rank of a stage.
     link = topology.link_for(par.tensor * par.replicas, "data-parallel")
-    grads = params_device * bytes_per_element(dtypes.gradients)
-    params = params_device * bytes_per_element(dtypes.parameters)
     m, waited_on = setup.gradient_accumulation_steps, not setup.overlap_data_parallel
     if par.zero_stage == 0:
         return [Collective(f"{which}gradient all-reduce", "all_reduce", "data", n, grads,
@@ -708,7 +814,8 @@ def _gradient_sync(topology: Topology, setup: TrainingSetup, params_device: floa
                     else ("parameter all-gathers (before each forward, kept through the backward)", m))
     else:
         gathered = ("updated-parameter all-gather", 1)
+    gather_name = (which if gathered_which is None else gathered_which) + gathered[0]
     return [Collective(f"{which}gradient reduce-scatter", "reduce_scatter", "data", n, grads,
                        ring_shard_bytes(n, grads), scatters, link, waited_on),
-            Collective(which + gathered[0], "all_gather", "data", n, params, ring_shard_bytes(n, params), gathered[1],
-                       link, waited_on)]
+            Collective(gather_name, "all_gather", "data", n, params, ring_shard_bytes(n, params), gathered[1], link,
+                       waited_on)]

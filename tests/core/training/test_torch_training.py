@@ -39,7 +39,12 @@ def hf_layer():
 
 def torch_counts() -> tuple[int, int]:
     torch.manual_seed(0)
-    config, layer = hf_layer()
+    return flop_counts(*hf_layer())
+
+
+def flop_counts(config, layer) -> tuple[int, int]:
+    """FlopCounterMode's (forward, backward) of one pass of a random batch through the layer, its input needing a
+    gradient as a layer's in the middle of a model does."""
     x = torch.randn(BATCH, SEQ, CONFIG["hidden_size"], requires_grad=True)
     positions = torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ)
     rotary = LlamaRotaryEmbedding(config)(x, positions)
