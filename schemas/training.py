@@ -10,6 +10,7 @@ from schemas.analysis import RoofOptions
 from schemas.common import DeviceId, NonNegativeFinite, PositiveFinite, StrictModel
 from schemas.models import Count, Length, ModelChoice, ParamCounts, RowOut, UsableMemory
 from service.core.training.fp8 import RECIPES
+from service.core.training.peft import ALL_LINEAR, DEFAULT_TARGETS, MAX_TARGETS, METHODS, QUANTISED_BASE_BYTES
 from service.core.training.schedules import SCHEDULES
 
 Degree = Annotated[int, Field(ge=1, le=65_536)]
@@ -40,6 +41,37 @@ class TrainingDTypes(StrictModel):
                             "fp32 scales, 'mxfp8' an e8m0 scale per 32), the weights cast once a step; attention, "
                             "norms, the LM head, master weights and the optimizer stay as dtypes say. Needs 16-bit "
                             "activations")
+
+
+PeftMethod = Literal["lora", "qlora"]
+if set(get_args(PeftMethod)) != set(METHODS):
+    raise ImportError(f"methods named in PeftMethod and METHODS differ: {set(get_args(PeftMethod)) ^ set(METHODS)}")
+QuantisedBase = Literal["nf4", "fp8"]
+if set(get_args(QuantisedBase)) != set(QUANTISED_BASE_BYTES):
+    raise ImportError("stored types named in QuantisedBase and QUANTISED_BASE_BYTES differ")
+ModuleName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class PeftOptions(StrictModel):
+    """Adapters fine-tuned beside a frozen base, as Hugging Face PEFT runs them (docs/training.md)."""
+
+    method: PeftMethod = Field(
+        "lora", description="'lora': rank-r adapters beside the named linear modules, the base frozen in "
+                            "dtypes.parameters; 'qlora': the same over a base stored in base_dtype and dequantised "
+                            "to dtypes.parameters before each matmul (forward, and again for the backward's dX)")
+    rank: Annotated[int, Field(ge=1, le=4096)] = Field(16, description="r: A is [r, in], B is [out, r]")
+    alpha: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = Field(
+        32, description="lora_alpha: the adapters' output is scaled by alpha / r (no cost of its own)")
+    target_modules: list[ModuleName] = Field(
+        list(DEFAULT_TARGETS), min_length=1, max_length=MAX_TARGETS,
+        description=f"Hugging Face module names to adapt, as PEFT's target_modules (q_proj, k_proj, v_proj, o_proj, "
+                    f"gate_proj, up_proj, down_proj, in_proj, out_proj, q_a_proj, q_b_proj, kv_a_proj_with_mqa, "
+                    f"kv_b_proj, ...), or ['{ALL_LINEAR}']: every linear module of the layers (shared experts "
+                    "included; routed experts, routers and the LM head are not adapted). A name the model does not "
+                    "have is refused")
+    base_dtype: QuantisedBase | None = Field(
+        None, description="qlora only: the frozen base's storage, 'nf4' (default: 4-bit NormalFloat with double "
+                          "quantisation, 4.127 bits a weight) or 'fp8'; embedding, LM head and norms stay 16-bit")
 
 
 class TrainingStepOptions(RoofOptions, UsableMemory):
@@ -100,6 +132,10 @@ class TrainingStepOptions(RoofOptions, UsableMemory):
     optimizer: Literal["adamw", "adam", "sgd_momentum", "sgd"] = "adamw"
     dtypes: TrainingDTypes = Field(default_factory=TrainingDTypes)
     attention_implementation: Literal["flash", "naive"] = "flash"
+    peft: PeftOptions | None = Field(
+        None, description="Fine-tune adapters (LoRA, QLoRA) beside a frozen base instead of training every weight: "
+                          "no weight gradients for the frozen matmuls, gradients, optimizer states and their sync "
+                          "for the adapters only. Not with expert parallelism")
     overlap_data_parallel: bool = Field(
         False, description="Overlap the data-parallel gradient sync with the backward (only what outlasts the "
                            "backward is exposed); default: the sync follows the backward")
@@ -230,6 +266,16 @@ class TrainingTime(BaseModel):
     data_parallel_exposed_s: float = Field(description="The part the step waits on, seconds")
 
 
+class PeftOut(BaseModel):
+    method: PeftMethod = Field(description="lora, or qlora (the base stored quantised)")
+    rank: int = Field(description="r, the adapters' inner width")
+    alpha: float = Field(description="lora_alpha, the scale's numerator")
+    scale: float = Field(description="alpha / rank")
+    adapted_modules: list[str] = Field(description="The modules of the model that hold adapters")
+    stored_base: str = Field(description="The frozen linear weights' storage type")
+    base_bytes_per_parameter: float = Field(description="Bytes a frozen linear weight is stored in")
+
+
 class TrainingAnalysis(BaseModel):
     device_id: str
     model: str
@@ -268,6 +314,9 @@ class TrainingAnalysis(BaseModel):
     peak_flops_per_s: float | None = Field(description="The nominal peak MFU and HFU divide by, per device, FLOP/s")
     fits: bool
     memory: TrainingMemoryOut
+    trainable_parameters: float = Field(description="Parameters the step trains: the model's, or its adapters' "
+                                                    "with peft")
+    peft: PeftOut | None = Field(None, description="The adapters, with peft")
     recompute_advice: RecomputeAdvice
     compute_roof_source: str
     memory_roof_source: str

@@ -32,6 +32,8 @@ from service.cli.render import (
 )
 from service.core.operators.registry import KINDS, OPERATORS
 from service.core.training.fp8 import RECIPES
+from service.core.training.peft import DEFAULT_TARGETS, QUANTISED_BASE_BYTES
+from service.core.training.peft import METHODS as PEFT_METHODS
 from service.core.training.schedules import SCHEDULES
 
 # Sweeps of more points than one request allows are sent in chunks of this many.
@@ -293,6 +295,11 @@ def training_body(args) -> dict[str, Any]:
                  "last_stage_layers"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
+    if args.peft is not None:
+        body["peft"] = {"method": args.peft, "rank": args.lora_rank, "alpha": args.lora_alpha,
+                        "target_modules": args.lora_targets.split(",")}
+        if args.qlora_base is not None:
+            body["peft"]["base_dtype"] = args.qlora_base
     return body
 
 
@@ -539,6 +546,15 @@ def parser() -> argparse.ArgumentParser:
                        help="fp8 training of the layers' matmuls with this scaling (default none: the dtypes')")
         p.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd_momentum", "sgd"],
                        help="optimizer (default adamw)")
+        p.add_argument("--peft", choices=list(PEFT_METHODS),
+                       help="fine-tune adapters beside a frozen base (lora; qlora: the base stored in 4 bits) "
+                            "instead of training every weight")
+        p.add_argument("--lora-rank", type=int, default=16, help="with --peft: the adapters' rank (default 16)")
+        p.add_argument("--lora-alpha", type=float, default=32, help="with --peft: lora_alpha (default 32)")
+        p.add_argument("--lora-targets", default=",".join(DEFAULT_TARGETS), metavar="MODULES",
+                       help=f"with --peft: comma-separated module names, or all-linear (default {','.join(DEFAULT_TARGETS)})")
+        p.add_argument("--qlora-base", choices=list(QUANTISED_BASE_BYTES),
+                       help="with --peft qlora: the frozen base's storage (default nf4)")
         p.add_argument("--node-size", type=int, help="devices per node (default: the device's)")
         roofs(p)
 

@@ -264,7 +264,11 @@ def training_table(r: dict) -> str:
               f"optimizer {si(m['optimizer_bytes'], 'B')}, activations {si(m['activations_bytes'], 'B')}: "
               f"{si(m['required_bytes'], 'B')} of {si(m['usable_bytes'], 'B')} ({'fits' if m['fits'] else 'DOES NOT FIT'})")
     schedule = r["pipeline_schedule"] + (f" v={r['virtual_pipeline_stages']}" if r["virtual_pipeline_stages"] > 1 else "")
-    summary = (f"{r['devices']} devices ({r['data_parallel']} DP x {r['tensor_parallel']} TP"
+    peft = r.get("peft")
+    trains = (f"trains {r['trainable_parameters']:,.0f} adapter parameters ({peft['method']} rank {peft['rank']} on "
+              f"{', '.join(peft['adapted_modules'])}; base in {peft['stored_base']}), "
+              if peft else f"trains all {r['trainable_parameters']:,.0f} parameters, ")
+    summary = (f"{trains}{r['devices']} devices ({r['data_parallel']} DP x {r['tensor_parallel']} TP"
                f"{' with SP' if r['sequence_parallel'] else ''} x {r['pipeline_parallel']} PP {schedule}"
                f"{' x ' + str(r['context_parallel']) + ' CP' if r['context_parallel'] > 1 else ''}"
                f"{', EP ' + str(r['expert_parallel']) if r['expert_parallel'] > 1 else ''}, "

@@ -9,6 +9,8 @@ from pydantic import TypeAdapter
 from schemas.models import ParamCounts
 from schemas.training import (
     CollectiveOut,
+    PeftOptions,
+    PeftOut,
     RecomputeAdvice,
     RecomputeOptionOut,
     ShardingOut,
@@ -23,6 +25,7 @@ from service.core.hardware import DeviceSpec
 from service.core.roofs import MeasuredRoofs, RoofMode, select_collective_latency
 from service.core.training import step as training
 from service.core.training.collectives import Link, Topology, in_network_reduction_note
+from service.core.training.peft import ALL_LINEAR, Peft, row_modules
 from service.core.training.schedules import Schedule
 from service.core.transformer.analysis import Evaluator
 from service.core.transformer.architecture import Architecture
@@ -108,7 +111,25 @@ def setup_for(request: TrainingRequest, device: DeviceSpec) -> tuple[training.Tr
         schedule=Schedule(request.pipeline_schedule, request.virtual_pipeline_stages),
         first_stage_layers=request.first_stage_layers, last_stage_layers=request.last_stage_layers,
         overlap_data_parallel=request.overlap_data_parallel, usable_bytes=usable,
-        workspace_bytes=request.workspace_bytes), basis
+        workspace_bytes=request.workspace_bytes, peft=_peft(request.peft)), basis
+
+
+def _peft(options: PeftOptions | None) -> Peft | None:
+    if options is None:
+        return None
+    return Peft(options.method, options.rank, options.alpha, tuple(options.target_modules), options.base_dtype)
+
+
+def _peft_out(setup: training.TrainingSetup, result: training.TrainingStep) -> PeftOut | None:
+    peft = setup.peft
+    if peft is None:
+        return None
+    bases = {p.result.name.removesuffix(".lora_A") for p in result.rows if p.result.name.endswith(".lora_A")}
+    modules = sorted({m for base in bases for m in row_modules(base)
+                      if ALL_LINEAR in peft.target_modules or m in peft.target_modules})
+    return PeftOut(method=peft.method, rank=peft.rank, alpha=peft.alpha, scale=peft.scale, adapted_modules=modules,
+                   stored_base=peft.stored_base or setup.dtypes.parameters,
+                   base_bytes_per_parameter=peft.base_bytes_per_parameter(setup.dtypes.parameters))
 
 
 class TrainingInputs(NamedTuple):
@@ -183,6 +204,7 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
         "cross-entropy over the logits; a matmul's backward = dgrad + wgrad, each its forward's FLOPs; attention's "
         "backward = twice its forward; model FLOPs = forward + backward (3 x forward); hardware FLOPs add the "
         "recomputed forward",
+        *_peft_words(setup),
         f"schedule: {_schedule_words(setup.schedule)} over {par.pipeline} stage(s) and "
         f"{setup.gradient_accumulation_steps} micro-batch(es), bubble {result.bubble_fraction:.3g}; layers split "
         "evenly, embedding on the first stage, head and loss on the last",
@@ -210,6 +232,23 @@ def _assumptions(request: TrainingRequest, setup: training.TrainingSetup, result
         f"memory roof: {evaluator.hbm.source} hbm, {evaluator.hbm.bytes_per_s:.4g} bytes/s; compute roofs per row's "
         "dtype and unit; mfu and hfu against the nominal peak of the matmuls' dtype",
     ]
+
+
+def _peft_words(setup: training.TrainingSetup) -> list[str]:
+    peft = setup.peft
+    if peft is None:
+        return []
+    base = (f"the frozen base's linear weights stored in {peft.stored_base} "
+            f"({peft.base_bytes_per_parameter(setup.dtypes.parameters):.4g} bytes each) and dequantised to "
+            f"{setup.dtypes.parameters} before each matmul, forward and again for dX (a row each); embedding, LM head "
+            "and norms in 16 bits" if peft.quantised_base else f"the frozen base in {setup.dtypes.parameters}")
+    return [f"fine-tuning ({peft.method}, rank {peft.rank}, scale alpha/r = {peft.scale:.4g}): {base}; each adapter "
+            "A [r, in] and B [out, r] beside its module (q, k and v's A read their shared input once), its scaled "
+            "output added to the module's; frozen matmuls compute dX only, no dW; the embedding has no backward "
+            "(the first layer's dX, which nothing needs, is still counted); model FLOPs = forward + the backward "
+            "counted row by row; gradients, optimizer states, their data-parallel sync and the update for the "
+            "adapters only; a frozen matmul keeps nothing for its backward unless its adapter reads its input; "
+            "adapter dropout and the adapters' [tokens, r] tensor-parallel reductions not counted"]
 
 
 def _sharding(setup: training.TrainingSetup) -> ShardingOut:
@@ -281,6 +320,7 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
         fits=memory.fits,
         memory=TrainingMemoryOut(**vars(memory), required_bytes=memory.required_bytes, fits=memory.fits,
                                  headroom_bytes=memory.headroom_bytes, shortfall_bytes=memory.shortfall_bytes),
+        trainable_parameters=result.trainable_parameters, peft=_peft_out(setup, result),
         recompute_advice=_advice(result, setup.recompute),
         compute_roof_source=result.compute_roof_source,
         memory_roof_source=evaluator.hbm.source.value,

@@ -192,6 +192,20 @@ def test_train_and_plan_training(local_database, capsys):
     assert "days" in run(capsys, "plan", "training", *argv, "--num-devices", "64", "--total-tokens", "1e12").out
 
 
+def test_train_a_lora_fine_tuning_step(local_database, capsys):
+    argv = ["train", "--device", "amd-mi325x", "--model", "llama-2-70b", "--rope-scaling", "linear:2", "--seq-len",
+            "8192", "--data-parallel", "8", "--fp8-recipe", "delayed", "--peft", "lora"]
+    out = run(capsys, *argv).out
+    # 16 x (16384 + 9216 + 9216 + 16384) adapter parameters a layer (q, k, v, o), 80 layers.
+    assert "trains 65,536,000 adapter parameters (lora rank 16 on k_proj, o_proj, q_proj, v_proj; base in bf16)" in out
+    assert "adapter gradient all-reduce" in out
+    # AMD's recipe recomputes part of the layers: without it the step does not fit in an MI325X's memory.
+    assert "DOES NOT FIT" in out and "fits only with recompute 'full'" in out
+    step = json.loads(run(capsys, *argv, "--peft", "qlora", "--lora-targets", "all-linear", "--lora-rank", "64",
+                          "--fp8-recipe", "none", "--json").out)
+    assert step["peft"]["stored_base"] == "nf4" and len(step["peft"]["adapted_modules"]) == 7
+
+
 def test_plan_training_searches_the_layout(local_database, capsys):
     argv = ["plan", "training", "--device", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--seq-len", "8192",
             "--global-batch-tokens", str(8192 * 64), "--num-devices", "16", "--total-tokens", "1e12", "--search",

@@ -263,3 +263,61 @@ def test_a_run_that_scales_rope_trains_past_the_configs_positions(client):
     # A scaling that cannot be read names its field.
     bad = client.post("/v1/analyze/training", json={**body, "rope_scaling": {"factor": 0.5}})
     assert bad.status_code == 422 and "rope_scaling.factor" in bad.json()["fields"][0]["loc"]
+
+
+# MLPerf Training's llama2_70b_lora as AMD ran it (tests/core/training/test_peft.py has the source): 8 sequences of
+# 8,192 tokens a step over 8 data-parallel MI325X, LoRA rank 16 on the attention's projections, fp8 matmuls; the
+# benchmark runs Llama 2 70B past its config's 4,096 positions.
+MLPERF_LORA = {"device_id": "amd-mi325x", "model_id": "llama-2-70b", "seq_len": 8192, "data_parallel": 8,
+               "rope_scaling": {"rope_type": "linear", "factor": 2}, "dtypes": {"fp8_recipe": "delayed"},
+               "peft": {"method": "lora", "rank": 16, "alpha": 32,
+                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}}
+
+
+def test_a_lora_fine_tuning_step_says_what_it_trains_and_holds_to_mlperfs_measured_step(client):
+    response = client.post("/v1/analyze/training", json=MLPERF_LORA)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    # Per layer r (in + out) per module: q and o 16 (8192 + 8192), k and v 16 (8192 + 1024), over 80 layers.
+    assert answer["trainable_parameters"] == 80 * 16 * (2 * 16384 + 2 * 9216) == 65_536_000
+    assert answer["peft"] == {"method": "lora", "rank": 16, "alpha": 32.0, "scale": 2.0,
+                              "adapted_modules": ["k_proj", "o_proj", "q_proj", "v_proj"], "stored_base": "bf16",
+                              "base_bytes_per_parameter": 2.0}
+    # bf16 gradients and AdamW's 12 bytes for the adapters only, on every one of the 8 unsharded replicas.
+    assert answer["memory"]["gradients_bytes"] == 2 * 65_536_000
+    assert answer["memory"]["optimizer_bytes"] == 12 * 65_536_000
+    assert not any(r["phase"] == "backward_weight" and ".lora_" not in r["name"] for r in answer["rows"])
+    assert any(note.startswith("fine-tuning (lora, rank 16") for note in answer["assumptions"])
+    # AMD's measured step: 48 steps in 140.685 s.
+    assert answer["step_time_s"] <= 140.685 / 48
+    (sync,) = [c for c in answer["communication"] if c["group"] == "data"]
+    assert sync["name"] == "adapter gradient all-reduce" and sync["buffer_bytes"] == 2 * 65_536_000
+
+
+def test_qlora_stores_the_base_in_nf4_and_the_plan_takes_adapters_too(client):
+    body = {**MLPERF_LORA, "dtypes": {}, "peft": {"method": "qlora"}}
+    answer = client.post("/v1/analyze/training", json=body).json()
+    assert answer["peft"]["stored_base"] == "nf4" and answer["peft"]["base_bytes_per_parameter"] == pytest.approx(4.127 / 8, abs=1e-4)
+    lora = client.post("/v1/analyze/training", json={**body, "peft": {"method": "lora"}}).json()
+    assert answer["memory"]["parameters_bytes"] < lora["memory"]["parameters_bytes"] / 3
+    plan_body = {k: v for k, v in body.items() if k != "data_parallel"}
+    plan = client.post("/v1/plan/training", json={**plan_body, "num_devices": 8, "total_tokens": 3072 * 8192})
+    assert plan.status_code == 200, plan.text
+    # 3,072 sequences of 8,192 tokens: 384 steps of the same fine-tuning step.
+    assert plan.json()["step"]["trainable_parameters"] == answer["trainable_parameters"]
+
+
+@pytest.mark.parametrize("peft, loc, says", [
+    ({"target_modules": ["wq"]}, "body.peft.target_modules", "'wq' names no linear module"),
+    ({"rank": 0}, "body.peft.rank", "greater than or equal to 1"),
+    ({"method": "dora"}, "body.peft.method", "'lora' or 'qlora'"),
+    ({"method": "lora", "base_dtype": "nf4"}, "body.peft.base_dtype", "only qlora"),
+    ({"target_modules": []}, "body.peft.target_modules", "at least 1 item"),
+    ({"alpha": float("nan")}, "body.peft.alpha", "finite"),
+])
+def test_bad_adapters_are_refused_naming_the_field(client, peft, loc, says):
+    response = client.post("/v1/analyze/training", content=__import__("json").dumps(
+        {**MLPERF_LORA, "peft": peft}, allow_nan=True), headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    fields = response.json()["fields"]
+    assert any(f["loc"] == loc and says in f["msg"] for f in fields), fields
