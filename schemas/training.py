@@ -276,6 +276,35 @@ class PeftOut(BaseModel):
     base_bytes_per_parameter: float = Field(description="Bytes a frozen linear weight is stored in")
 
 
+class TrainingCheckOut(BaseModel):
+    run: str = Field(description="The published measurement")
+    device_id: str
+    submitter: str = Field(description="Who ran it, on what system")
+    measured_step_s: float = Field(description="The step as measured, seconds")
+    expected_step_s: float = Field(description="The step the service expects of the same run, seconds")
+    error: float = Field(description="expected / measured - 1")
+
+
+class TrainingExpected(BaseModel):
+    """The step as the device's measured kernels run it: each row at the efficiencies its kernel tables reach."""
+
+    basis: Literal["kernels"] = Field(description="kernels: the step composed from the device's measured kernel "
+                                                  "tables (or a stand-in's, see stand_in_for); no training run of "
+                                                  "this device, model or layout is used")
+    step_time_s: float = Field(description="Expected step, seconds (the bound's schedule, each row at its kernels' "
+                                           "efficiencies; collectives at their bound)")
+    micro_batch_s: float = Field(description="One micro-batch on the slowest stage, seconds")
+    tokens_per_s: float = Field(description="Over all devices")
+    mfu: float | None = Field(description="model FLOPs / (expected step x devices x nominal peak)")
+    tables: list[str] = Field(description="The kernel calibrations the rows were composed from")
+    stand_in_for: str | None = Field(description="The device whose tables these are, where the request's device has "
+                                                 "none of its own; null where they are its own")
+    composition: str = Field(description="Which fit each kind of row took, and the fits' own errors")
+    checked: list[TrainingCheckOut] = Field(
+        description="Every published training step this basis was checked against, with its error (on devices and "
+                    "runs the kernel fits never saw); this device's, where it is among them, first")
+
+
 class TrainingAnalysis(BaseModel):
     device_id: str
     model: str
@@ -314,6 +343,9 @@ class TrainingAnalysis(BaseModel):
     peak_flops_per_s: float | None = Field(description="The nominal peak MFU and HFU divide by, per device, FLOP/s")
     fits: bool
     memory: TrainingMemoryOut
+    expected: TrainingExpected | None = Field(
+        None, description="What the step is expected to take, from the device's measured kernel tables; null where "
+                          "the device has none (nor a stand-in): the bound is then all there is")
     trainable_parameters: float = Field(description="Parameters the step trains: the model's, or its adapters' "
                                                     "with peft")
     peft: PeftOut | None = Field(None, description="The adapters, with peft")
@@ -350,8 +382,9 @@ PLAN_ONLY = set(TrainingPlanRequest.model_fields) - set(TrainingRequest.model_fi
 
 
 class TrainingEstimate(BaseModel):
-    basis: Literal["roofline", "stated"] = Field(description="'roofline': the MFU of the roofline's step on "
-                                                             "num_devices; 'stated': the request's mfu")
+    basis: Literal["roofline", "kernels", "stated"] = Field(
+        description="'roofline': the MFU of the roofline's step on num_devices (a bound); 'kernels': of the step "
+                    "expected from the device's kernel tables (step.expected); 'stated': the request's mfu")
     mfu: float
     days: float = Field(description="total FLOPs / (num_devices x peak x mfu), in days of 86,400 s")
     device_hours: float

@@ -268,6 +268,14 @@ def training_table(r: dict) -> str:
     trains = (f"trains {r['trainable_parameters']:,.0f} adapter parameters ({peft['method']} rank {peft['rank']} on "
               f"{', '.join(peft['adapted_modules'])}; base in {peft['stored_base']}), "
               if peft else f"trains all {r['trainable_parameters']:,.0f} parameters, ")
+    expected = r.get("expected")
+    tables = (f"the {expected['stand_in_for']} kernel tables standing in" if expected and expected["stand_in_for"]
+              else "its kernel tables")
+    expectation = (f"expected from {tables}: "
+                   f"step {si(expected['step_time_s'], 's')}, {expected['tokens_per_s']:,.0f} tokens/s, MFU "
+                   f"{expected['mfu'] or 0:.3f} (checked on "
+                   + ", ".join(f"{c['device_id']} {c['error']:+.0%}" for c in expected["checked"]) + ")"
+                   if expected else "expected: none (no kernel tables for this device): the bound alone")
     summary = (f"{trains}{r['devices']} devices ({r['data_parallel']} DP x {r['tensor_parallel']} TP"
                f"{' with SP' if r['sequence_parallel'] else ''} x {r['pipeline_parallel']} PP {schedule}"
                f"{' x ' + str(r['context_parallel']) + ' CP' if r['context_parallel'] > 1 else ''}"
@@ -277,7 +285,7 @@ def training_table(r: dict) -> str:
                f"{r['tokens_per_s']:,.0f} tokens/s, MFU {r['mfu'] or 0:.3f}, HFU {r['hfu'] or 0:.3f}")
     return "\n".join([table(phases, ["phase (one micro-batch, per device)", "time"]),
                       table(links, ["collective", "tier", "devices", "bytes/device", "count", "time"]) if links else
-                      "no collectives", memory, r["recompute_advice"]["advice"], summary])
+                      "no collectives", memory, r["recompute_advice"]["advice"], summary, expectation])
 
 
 def training_plan_table(r: dict) -> str:

@@ -15,12 +15,15 @@ from schemas.training import (
     RecomputeOptionOut,
     ShardingOut,
     TrainingAnalysis,
+    TrainingCheckOut,
+    TrainingExpected,
     TrainingMemoryOut,
     TrainingRequest,
     TrainingRowOut,
     TrainingTime,
 )
 from service.core.errors import CostModelError
+from service.core.expectations.training_checks import TRAINING_CHECKS
 from service.core.hardware import DeviceSpec
 from service.core.roofs import MeasuredRoofs, RoofMode, select_collective_latency
 from service.core.training import step as training
@@ -33,6 +36,7 @@ from service.core.transformer.capacity import check_positions
 from service.core.transformer.params import model_params
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable
+from service.translation.kernel_tables import kernel_evaluator, kernel_tables
 from service.translation.model_analyses import positions_notes, resolve_model, unprocessable, usable_memory
 
 ROWS = TypeAdapter(list[TrainingRowOut])
@@ -159,16 +163,6 @@ def training_inputs(request: TrainingRequest, catalog: DeviceCatalog) -> Trainin
                           topology_for(device, measured, request))
 
 
-def run_training(request: TrainingRequest, catalog: DeviceCatalog) -> tuple[str, Architecture, training.TrainingStep,
-                                                                              training.TrainingSetup, Evaluator, str]:
-    inputs = training_inputs(request, catalog)
-    try:
-        result = training.analyze_training(inputs.arch, inputs.evaluator, inputs.topology, inputs.setup)
-    except CostModelError as exc:
-        raise unprocessable(exc, "body") from None
-    return inputs.name, inputs.arch, result, inputs.setup, inputs.evaluator, inputs.basis
-
-
 def _advice(result: training.TrainingStep, chosen: str) -> RecomputeAdvice:
     options = {o.policy: o for o in result.recompute_options}
     fitting = [o.policy for o in result.recompute_options if o.fits]
@@ -284,8 +278,33 @@ def _schedule_words(schedule: Schedule) -> str:
     return "1F1B: (m + p - 1) micro-batch slots"
 
 
+def _expected(arch: Architecture, setup: training.TrainingSetup, evaluator: Evaluator, topology: Topology,
+              measured: MeasuredRoofs) -> TrainingExpected | None:
+    """The step at the device's kernel tables (the bound's own topology: collectives stay at their bound)."""
+    tables = kernel_tables(evaluator.device, measured)
+    if tables is None:
+        return None
+    try:
+        step = training.analyze_training(arch, kernel_evaluator(evaluator.device, tables), topology, setup)
+    except CostModelError as exc:  # the bound's own analysis ran: a refusal here is a defect, said as a 422
+        raise unprocessable(exc, "body") from None
+    device_id = evaluator.device.id
+    checks = sorted(TRAINING_CHECKS, key=lambda c: c.device_id != device_id)
+    return TrainingExpected(
+        basis="kernels", step_time_s=step.step_time_s, micro_batch_s=step.micro_batch_time_s,
+        tokens_per_s=step.tokens_per_s, mfu=step.mfu, tables=tables.ids, stand_in_for=tables.stand_in_for,
+        composition=tables.describe(),
+        checked=[TrainingCheckOut(**c._asdict(), error=c.error) for c in checks])
+
+
 def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -> TrainingAnalysis:
-    name, arch, result, setup, evaluator, basis = run_training(request, catalog)
+    inputs = training_inputs(request, catalog)
+    try:
+        result = training.analyze_training(inputs.arch, inputs.evaluator, inputs.topology, inputs.setup)
+    except CostModelError as exc:
+        raise unprocessable(exc, "body") from None
+    name, arch, setup, evaluator, basis = inputs.name, inputs.arch, inputs.setup, inputs.evaluator, inputs.basis
+    expected = _expected(arch, setup, evaluator, inputs.topology, catalog.measured(evaluator.device.id))
     memory = result.memory
     params = model_params(arch)
     return TrainingAnalysis(
@@ -320,7 +339,7 @@ def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -
         fits=memory.fits,
         memory=TrainingMemoryOut(**vars(memory), required_bytes=memory.required_bytes, fits=memory.fits,
                                  headroom_bytes=memory.headroom_bytes, shortfall_bytes=memory.shortfall_bytes),
-        trainable_parameters=result.trainable_parameters, peft=_peft_out(setup, result),
+        expected=expected, trainable_parameters=result.trainable_parameters, peft=_peft_out(setup, result),
         recompute_advice=_advice(result, setup.recompute),
         compute_roof_source=result.compute_roof_source,
         memory_roof_source=evaluator.hbm.source.value,

@@ -43,6 +43,8 @@ def plan_training(request: TrainingPlanRequest, catalog: DeviceCatalog) -> Train
         raise Unprocessable(reason, [{"loc": "body.device_id", "msg": reason}])
     total_flops = step.model_flops_per_token * request.total_tokens
     estimates = [_estimate("roofline", step.mfu, total_flops, step.peak_flops_per_s, request)]
+    if step.expected is not None and step.expected.mfu:
+        estimates.append(_estimate("kernels", step.expected.mfu, total_flops, step.peak_flops_per_s, request))
     if request.mfu is not None:
         estimates.append(_estimate("stated", request.mfu, total_flops, step.peak_flops_per_s, request))
     return TrainingPlan(
@@ -53,7 +55,8 @@ def plan_training(request: TrainingPlanRequest, catalog: DeviceCatalog) -> Train
             "total FLOPs = model FLOPs per token (forward + backward at seq_len, from the roofline step) x total_tokens",
             "days = total FLOPs / (num_devices x nominal peak x MFU) / 86,400; device_hours = num_devices x hours",
             "the roofline MFU is a bound: a real run reaches a fraction of it (40-60 % MFU is good practice on "
-            "large runs); the stated MFU is the client's",
+            "large runs); the kernels MFU is the step's expected from the device's measured kernel tables "
+            "(step.expected, with where it was checked); the stated MFU is the client's",
         ] + ([] if step.fits else ["the roofline step does NOT fit in memory as configured: its MFU is a what-if"]),
     )
 

@@ -321,3 +321,20 @@ def test_bad_adapters_are_refused_naming_the_field(client, peft, loc, says):
     assert response.status_code == 422, response.text
     fields = response.json()["fields"]
     assert any(f["loc"] == loc and says in f["msg"] for f in fields), fields
+
+
+def test_a_device_with_kernel_tables_answers_an_expected_step_with_its_checks(client):
+    answer = client.post("/v1/analyze/training", json=MLPERF_LORA).json()
+    expected = answer["expected"]
+    # The MI325X has no tables of its own: the MI300X's (aiter's fp8 GEMMs) at the MI325X's roofs, said so.
+    assert expected["basis"] == "kernels" and expected["stand_in_for"] == "amd-mi300x"
+    assert expected["tables"] == ["kernel:shipped:amd-mi325x:aiter:fp8"]
+    assert answer["step_time_s"] < expected["step_time_s"]
+    assert expected["tokens_per_s"] == pytest.approx(8 * 8192 / expected["step_time_s"])
+    # Where the basis was checked, this device's check first: MLPerf's measured 2.93 s, expected 36 % over it.
+    first = expected["checked"][0]
+    assert (first["device_id"], round(first["measured_step_s"], 3), round(first["error"], 2)) == ("amd-mi325x", 2.931, 0.36)
+    assert {c["device_id"] for c in expected["checked"]} == {"amd-mi325x", "amd-mi300x", "nvidia-b200"}
+    # A device no kernel table covers, nor a stand-in, answers the bound alone.
+    bare = client.post("/v1/analyze/training", json={**MLPERF_LORA, "device_id": "nvidia-a100-80gb-sxm", "dtypes": {}}).json()
+    assert bare["expected"] is None and bare["step_time_s"] > 0

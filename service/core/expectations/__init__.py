@@ -4,5 +4,6 @@
 - serving_runs: a deployment's measured serving runs fitted to its bound (ServingCalibration);
 - kernel_steps: a step composed bottom-up from the device's kernel fits (the rows as its kernels run them);
 - engines: the per-step and per-request costs of an engine, fitted over every device with runs and carried to
-  devices that have kernel tables but no runs.
+  devices that have kernel tables but no runs;
+- training_checks: the published training steps a composed training step was checked against.
 """
