@@ -274,7 +274,7 @@ def training_table(r: dict) -> str:
     expectation = (f"expected from {tables}: "
                    f"step {si(expected['step_time_s'], 's')}, {expected['tokens_per_s']:,.0f} tokens/s, MFU "
                    f"{expected['mfu'] or 0:.3f} (checked on "
-                   + ", ".join(f"{c['device_id']} {c['error']:+.0%}" for c in expected["checked"]) + ")"
+                   + ", ".join(f"{c['submitter']} {c['error']:+.0%}" for c in expected["checked"]) + ")"
                    if expected else "expected: none (no kernel tables for this device): the bound alone")
     summary = (f"{trains}{r['devices']} devices ({r['data_parallel']} DP x {r['tensor_parallel']} TP"
                f"{' with SP' if r['sequence_parallel'] else ''} x {r['pipeline_parallel']} PP {schedule}"

@@ -334,7 +334,7 @@ def test_a_device_with_kernel_tables_answers_an_expected_step_with_its_checks(cl
     # Where the basis was checked, this device's check first: MLPerf's measured 2.93 s, expected 36 % over it.
     first = expected["checked"][0]
     assert (first["device_id"], round(first["measured_step_s"], 3), round(first["error"], 2)) == ("amd-mi325x", 2.931, 0.36)
-    assert {c["device_id"] for c in expected["checked"]} == {"amd-mi325x", "amd-mi300x", "nvidia-b200"}
+    assert {c["device_id"] for c in expected["checked"]} == {"amd-mi325x", "amd-mi300x", "nvidia-b200", "nvidia-h100-sxm"}
     # A device no kernel table covers, nor a stand-in, answers the bound alone.
     bare = client.post("/v1/analyze/training", json={**MLPERF_LORA, "device_id": "nvidia-a100-80gb-sxm", "dtypes": {}}).json()
     assert bare["expected"] is None and bare["step_time_s"] > 0

@@ -390,7 +390,9 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     communication: list[Collective] = []
     communication += _layer_collectives(placed, layers.share, setup, hidden_bytes, links)
     ring = _context_ring(placed, layers, setup, topology)
-    pipeline = _pipeline(placed, layers.plan, setup, topology, hidden_bytes, ring)
+    # Each stage boundary passes the stream as the device holds it: a sequence-parallel rank sends its own 1/t slice
+    # (Megatron-core's get_tensor_shapes), not the whole.
+    pipeline = _pipeline(placed, layers.plan, setup, topology, hidden_bytes / par.stream_shards, ring)
     communication += pipeline.sends + ([ring.collective] if ring else [])
     micro_batch_time, pipeline_time, bubble_time = pipeline.micro_batch_s, pipeline.total_s, pipeline.bubble_s
 
