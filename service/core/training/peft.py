@@ -153,8 +153,11 @@ def _module_widths(row: Row, n: int, arch: Architecture, group: LayerGroup, tens
         return {modules[0]: n}
     if row.name == "qkv_proj":
         kv = kv_heads_on_device(arch.kv_heads_of(group), tensor)
-        q = (2 if arch.attention_output_gate else 1) * (arch.heads // tensor) * arch.head_dim
-        widths = {"q_proj": q, "k_proj": kv * arch.head_dim, "v_proj": kv * arch.value_dim}
+        d = arch.head_dim_of(group)
+        q = (2 if arch.attention_output_gate else 1) * (arch.heads // tensor) * d
+        widths = {"q_proj": q, "k_proj": kv * d}
+        if not group.value_from_key:
+            widths["v_proj"] = kv * arch.value_dim_of(group)
     else:
         widths = dict.fromkeys(modules, n // len(modules))
     if sum(widths.values()) != n:
@@ -206,8 +209,10 @@ def peft_layer_rows(rows: list[Row], peft: Peft, arch: Architecture, group: Laye
         modules = adapted_modules(row, peft.target_modules)
         if modules:
             n, k = _shape(row, tokens, dtypes.activations)
-            out += adapter_rows(row, modules, _module_widths(row, n, arch, group, tensor), k, tokens, peft.rank,
-                                dtypes)
+            widths = _module_widths(row, n, arch, group, tensor)
+            present = tuple(m for m in modules if m in widths)  # Gemma 4's global layers have no v_proj
+            if present:
+                out += adapter_rows(row, present, widths, k, tokens, peft.rank, dtypes)
     return out
 
 

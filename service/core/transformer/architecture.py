@@ -125,6 +125,11 @@ class MoE:
     # Nemotron-3 Super's latent experts: the routed tokens are projected down to this width before the experts (and
     # their all-to-all) and back up after them; 0: the experts read and write the hidden width.
     latent_size: int = 0
+    # Gemma 4's block beside its dense MLP: the router scales its (unscaled-normed) input by a learned vector and each
+    # expert's weight by a learned scalar; the block has norms of its own (the experts' input, each branch's output).
+    router_scales: bool = False
+    block_norms: int = 0
+    shared_is_dense_mlp: bool = False  # the shared expert is the layer's whole dense MLP (Gemma 4's `mlp`)
 
     def routed_width(self, hidden: int) -> int:
         """The width the routed experts read and write (and an expert-parallel all-to-all sends)."""
@@ -157,6 +162,10 @@ class LayerGroup:
     # them); 0: the window alone.
     compress: int = 0
     hash_routed: bool = False  # its experts chosen by a fixed token-id table (DeepSeek-V4's first layers)
+    # Gemma 4's global layers: heads of their own width, and values taken from the key projection (no v_proj; the
+    # value is that output normed without a scale, the key it normed with one and rotated: both are cached).
+    head_dim: int | None = None
+    value_from_key: bool = False
 
     @property
     def attends(self) -> bool:
@@ -175,6 +184,8 @@ class LayerShape(NamedTuple):
     intermediate: int | None = None
     compress: int = 0
     hash_routed: bool = False
+    head_dim: int | None = None
+    value_from_key: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,10 +229,18 @@ class Architecture:
     # How a request extended max_positions (a RoPE scaling the run applies), for the answer; None: as configured.
     positions_extended: str | None = None
     compressed: CompressedAttention | None = None  # DeepSeek-V4's attention and hyper-connections
+    v_norm: bool = False  # Gemma 4: the values RMS-normed (without a scale) before attention
+    layer_scalar: bool = False  # Gemma 4: each layer's output multiplied by a stored scalar (one weight a layer)
 
     @property
     def value_dim(self) -> int:
         return self.v_head_dim or self.head_dim
+
+    def head_dim_of(self, group: LayerGroup) -> int:
+        return group.head_dim or self.head_dim
+
+    def value_dim_of(self, group: LayerGroup) -> int:
+        return self.v_head_dim or self.head_dim_of(group)
 
     def kv_heads_of(self, group: LayerGroup) -> int:
         return group.kv_heads or self.kv_heads

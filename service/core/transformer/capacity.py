@@ -38,7 +38,8 @@ def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor
         indexed = arch.sparse_index is not None and (group is None or group.indexed)
         index = arch.sparse_index.head_dim if indexed and arch.sparse_index is not None else 0
         return (arch.latent.kv_lora_rank + arch.latent.qk_rope_head_dim + index) * s
-    return kv_heads_per_device(arch, tensor_parallel, group) * (arch.head_dim + arch.value_dim) * s
+    widths = arch.head_dim_of(group) + arch.value_dim_of(group) if group else arch.head_dim + arch.value_dim
+    return kv_heads_per_device(arch, tensor_parallel, group) * widths * s
 
 
 def recurrent_state_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:
@@ -156,8 +157,8 @@ def replicated_kv_params(arch: Architecture, tensor_parallel: int) -> float:
     t = tensor_parallel
     if arch.latent is not None:
         return 0.0
-    return sum(group.count * arch.hidden * (arch.head_dim + arch.value_dim) * (1 - arch.kv_heads_of(group) / t)
-               for group in arch.groups if group.attends and arch.kv_heads_of(group) < t)
+    return sum(group.count * arch.hidden * (arch.head_dim_of(group) + (0 if group.value_from_key else arch.value_dim_of(group)))
+               * (1 - arch.kv_heads_of(group) / t) for group in arch.groups if group.attends and arch.kv_heads_of(group) < t)
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,8 @@ def activation_bytes(arch: Architecture, dtypes: ModelDTypes, *, tokens: int, ba
     each sequence. A floor for planning, not a profile: frameworks add workspaces of their own."""
     t = tensor_parallel
     s = bytes_per_element(dtypes.activations)
-    qkv = (arch.heads * arch.head_dim + max(arch.kv_head_counts()) * (arch.head_dim + arch.value_dim)) / t
+    qkv = max(arch.heads * arch.head_dim_of(g) + arch.kv_heads_of(g) * (arch.head_dim_of(g) + arch.value_dim_of(g))
+              for g in arch.groups if g.attends) / t if any(g.attends for g in arch.groups) else 0.0
     widths = [arch.intermediate]
     if arch.recurrent is not None:  # its input projection: q, k, v, the output gate and the per-head gates
         mixer = arch.recurrent

@@ -331,6 +331,33 @@ def mimo_v2_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[Layer
     return [LayerShape(2 * kv, True) if window else LayerShape(sinks=False) for window in windows]
 
 
+def gemma4_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[LayerShape]:
+    """Gemma 4's global (full-attention) layers: heads global_head_dim wide, num_global_key_value_heads K/V heads,
+    and with attention_k_eq_v the values taken from the key projection (transformers 5.25.0's Gemma4TextAttention);
+    the sliding ones as the model's. Per-layer input embeddings and layers sharing another's K/V (Gemma 4's small
+    models) are refused: not modelled."""
+    for key in ("hidden_size_per_layer_input", "num_kv_shared_layers"):
+        if r.optional_int(key, minimum=0):
+            r.missing.append(f"{key} (not modelled: Gemma 4's per-layer inputs and shared K/V layers; only 0)")
+    global_heads = r.optional_int("num_global_key_value_heads")
+    global_dim = r.int("global_head_dim", 512)  # Gemma4TextConfig's default
+    keys_are_values = r.flag("attention_k_eq_v", False)
+    return [LayerShape() if window else LayerShape(kv_heads=global_heads, head_dim=global_dim,
+                                                   value_from_key=keys_are_values)
+            for window in windows]
+
+
+def gemma4_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    """With enable_moe_block, every layer runs routed experts beside its dense MLP (the two branches' outputs normed
+    and added): counted as experts with the dense MLP as their shared expert, the router's input and expert scales
+    and the block's three norms; else a dense model."""
+    if not r.flag("enable_moe_block", False):
+        return None, [False] * layers
+    moe = MoE(r.int("num_experts"), r.int("top_k_experts"), r.int("moe_intermediate_size"), shared_experts=1,
+              shared_intermediate=intermediate, router_scales=True, block_norms=3, shared_is_dense_mlp=True)
+    return moe, [True] * layers
+
+
 def mimo_v2_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
     """DeepSeek's routed experts without shared ones, on every layer but the first (or as mlp_layer_types or a
     moe_layer_freq list says)."""
@@ -521,6 +548,8 @@ class Family:
     activation_key: str = "hidden_act"
     # How many layers: num_hidden_layers, or what the family's layer list says (Nemotron-H's pattern).
     layer_count: Callable[[ConfigReader], int] | None = None
+    v_norm: bool = False
+    layer_scalar: bool = False
 
 
 FAMILIES: dict[str, Family] = {family.name: family for family in (
@@ -558,6 +587,13 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     Family("gpt_oss", biases=attention_and_expert_bias, experts=gpt_oss_experts, attention_sinks=True),
     Family("gemma3_text", windows=window_but_every_nth_layer, qk_norm=True, norms_per_layer=4, tied_by_default=True),
     Family("gemma3", text="gemma3_text", vision=lambda config, prefix, hidden: vision.siglip(
+        _reader(config, "vision_config", prefix), hidden)),
+    # Gemma 4: Gemma 3's layers with wider global heads (fewer K/V heads, values from the key projection), values
+    # normed, a stored scalar a layer, and on the MoE models routed experts beside every dense MLP.
+    Family("gemma4_text", windows=window_but_every_nth_layer, qk_norm=True, norms_per_layer=4, tied_by_default=True,
+           experts=gemma4_experts, shapes=gemma4_shapes, activation_key="hidden_activation", v_norm=True,
+           layer_scalar=True),
+    Family("gemma4", text="gemma4_text", tied_by_default=True, vision=lambda config, prefix, hidden: vision.gemma4(
         _reader(config, "vision_config", prefix), hidden)),
     Family("mistral3", text="mistral", vision=lambda config, prefix, hidden: vision.pixtral(
         _reader(config, "vision_config", prefix), hidden, _top_int(config, "spatial_merge_size", 2),
@@ -732,6 +768,8 @@ def _features(family: Family, r: ConfigReader, mixers: list[str]) -> dict[str, A
         "recurrent": (family.recurrent(r) if family.recurrent is not None and {"recurrent", "parallel"} & set(mixers)
                       else None),
         "compressed": family.compressed(r) if family.compressed is not None else None,
+        "v_norm": family.v_norm,
+        "layer_scalar": family.layer_scalar,
     }
 
 

@@ -292,13 +292,16 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     if arch.compressed is not None:
         return _compressed_attention_rows(arch, arch.compressed, group, step, dtypes)
     kv_heads = kv_heads_on_device(arch.kv_heads_of(group), tp)
-    d, dv = arch.head_dim, arch.value_dim
-    # With an output gate, q_proj yields each head's gate beside its query.
-    qkv = ((2 if arch.attention_output_gate else 1) * heads + kv_heads) * d + kv_heads * dv
+    d, dv = arch.head_dim_of(group), arch.value_dim_of(group)
+    # With an output gate, q_proj yields each head's gate beside its query; values taken from the key projection
+    # have no projection of their own.
+    qkv = ((2 if arch.attention_output_gate else 1) * heads + kv_heads) * d + (0 if group.value_from_key else kv_heads * dv)
     rows = [Row("qkv_proj", "matmul", 1, linear_cost(tokens, qkv, h, dtypes, arch.qkv_bias),
                 params=linear_params(qkv, h, arch.qkv_bias))]
     if arch.qk_norm:
         rows += [_qk_norm_row("q_norm", arch, tokens, heads, d, act), _qk_norm_row("k_norm", arch, tokens, kv_heads, d, act)]
+    if arch.v_norm:
+        rows.append(Row("v_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, kv_heads, dv], dtype=act)))
     if group.rope:
         rotated = int(d * arch.rotary_fraction)
         rows.append(Row("rope", "rope", 1, _rope(step.batch, step.q_len, heads + kv_heads, rotated, act)))
@@ -590,7 +593,8 @@ def router_params(arch: Architecture, moe: MoE, hash_routed: bool = False) -> in
     """A MoE layer's router: its experts x hidden scores, and beside them the score-correction bias a checkpoint
     stores (one per expert), or a hash-routed layer's token-id table (vocab x top-k ids) in its place."""
     stored = arch.vocab * moe.top_k if hash_routed else moe.experts if moe.router_bias else 0
-    return moe.experts * arch.hidden + stored
+    scales = arch.hidden + moe.experts if moe.router_scales else 0
+    return moe.experts * arch.hidden + stored + scales
 
 
 def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, shard: ExpertShard | None = None,
@@ -631,10 +635,13 @@ def _moe_rows(arch: Architecture, moe: MoE, step: Step, dtypes: ModelDTypes, sha
                         params=linear_params(h, r_h, arch.mlp_bias)))
     if moe.shared_experts:
         rows += _mlp_rows("shared_", arch, tokens, _split(moe.shared_intermediate, tp, "shared expert width"),
-                          dtypes.module("shared_experts"))
+                          dtypes.module("dense_mlp" if moe.shared_is_dense_mlp else "shared_experts"))
     if moe.shared_expert_gate:  # sigmoid(x . w) scales the shared expert's output
         rows += [Row("shared_expert_gate", "matmul", 1, linear_cost(tokens, 1, h, dtypes), params=h),
                  Row("shared_expert_scale", "elementwise", 1, _elementwise("sigmoid_mul", (tokens, h), act, 2, 5))]
+    if moe.block_norms:  # Gemma 4: the experts' input and each branch's output normed (the router's unscaled norm uncounted)
+        rows.append(Row("moe_block_norms", arch.norm, moe.block_norms, _norm(arch, [tokens, h], dtypes),
+                        params=norm_weights(arch)))
     return rows
 
 
@@ -688,6 +695,8 @@ def layer_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: ModelD
         rows += block()
         rows.append(_hyper_spread(prefix, arch, spec, stream, dtypes) if spec is not None
                     else Row(f"{prefix}_residual", "elementwise", 1, residual))
+    if arch.layer_scalar:
+        rows.append(Row("layer_scalar", "elementwise", 1, _elementwise("mul", (stream, arch.hidden), act), params=1))
     return rows
 
 

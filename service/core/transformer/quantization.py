@@ -96,7 +96,8 @@ def _int_groups(q: Mapping[str, Any], method: str) -> Quantization | None:
 LISTS = ("ignore", "modules_to_not_convert", "exclude_modules", "ignored_layers")
 _CLASSES = (("attention", re.compile(r"self_attn|linear_attn|(^|[.*])attn([.*]|$)")),
             ("shared_experts", re.compile(r"shared_expert")),
-            ("dense_mlp", re.compile(r"mlp\\?\.\(?(gate_up|gate|up|down)(_proj|\|)")))
+            # A layer's MLP by its projections, or the whole `mlp` module (Gemma 4's, beside its experts).
+            ("dense_mlp", re.compile(r"mlp\\?\.\(?(gate_up|gate|up|down)(_proj|\|)|\.mlp\*$")))
 # A decoder layer left whole (not a multi-token-prediction layer's: mtp.layers.N).
 _WHOLE_LAYER = re.compile(r"(^|\.)model\.layers\.(\d+)(\*|\.\*)$")
 # Names of parts every engine keeps in 16 bits anyway, or too small to matter: they say nothing of their module.

@@ -94,3 +94,20 @@ def moonvit(vision: ConfigReader, text_hidden: int, projection_norm: int) -> int
     tower = 3 * patch * patch * h + h + grid * h + size("num_hidden_layers", "vt_num_hidden_layers", 27) * layer
     projector = _layer_norm(projection_norm) + _linear(merged, merged, True) + _linear(text_hidden, merged, True)
     return tower + _layer_norm(h) + projector
+
+
+def gemma4(vision: ConfigReader, text_hidden: int) -> int:
+    """Gemma 4's tower (transformers 5.25.0's Gemma4VisionModel): an unbiased patch projection and a two-axis table of
+    learned positions; layers with unbiased attention (q/k norms a head wide, an unscaled v norm), a gated MLP and
+    four RMS norms (their linears clipped by four stored bounds each where use_clipped_linears); a stored
+    standardisation bias and scale; then the embedder into the decoder: an unscaled norm and a [vision, text] matrix."""
+    h, i = vision.int("hidden_size", 768), vision.int("intermediate_size", 3072)
+    heads = vision.int("num_attention_heads", 12)
+    d = vision.int("head_dim", 64)
+    kv = vision.int("num_key_value_heads", heads)
+    patch = vision.int("patch_size", 16)
+    clipped = 4 * 7 if vision.flag("use_clipped_linears", False) else 0  # q, k, v, o, gate, up, down
+    layer = (h * heads * d + 2 * h * kv * d + heads * d * h + 2 * d + 4 * h + 3 * h * i + clipped)
+    tower = 3 * patch * patch * h + 2 * vision.int("position_embedding_size", 10240) * h
+    tower += vision.int("num_hidden_layers", 16) * layer + (2 * h if vision.flag("standardize", False) else 0)
+    return tower + h * text_hidden

@@ -1,10 +1,11 @@
-"""The families of 2025-26 (gpt-oss, Kimi-K2, GLM-4.5, Gemma 3, Mistral 3, Llama 4): each read from its config,
+"""The families of 2025-26 (gpt-oss, Kimi-K2, GLM-4.5, Gemma 3, Mistral 3, Llama 4, Gemma 4): each read from its config,
 its parameters counted as transformers builds the same config (on the meta device, vision towers included), its
 layer FLOPs against FlopCounterMode on a real transformers layer, and its cache per request derived by hand."""
 
 import pytest
 
 from service.core.transformer.analysis import Evaluator, analyze_model
+from service.core.transformer.architecture import ConfigError
 from service.core.transformer.capacity import kv_bytes_per_request, weight_bytes
 from service.core.transformer.families import from_hf_config
 from service.core.transformer.layers import ModelDTypes, Step, layer_rows
@@ -65,6 +66,22 @@ CASES = [
       "text_config": {**TINY_TEXT, "intermediate_size": 32, "intermediate_size_mlp": 96, "num_local_experts": 4,
                       "interleave_moe_layer_step": 2, "attention_chunk_size": 16, "use_qk_norm": True,
                       "hidden_act": "silu", "tie_word_embeddings": False}}),
+    # Gemma 4 at toy sizes, both decoders: routed experts beside the dense MLP (router scales, the block's norms), a
+    # per-layer stored scalar; global layers with their own head width and K/V heads, values from the keys; a vision
+    # tower with clipped linears (four stored bounds each) and standardisation.
+    ("gemma4", "Gemma4ForConditionalGeneration", "Gemma4Config",
+     {"model_type": "gemma4", "vision_config": {**TINY_VISION, "head_dim": 12, "num_key_value_heads": 4,
+                                                "position_embedding_size": 64, "use_clipped_linears": True,
+                                                "standardize": True},
+      "text_config": {**TINY_TEXT, "num_hidden_layers": 6, "intermediate_size": 96, "sliding_window": 32,
+                      "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "global_head_dim": 32,
+                      "num_global_key_value_heads": 1, "attention_k_eq_v": True, "enable_moe_block": True,
+                      "num_experts": 8, "top_k_experts": 2, "moe_intermediate_size": 24,
+                      "hidden_size_per_layer_input": 0}}),
+    ("gemma4_text dense", "Gemma4ForCausalLM", "Gemma4TextConfig",
+     {**TINY_TEXT, "model_type": "gemma4_text", "num_hidden_layers": 6, "intermediate_size": 96,
+      "sliding_window": 32, "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "global_head_dim": 32,
+      "num_global_key_value_heads": 2, "hidden_size_per_layer_input": 0}),
 ]
 
 
@@ -358,3 +375,64 @@ def test_a_list_two_readers_consult_is_refused_once():
     with pytest.raises(ConfigError) as refused:
         from_hf_config(config)
     assert refused.value.fields == ["model.block_configs"]
+
+
+def test_gemma4_global_layers_experts_and_cache_by_hand():
+    arch = from_hf_config(_published("google--gemma-4-26B-A4B"))
+    [sliding] = [g for g in arch.groups if g.sliding_window]
+    [full] = [g for g in arch.groups if not g.sliding_window]
+    window = sliding.sliding_window
+    # Every sixth layer global: 25 sliding layers (1,024 tokens, 8 K/V heads of 256) and 5 global ones (2 K/V heads
+    # of 512, values from the key projection).
+    assert (sliding.count, window, arch.kv_heads_of(sliding), arch.head_dim_of(sliding)) == (25, 1024, 8, 256)
+    assert (full.count, arch.kv_heads_of(full), arch.head_dim_of(full), full.value_from_key) == (5, 2, 512, True)
+    # The cache holds the rotated keys and the normed values of both kinds (the values are not the keys): a token
+    # costs 5 x 2 x (512 + 512) x 2 = 20,480 bytes in the global layers and 25 x 8 x (256 + 256) x 2 = 204,800 in
+    # the sliding ones, which keep at most 1,024 tokens.
+    assert kv_bytes_per_request(arch, ModelDTypes(), 1) == 20_480 + 204_800
+    assert kv_bytes_per_request(arch, ModelDTypes(), 10_000) == 10_000 * 20_480 + 1_024 * 204_800
+    h = 2816
+    rows = {r.name: r for r in layer_rows(arch, full, Step(1, 1, 1), ModelDTypes())}
+    assert rows["qkv_proj"].params == (16 * 512 + 2 * 512) * h  # q and k: no v_proj
+    assert rows["o_proj"].params == 16 * 512 * h and rows["v_norm"].params == 0
+    sliding_rows = {r.name: r for r in layer_rows(arch, sliding, Step(1, 1, 1), ModelDTypes())}
+    assert sliding_rows["qkv_proj"].params == (16 * 256 + 2 * 8 * 256) * h
+    # The router: 128 x 2,816 scores, a scale over its input (2,816) and one per expert (128); the block's own three
+    # norms; the dense MLP (2,112 wide, gated) beside 128 experts of 704; one stored scalar a layer.
+    assert rows["router"].params == 128 * h + h + 128
+    assert rows["moe_block_norms"].params * rows["moe_block_norms"].count == 3 * h
+    assert rows["shared_gate_up_proj"].params == 2 * 2112 * h and rows["shared_down_proj"].params == 2112 * h
+    assert rows["experts_gate_up_proj"].params == 128 * 2 * 704 * h and rows["layer_scalar"].params == 1
+    # 8 of 128 experts a token: the active count (the card's 3.8B), and the whole decoder with its 0.57B vision tower.
+    params = model_params(arch)
+    assert round(params.active / 1e9, 2) == 3.82 and round((params.total - params.vision) / 1e9, 2) == 25.23
+
+
+def test_gemma4_models_it_cannot_count_are_refused():
+    config = {**_published("google--gemma-4-26B-A4B")["text_config"], "hidden_size_per_layer_input": 256}
+    with pytest.raises(ConfigError, match="hidden_size_per_layer_input"):
+        from_hf_config(config)
+
+
+@pytest.mark.crosscheck
+def test_gemma4_global_attention_flops_equal_flop_counter():
+    # A global layer's attention, transformers' own module against its rows: q and k from one input (no v_proj),
+    # the products over the global head width (QK^T and PV over 32).
+    torch = import_crosscheck("torch")
+    transformers = import_crosscheck("transformers")
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention, Gemma4TextRotaryEmbedding
+
+    config = dict(CASES[-1][3], num_global_key_value_heads=1, attention_k_eq_v=True)
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    built = transformers.Gemma4TextConfig(**fields)
+    layer = Gemma4TextAttention(built, layer_idx=5)  # the global layer
+    length = 16
+    hidden = torch.randn(1, length, 64)
+    positions = Gemma4TextRotaryEmbedding(built)(hidden, torch.arange(length)[None], "full_attention")
+    counted = forward_flop_counts(layer, hidden, position_embeddings=positions, attention_mask=None,
+                                  shared_kv_states={})
+    arch = from_hf_config(config)
+    group = next(g for g in arch.groups if not g.sliding_window)
+    rows = {r.name: r.cost.flops for r in layer_rows(arch, group, Step(1, length, length), ModelDTypes())}
+    eager = 2 * length * length * 4 * (32 + 32)  # every (query, key) pair: QK^T and PV, 4 heads of 32
+    assert counted["total"] == rows["qkv_proj"] + rows["o_proj"] + eager
