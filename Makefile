@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate check docs test test-fast test-newest lock golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-unmeasured bench-calibration bench-charts bench-explorer bench-access-log
+.PHONY: install install-test serve migrate check docs test test-fast test-newest lock golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-unmeasured bench-calibration bench-charts bench-explorer bench-access-log bench-measure
 
 # Every install is held to constraints.txt: the versions `make test` was verified with (see that file; `make lock`
 # re-pins it on purpose, `make test-newest` tries the newest releases without touching it).
@@ -112,6 +112,10 @@ bench-unmeasured: install
 # A calibrated operator answer's cost beside an uncalibrated one, and a 10,000-timing fit's and write's.
 bench-calibration: install
 	$(BIN)/python bench/kernel_calibration.py
+
+# roofline measure on this machine: its grids' time and size, the calibration fitted to the quick run, held-out shapes.
+bench-measure: install-test
+	$(BIN)/python bench/measure.py
 
 bench-charts: install
 	$(BIN)/python bench/charts.py

@@ -303,6 +303,40 @@ def training_body(args) -> dict[str, Any]:
     return body
 
 
+def cmd_measure(args) -> None:
+    """The roofs and matmul timings of this machine's device, written as the service's forms and posted where asked."""
+    from service.measure.collect import measure
+    from service.measure.upload import UploadError, upload
+
+    if args.post and not (args.token and args.device_id):
+        raise SystemExit("--post needs --token (a write token) and --device-id (the device the timings are of)")
+    try:
+        run = measure(args.device, quick=args.quick, budget_s=args.budget, out=args.out, resume=args.resume,
+                      device_id=args.device_id)
+    except ModuleNotFoundError as exc:
+        raise SystemExit(f"roofline measure needs PyTorch for the device it measures ({exc.name} is not installed)") \
+            from None
+    roofs = "; ".join(f"{b['kind']} {b.get('dtype', b.get('level'))}: "
+                      + (f"{b['flops_per_s'] / 1e12:.3g} TFLOP/s" if b["kind"] == "compute" else f"{b['bytes_per_s'] / 1e9:.3g} GB/s")
+                      for b in run.benchmarks)
+    print(f"{run.environment['device_name']}: {roofs}")
+    print(f"{len(run.timings)} matmul timings in {run.elapsed_s:.1f} s"
+          + (" (stopped at the budget)" if run.stopped_at_budget else "") + f"; files in {args.out}")
+    if args.post:
+        import httpx
+
+        with httpx.Client(base_url=args.post, timeout=120) as client:
+            try:
+                result = upload(client, args.out, args.device_id, args.token, create_device=args.create_device)
+            except UploadError as exc:
+                raise SystemExit(str(exc)) from None
+        for fit in result["calibrations"]:
+            print(f"calibration {fit['id']}: fitted on {fit['fitted_on']} timings, error {fit['median_error']:.1%} "
+                  f"(median) / {fit['p90_error']:.1%} (p90), {fit['checked_by']}")
+        for missing in result["not_fitted"]:
+            print(f"not fitted: {missing['scope']}: {missing['reason']}")
+
+
 def cmd_train(args) -> None:
     with backend(args.url) as service:
         result = service.analyze("training", {**training_body(args), "data_parallel": args.data_parallel})
@@ -603,6 +637,19 @@ def parser() -> argparse.ArgumentParser:
                                "recomputation) for the fastest step that fits; needs --global-batch-tokens")
     training.add_argument("--top-n", type=int, default=5, help="with --search: layouts to show (default 5)")
     training.set_defaults(run=cmd_plan_training)
+
+    measure = commands.add_parser("measure", help="measure this machine's roofs and matmul timings (needs PyTorch)")
+    measure.add_argument("--device", default="cpu", help="PyTorch's device: cpu, cuda, cuda:1, xpu, mps (default cpu)")
+    measure.add_argument("--quick", action="store_true", help="the small grid (a first look, CI)")
+    measure.add_argument("--budget", type=float, default=600.0, help="seconds the run may take (default 600)")
+    measure.add_argument("--out", type=Path, default=Path("measured"), help="folder for the files (default measured)")
+    measure.add_argument("--resume", action="store_true", help="keep the folder's timings and time only the rest")
+    measure.add_argument("--post", metavar="URL", help="post the files to a running service")
+    measure.add_argument("--token", help="with --post: a write token")
+    measure.add_argument("--device-id", help="the device the timings are of (a catalog id, or a new one)")
+    measure.add_argument("--create-device", action="store_true",
+                         help="with --post: create --device-id from what was measured where the service lacks it")
+    measure.set_defaults(run=cmd_measure)
 
     serve = commands.add_parser("serve", help="migrate, then serve the API")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
