@@ -265,6 +265,19 @@ def cmd_plot(args) -> None:
     print(f"wrote {args.output} ({len(image):,} bytes)")
 
 
+def device_prices(given: list[str], devices: list[str]) -> dict[str, float]:
+    """--price-per-device-hour as one price for every candidate (2.5) or a price each (nvidia-h200-sxm=3.1)."""
+    prices: dict[str, float] = {}
+    for item in given:
+        device, _, price = item.rpartition("=")
+        try:
+            value = float(price)
+        except ValueError:
+            raise SystemExit(f"--price-per-device-hour: {item!r} is neither a price nor DEVICE=PRICE") from None
+        prices.update({device: value} if device else dict.fromkeys(devices, value))
+    return prices
+
+
 def cmd_plan_serving(args) -> None:
     body = {**model_of(args), "device_ids": args.devices, "total_devices": args.total_devices,
             "input_len": args.input_len, "output_len": args.output_len, "modes": args.modes, "top_n": args.top_n,
@@ -274,8 +287,8 @@ def cmd_plan_serving(args) -> None:
     for name in ("target_requests_per_s", "memory_utilization", "engine", "calibration"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
-    if args.price_per_device_hour is not None:
-        body["price_per_device_hour"] = dict.fromkeys(args.devices, args.price_per_device_hour)
+    if args.price_per_device_hour:
+        body["price_per_device_hour"] = device_prices(args.price_per_device_hour, args.devices)
     with backend(args.url) as service:
         result = service.analyze("plan-serving", body)
     show(args, result, plan_table)
@@ -613,8 +626,9 @@ def parser() -> argparse.ArgumentParser:
     serving.add_argument("--tpot", type=float, help="SLO: time per output token at most, seconds")
     serving.add_argument("--e2e", type=float, help="SLO: whole request at most, seconds")
     serving.add_argument("--target-requests-per-s", type=float, help="traffic to serve (fewest replicas reaching it)")
-    serving.add_argument("--price-per-device-hour", type=float, help="price of one device for an hour: adds the cost "
-                                                                     "per million output tokens")
+    serving.add_argument("--price-per-device-hour", nargs="+", metavar="[DEVICE=]PRICE",
+                         help="price of one device for an hour, for every candidate or per device "
+                              "(nvidia-h200-sxm=3.1 amd-mi300x=2.2): adds the cost per million output tokens")
     serving.add_argument("--memory-utilization", type=float, help="fraction of usable memory (default 0.9, vLLM's)")
     serving.add_argument("--modes", nargs="+", default=["aggregated"], choices=["aggregated", "disaggregated"],
                          help="serving modes to search (default aggregated)")

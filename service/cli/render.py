@@ -235,7 +235,8 @@ def plan_table(r: dict) -> str:
 
     expected = r["slo_basis"] == "expected"
     rows = [[c["mode"], c["device_id"], c["tensor_parallel"], c["expert_parallel"], c["attention_data_parallel"],
-             replicas(c), c["concurrency_per_replica"], si(judged(c)["ttft_s"], "s"), si(judged(c)["tpot_s"], "s"),
+             replicas(c), c["devices_used"], c["concurrency_per_replica"], si(judged(c)["ttft_s"], "s"),
+             si(judged(c)["tpot_s"], "s"),
              *([si(c["tpot_s"], "s")] if expected else []), f"{judged(c)['requests_per_s']:,.3g}",
              f"{judged(c)['tokens_per_s']:,.0f}", f"{judged(c)['tokens_per_s_per_device']:,.0f}", cost(c),
              c.get("limited_by") or "-",
@@ -243,7 +244,7 @@ def plan_table(r: dict) -> str:
             for c in r["configs"]]
     basis = ("expected figures (a serving calibration's, or the device's kernel tables with the engine's carried-over "
              "costs), the TPOT bound beside them" if expected else "bounds (lower bounds on times, upper bounds on rates)")
-    return (table(rows, ["mode", "device", "TP", "EP", "DP", "replicas", "concurrency", "TTFT", "TPOT",
+    return (table(rows, ["mode", "device", "TP", "EP", "DP", "replicas", "devices", "concurrency", "TTFT", "TPOT",
                          *(["TPOT bound"] if expected else []), "requests/s", "tokens/s", "per device", "cost/1M tok",
                          "limited by", *(["basis", "extrapolated"] if expected else [])])
             + f"\nSLOs and ranking judged on {basis}; {r['searched']:,} configurations searched"

@@ -165,6 +165,21 @@ def test_plan_serving_command(local_database, capsys):
     assert all(config["tpot_s"] <= 0.02 for config in plan["configs"])
 
 
+def test_plan_serving_prices_each_device_and_shows_the_devices_used(local_database, capsys):
+    argv = ["plan", "serving", "--devices", "nvidia-h200-sxm", "amd-mi300x", "--model", "llama-3.1-8b",
+            "--total-devices", "8", "--input-len", "1000", "--output-len", "500", "--top-n", "4",
+            "--price-per-device-hour", "nvidia-h200-sxm=3.5", "amd-mi300x=2"]
+    assert "devices" in run(capsys, *argv).out.splitlines()[0].split()
+    plan = json.loads(run(capsys, *argv, "--json").out)
+    # Each configuration at its own device's price: price x devices an hour over the output tokens of that hour.
+    for config in plan["configs"]:
+        price = {"nvidia-h200-sxm": 3.5, "amd-mi300x": 2.0}[config["device_id"]]
+        per_million = price * config["devices_used"] / (config["tokens_per_s"] * 3600) * 1e6
+        assert config["cost_per_million_output_tokens"] == pytest.approx(per_million, rel=1e-9)
+    with pytest.raises(SystemExit, match="neither a price nor DEVICE=PRICE"):
+        run(capsys, *argv[:-2], "h200")
+
+
 def test_batch_reads_json_lines_and_writes_one_result_per_line(local_database, capsys, tmp_path):
     items = tmp_path / "items.jsonl"
     items.write_text("\n".join(json.dumps(item) for item in [
