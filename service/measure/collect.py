@@ -72,7 +72,7 @@ def measure(device: str = "cpu", *, quick: bool = True, budget_s: float = 600.0,
     for dtype in dtypes:
         best = max((2 * m * n * k / row["time_s"] for row in run.timings for m, n, k, d in [shape_of(row)]
                     if d == dtype), default=0.0)
-        run.benchmarks.append(compute_benchmark(device, dtype, max(peaks[dtype], best), size, host))
+        run.benchmarks.append(compute_benchmark(dtype, max(peaks[dtype], best), size, host))
     run.elapsed_s = clock.elapsed
     _progress(f"{len(run.timings)} matmuls, {len(run.benchmarks)} roofs in {run.elapsed_s:.0f} s", quiet)
     if not quiet and sys.stderr.isatty():

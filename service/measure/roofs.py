@@ -10,6 +10,9 @@ from service.measure.environment import TORCH_DTYPES
 from service.measure.timing import median_time
 
 TOOL = "roofline measure"
+# The unit the service places matmuls on. A measured rate is what the device's matmuls reached on whatever units it
+# has (a CPU's vector units, fp32 without TF32 on a GPU), so it is the matmul roof the service should use.
+MATMUL_UNIT = "tensor"
 
 
 def copy_bandwidth(torch: Any, device: str, size_bytes: int) -> float:
@@ -30,12 +33,6 @@ def matmul_rate(torch: Any, device: str, dtype: str, size: int) -> float:
     return 2 * size**3 / seconds
 
 
-def unit_of(device: str, dtype: str) -> str:
-    """'tensor': the unit the service places matmuls on. The rate is what the device's matmuls reached, on whatever
-    units it has (a CPU's vector units, fp32 without TF32 on a GPU), so it is the matmul roof the service should use."""
-    return "tensor"
-
-
 def bandwidth_benchmark(rates: dict[int, float], host: str) -> dict[str, Any]:
     largest = max(rates)
     by_size = ", ".join(f"{size >> 20} MiB: {rate / 1e9:.3g} GB/s" for size, rate in sorted(rates.items()))
@@ -44,7 +41,7 @@ def bandwidth_benchmark(rates: dict[int, float], host: str) -> dict[str, Any]:
                      "service's name for a device's main memory"}
 
 
-def compute_benchmark(device: str, dtype: str, rate: float, size: int, host: str) -> dict[str, Any]:
-    return {"kind": "compute", "dtype": dtype, "unit": unit_of(device, dtype), "flops_per_s": rate, "tool": TOOL,
+def compute_benchmark(dtype: str, rate: float, size: int, host: str) -> dict[str, Any]:
+    return {"kind": "compute", "dtype": dtype, "unit": MATMUL_UNIT, "flops_per_s": rate, "tool": TOOL,
             "host": host, "notes": f"the best rate of its matmuls: a {size} x {size} x {size} one and the grid's, "
                                    "each the median of repeats"}

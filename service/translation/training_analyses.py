@@ -28,7 +28,7 @@ from service.core.hardware import DeviceSpec
 from service.core.roofs import MeasuredRoofs, RoofMode, select_collective_latency
 from service.core.training import step as training
 from service.core.training.collectives import Link, Topology, in_network_reduction_note
-from service.core.training.peft import ALL_LINEAR, Peft, row_modules
+from service.core.training.peft import Peft, adapted_module_names
 from service.core.training.schedules import Schedule
 from service.core.transformer.analysis import Evaluator
 from service.core.transformer.architecture import Architecture
@@ -128,9 +128,7 @@ def _peft_out(setup: training.TrainingSetup, result: training.TrainingStep) -> P
     peft = setup.peft
     if peft is None:
         return None
-    bases = {p.result.name.removesuffix(".lora_A") for p in result.rows if p.result.name.endswith(".lora_A")}
-    modules = sorted({m for base in bases for m in row_modules(base)
-                      if ALL_LINEAR in peft.target_modules or m in peft.target_modules})
+    modules = adapted_module_names((p.result.name for p in result.rows), peft.target_modules)
     return PeftOut(method=peft.method, rank=peft.rank, alpha=peft.alpha, scale=peft.scale, adapted_modules=modules,
                    stored_base=peft.stored_base or setup.dtypes.parameters,
                    base_bytes_per_parameter=peft.base_bytes_per_parameter(setup.dtypes.parameters))
@@ -278,16 +276,22 @@ def _schedule_words(schedule: Schedule) -> str:
     return "1F1B: (m + p - 1) micro-batch slots"
 
 
-def _expected(arch: Architecture, setup: training.TrainingSetup, evaluator: Evaluator, topology: Topology,
-              measured: MeasuredRoofs) -> TrainingExpected | None:
+def _analyzed(inputs: TrainingInputs, evaluator: Evaluator) -> training.TrainingStep:
+    """The request's step with its rows placed by `evaluator` (the roofs' for the bound, the kernel tables' for the
+    expectation), a refusal answered as a 422 naming the field."""
+    try:
+        return training.analyze_training(inputs.arch, evaluator, inputs.topology, inputs.setup)
+    except CostModelError as exc:
+        raise unprocessable(exc, "body") from None
+
+
+def _expected(inputs: TrainingInputs) -> TrainingExpected | None:
     """The step at the device's kernel tables (the bound's own topology: collectives stay at their bound)."""
-    tables = kernel_tables(evaluator.device, measured)
+    evaluator = inputs.evaluator
+    tables = kernel_tables(evaluator.device, evaluator.measured)
     if tables is None:
         return None
-    try:
-        step = training.analyze_training(arch, kernel_evaluator(evaluator.device, tables), topology, setup)
-    except CostModelError as exc:  # the bound's own analysis ran: a refusal here is a defect, said as a 422
-        raise unprocessable(exc, "body") from None
+    step = _analyzed(inputs, kernel_evaluator(evaluator.device, tables))
     device_id = evaluator.device.id
     checks = sorted(TRAINING_CHECKS, key=lambda c: c.device_id != device_id)
     return TrainingExpected(
@@ -299,12 +303,9 @@ def _expected(arch: Architecture, setup: training.TrainingSetup, evaluator: Eval
 
 def analyze_training_request(request: TrainingRequest, catalog: DeviceCatalog) -> TrainingAnalysis:
     inputs = training_inputs(request, catalog)
-    try:
-        result = training.analyze_training(inputs.arch, inputs.evaluator, inputs.topology, inputs.setup)
-    except CostModelError as exc:
-        raise unprocessable(exc, "body") from None
+    result = _analyzed(inputs, inputs.evaluator)
     name, arch, setup, evaluator, basis = inputs.name, inputs.arch, inputs.setup, inputs.evaluator, inputs.basis
-    expected = _expected(arch, setup, evaluator, inputs.topology, catalog.measured(evaluator.device.id))
+    expected = _expected(inputs)
     memory = result.memory
     params = model_params(arch)
     return TrainingAnalysis(

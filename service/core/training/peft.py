@@ -22,6 +22,7 @@ own all-reduce. The adapters' tiny [tokens, r] reductions are not counted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from service.core.dtypes import bytes_per_element
@@ -156,8 +157,8 @@ def _module_widths(row: Row, n: int, arch: Architecture, group: LayerGroup, tens
         d = arch.head_dim_of(group)
         q = (2 if arch.attention_output_gate else 1) * (arch.heads // tensor) * d
         widths = {"q_proj": q, "k_proj": kv * d}
-        if not group.value_from_key:
-            widths["v_proj"] = kv * arch.value_dim_of(group)
+        if arch.projected_value_dim(group):  # Gemma 4's global layers have no v_proj
+            widths["v_proj"] = kv * arch.projected_value_dim(group)
     else:
         widths = dict.fromkeys(modules, n // len(modules))
     if sum(widths.values()) != n:
@@ -210,7 +211,7 @@ def peft_layer_rows(rows: list[Row], peft: Peft, arch: Architecture, group: Laye
         if modules:
             n, k = _shape(row, tokens, dtypes.activations)
             widths = _module_widths(row, n, arch, group, tensor)
-            present = tuple(m for m in modules if m in widths)  # Gemma 4's global layers have no v_proj
+            present = tuple(m for m in modules if m in widths)
             if present:
                 out += adapter_rows(row, present, widths, k, tokens, peft.rank, dtypes)
     return out
@@ -237,4 +238,11 @@ def adapter_params(rows: list[Row]) -> int:
 
 
 def quantised_params(rows: list[Row]) -> int:
-    return sum(row.params * row.count for row in rows if row.kind in FROZEN_MATMULS and not is_adapter(row))
+    return sum(row.params * row.count for row in rows if is_frozen_matmul(row))
+
+
+def adapted_module_names(row_names: Iterable[str], targets: tuple[str, ...]) -> list[str]:
+    """The modules holding adapters in a step, read from its rows (each adapter's A row names its base row)."""
+    first = f"{ADAPTER}A"
+    bases = {name.removesuffix(first) for name in row_names if name.endswith(first)}
+    return sorted({m for base in bases for m in row_modules(base) if ALL_LINEAR in targets or m in targets})

@@ -8,6 +8,7 @@ the schedules in `schedules.py`, then the data-parallel gradient sync and the op
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -294,13 +295,10 @@ class _Layers:
         kept = saved_activation_bytes(row, activations, policy == "none", self.stream_shards)
         return saved_bytes(row, kept, adapted) if self.frozen_base else kept
 
-    def adapter_parameters(self, stage: int) -> float:
-        """The adapters one device of a stage trains."""
-        return sum(layers * self.plan.share(stage) * adapter_params(rows) for _, layers, rows in self.groups)
-
-    def linear_parameters(self, stage: int) -> float:
-        """The frozen linear weights one device of a stage holds (what QLoRA quantises)."""
-        return sum(layers * self.plan.share(stage) * quantised_params(rows) for _, layers, rows in self.groups)
+    def stage_parameters(self, stage: int, count: Callable[[list[Row]], int]) -> float:
+        """Parameters one device of a stage holds of those `count` finds in a layer's rows (its adapters, its frozen
+        linear weights)."""
+        return sum(layers * self.plan.share(stage) * count(rows) for _, layers, rows in self.groups)
 
 
 def _check(arch: Architecture, evaluator: Evaluator, setup: TrainingSetup) -> None:
@@ -397,7 +395,7 @@ def analyze_training(arch: Architecture, evaluator: Evaluator, topology: Topolog
     micro_batch_time, pipeline_time, bubble_time = pipeline.micro_batch_s, pipeline.total_s, pipeline.bubble_s
 
     memory, params_device = _memory(arch, setup, layers, last, hidden_bytes)
-    shard = params_device.trainable / par.shards(1) if setup.peft else params_device.sharded(par, 1)
+    shard = params_device.trained(par, 1)
     optimizer = Row("optimizer_update", "optimizer", 1, optimizer_cost(
         shard, setup.optimizer, dtypes.parameters, dtypes.gradients, dtypes.optimizer_states, dtypes.keeps_master))
     optimizer_result = evaluator.evaluate(optimizer, "optimizer", 1)
@@ -629,20 +627,25 @@ class _StageParams(NamedTuple):
     dense: float
     experts: float
     largest_layer: float  # one layer's, what ZeRO 3 gathers at a time
-    adapters: float = 0.0  # fine-tuned beside the frozen rest (not in dense)
+    adapters: float | None = None  # fine-tuned beside the frozen rest (not in dense); None: every weight trains
     linear: float = 0.0  # of dense and experts, the layers' linear weights: what QLoRA stores quantised
 
     @property
     def total(self) -> float:
         return self.dense + self.experts
 
-    @property
-    def trainable(self) -> float:
-        return self.adapters or self.total
-
     def sharded(self, par: Parallelism, stage: int) -> float:
         """What remains on the device once ZeRO shards what it shards from `stage` on."""
         return self.dense / par.shards(stage) + self.experts / par.shards(stage, experts=True)
+
+    def trained(self, par: Parallelism, stage: int) -> float:
+        """The trained parameters (the adapters where fine-tuning, else all) left on the device once ZeRO shards
+        what it shards from `stage` on: their gradients from stage 2, their optimizer states from stage 1."""
+        return self.sharded(par, stage) if self.adapters is None else self.adapters / par.shards(stage)
+
+    @property
+    def trainable(self) -> float:
+        return self.total if self.adapters is None else self.adapters
 
 
 def _layer_parameters(arch: Architecture, par: Parallelism) -> list[tuple[int, float, float]]:
@@ -699,7 +702,7 @@ def _held_parameter_bytes(params: _StageParams, setup: TrainingSetup) -> float:
     if setup.peft is None:
         return held * bytes_per_element(setup.dtypes.parameters)
     return (held / params.total * _frozen_bytes(params, setup)
-            + params.adapters * bytes_per_element(setup.dtypes.parameters))
+            + params.trainable * bytes_per_element(setup.dtypes.parameters))
 
 
 def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: list[Row],
@@ -711,15 +714,14 @@ def _memory(arch: Architecture, setup: TrainingSetup, layers: _Layers, last: lis
     for stage in plan.kinds():
         params = _stage_parameters(arch, par, per_layer_params, plan, stage)
         if setup.peft is not None:
-            params = params._replace(adapters=layers.adapter_parameters(stage), linear=layers.linear_parameters(stage))
-        trained = params.trainable / par.shards(2) if setup.peft else params.sharded(par, 2)
+            params = params._replace(adapters=layers.stage_parameters(stage, adapter_params),
+                                     linear=layers.stage_parameters(stage, quantised_params))
         activations, per_layer = _activations(setup, layers, last, setup.recompute, checkpoint_bytes, stage)
         candidates.append((params, TrainingMemory(
-            stage=stage, stage_layers=plan.layers[stage], parameters_per_device=params.total + params.adapters,
+            stage=stage, stage_layers=plan.layers[stage], parameters_per_device=params.total + (params.adapters or 0.0),
             parameters_bytes=_held_parameter_bytes(params, setup),
-            gradients_bytes=trained * bytes_per_element(dtypes.gradients),
-            optimizer_bytes=(params.trainable / par.shards(1) if setup.peft else params.sharded(par, 1))
-            * dtypes.optimizer_bytes_per_parameter(setup.optimizer),
+            gradients_bytes=params.trained(par, 2) * bytes_per_element(dtypes.gradients),
+            optimizer_bytes=params.trained(par, 1) * dtypes.optimizer_bytes_per_parameter(setup.optimizer),
             activations_bytes=activations, activations_per_layer_bytes=per_layer,
             in_flight_micro_batches=_in_flight(setup, stage), workspace_bytes=setup.workspace_bytes,
             usable_bytes=setup.usable_bytes)))
@@ -782,9 +784,9 @@ def _data_parallel(topology: Topology, setup: TrainingSetup, params_device: _Sta
     par, dtypes = setup.parallelism, setup.dtypes
     s_p, s_g = bytes_per_element(dtypes.parameters), bytes_per_element(dtypes.gradients)
     if setup.peft is not None:
-        adapters = params_device.adapters * s_p
+        adapters = params_device.trainable * s_p
         gathered = adapters + (_frozen_bytes(params_device, setup) if par.zero_stage == 3 else 0.0)
-        return _gradient_sync(topology, setup, params_device.adapters * s_g, gathered, par.replicas, "adapter ",
+        return _gradient_sync(topology, setup, params_device.trainable * s_g, gathered, par.replicas, "adapter ",
                               "adapter and frozen-base " if par.zero_stage == 3 else "adapter ")
     if par.expert == 1:
         return _gradient_sync(topology, setup, params_device.total * s_g, params_device.total * s_p, par.replicas, "")

@@ -242,6 +242,10 @@ class Architecture:
     def value_dim_of(self, group: LayerGroup) -> int:
         return self.v_head_dim or self.head_dim_of(group)
 
+    def projected_value_dim(self, group: LayerGroup) -> int:
+        """A value head's width in the layer's own projection: 0 where the values come from the key projection."""
+        return 0 if group.value_from_key else self.value_dim_of(group)
+
     def kv_heads_of(self, group: LayerGroup) -> int:
         return group.kv_heads or self.kv_heads
 

@@ -157,7 +157,7 @@ def replicated_kv_params(arch: Architecture, tensor_parallel: int) -> float:
     t = tensor_parallel
     if arch.latent is not None:
         return 0.0
-    return sum(group.count * arch.hidden * (arch.head_dim_of(group) + (0 if group.value_from_key else arch.value_dim_of(group)))
+    return sum(group.count * arch.hidden * (arch.head_dim_of(group) + arch.projected_value_dim(group))
                * (1 - arch.kv_heads_of(group) / t) for group in arch.groups if group.attends and arch.kv_heads_of(group) < t)
 
 
@@ -249,8 +249,8 @@ def activation_bytes(arch: Architecture, dtypes: ModelDTypes, *, tokens: int, ba
     each sequence. A floor for planning, not a profile: frameworks add workspaces of their own."""
     t = tensor_parallel
     s = bytes_per_element(dtypes.activations)
-    qkv = max(arch.heads * arch.head_dim_of(g) + arch.kv_heads_of(g) * (arch.head_dim_of(g) + arch.value_dim_of(g))
-              for g in arch.groups if g.attends) / t if any(g.attends for g in arch.groups) else 0.0
+    qkv = max((arch.heads * arch.head_dim_of(g) + arch.kv_heads_of(g) * (arch.head_dim_of(g) + arch.value_dim_of(g))
+               for g in arch.groups if g.attends), default=0) / t
     widths = [arch.intermediate]
     if arch.recurrent is not None:  # its input projection: q, k, v, the output gate and the per-head gates
         mixer = arch.recurrent

@@ -295,7 +295,7 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     d, dv = arch.head_dim_of(group), arch.value_dim_of(group)
     # With an output gate, q_proj yields each head's gate beside its query; values taken from the key projection
     # have no projection of their own.
-    qkv = ((2 if arch.attention_output_gate else 1) * heads + kv_heads) * d + (0 if group.value_from_key else kv_heads * dv)
+    qkv = ((2 if arch.attention_output_gate else 1) * heads + kv_heads) * d + kv_heads * arch.projected_value_dim(group)
     rows = [Row("qkv_proj", "matmul", 1, linear_cost(tokens, qkv, h, dtypes, arch.qkv_bias),
                 params=linear_params(qkv, h, arch.qkv_bias))]
     if arch.qk_norm:
