@@ -108,6 +108,47 @@ class ServingLayout(StrictModel):
         return ServingPool(**{name: getattr(self, name) for name in POOL_FIELDS}), None
 
 
+class SchedulerOptions(StrictModel):
+    """The engine's scheduler as the simulation behind `expected` runs it: each field given replaces the engine's
+    preset (its defaults, read from its own code: the answer's expected.simulation.scheduler names the source)."""
+
+    batching: Literal["prefill_first", "mixed"] | None = Field(
+        None, description="prefill_first: a step prefills new requests or decodes the running ones (SGLang); mixed: "
+                          "one step decodes every running request and prefills what the token budget leaves (vLLM, "
+                          "TensorRT-LLM)")
+    step_tokens: Annotated[int, Field(ge=1, le=1_048_576)] | None = Field(
+        None, description="Tokens one step may prefill (SGLang --chunked-prefill-size, vLLM --max-num-batched-tokens, "
+                          "TensorRT-LLM max_num_tokens)")
+    max_running: Annotated[int, Field(ge=1, le=MAX_SERVING_CONCURRENCY)] | None = Field(
+        None, description="Requests an attention group decodes at once (SGLang --max-running-requests, vLLM "
+                          "--max-num-seqs, TensorRT-LLM max_batch_size); default: max_batch_per_group, else the engine's")
+    recv_interval: Annotated[int, Field(ge=1, le=1000)] | None = Field(
+        None, description="Forward passes between two looks for new requests (SGLang --scheduler-recv-interval, or "
+                          "--num-continuous-decode-steps)")
+    graph_batch_sizes: Annotated[list[Annotated[int, Field(ge=1, le=MAX_SERVING_CONCURRENCY)]],
+                                 Field(max_length=512)] | None = Field(
+        None, description="Decode batches captured as CUDA graphs: a batch runs padded to the next one ([]: none)")
+    stream_interval: Annotated[int, Field(ge=1, le=1000)] | None = Field(
+        None, description="Tokens a streamed chunk carries (--stream-interval): the client's inter-token latency is "
+                          "that many steps")
+    chunked: bool | None = Field(None, description="Whether a prompt longer than step_tokens is prefilled over "
+                                                   "several steps (TensorRT-LLM's enable_chunked_prefill)")
+    balance_wait_steps: Annotated[int, Field(ge=0, le=10_000)] | None = Field(
+        None, description="TensorRT-LLM attention_dp_config (enable_balance, timeout_iters): with attention data "
+                          "parallelism a new request waits for one on every rank, at most this many steps")
+
+
+class WorkloadOptions(StrictModel):
+    """The benchmark client the simulation runs: a closed loop at the concurrency (`--max-concurrency`,
+    `--request-rate inf`, `--ignore-eos`), its warm-ups finished before its timed requests start together."""
+
+    range_ratio: Annotated[float, Field(gt=0, le=1)] = Field(
+        1.0, description="Lengths drawn uniformly from [range_ratio x length, length] (`--random-range-ratio`; "
+                         "InferenceX runs 0.8); 1: every prompt input_len and every output output_len")
+    prompts_per_concurrency: Annotated[int, Field(ge=1, le=20)] = Field(
+        10, description="Timed requests per request in flight (InferenceX: --num-prompts 10 x concurrency)")
+
+
 class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions, ServingLayout):
     model_config = ConfigDict(json_schema_extra={"examples": [SERVING_EXAMPLE]})
 
@@ -125,6 +166,10 @@ class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions, ServingLay
                             "where runs exist (devices compared like with like); none: no `expected`")
     collective_latency_s: NonNegativeFinite | None = Field(
         None, description="What-if: the fixed cost of one collective inside a node, seconds (default: measured or the device's)")
+    scheduler: SchedulerOptions | None = Field(
+        None, description="The engine's scheduler, field by field over its preset, for the simulation behind `expected`")
+    workload: WorkloadOptions | None = Field(
+        None, description="The benchmark client the simulation runs (lengths' range, timed requests)")
 
 
 class ServingFigures(BaseModel):
@@ -216,6 +261,30 @@ class KernelCompositionOut(BaseModel):
     prefill_s: float = Field(description="One request's prefill the same way, seconds")
 
 
+class Percentiles(BaseModel):
+    p50: float = Field(description="Median, seconds")
+    p90: float = Field(description="90th percentile, seconds")
+    p99: float = Field(description="99th percentile, seconds")
+
+
+class ServingPercentiles(BaseModel):
+    ttft_s: Percentiles = Field(description="Time to first token over the simulated benchmark's requests, seconds")
+    tpot_s: Percentiles = Field(description="Time per output token after the first of each request, seconds")
+    e2e_s: Percentiles = Field(description="A request's whole time, seconds")
+
+
+class SimulationOut(BaseModel):
+    scheduler: dict[str, Any] = Field(description="The scheduler simulated: each field and the source of its defaults")
+    calibration: str = Field(description="The scheduling calibration's id and its four numbers")
+    basis: str = Field(description="What it was fitted on and how wrong it was on shapes its check never saw")
+    requests: int = Field(description="Requests simulated (one attention group's share of the benchmark)")
+    events: int = Field(description="Events the simulation took")
+    limited_by: Literal["decode", "prefill", "running cap"] = Field(
+        description="What held throughput: the decode steps, the prefills between them, or requests waiting for a "
+                    "place in a full running batch")
+    stream_interval: int = Field(description="Tokens a streamed chunk carries: itl_s is that many steps")
+
+
 class ServingExpected(ServingFigures):
     basis: Literal["runs", "kernels"] = Field(
         description="runs: a fit to measured serving runs of this device and engine; kernels: the deployment composed "
@@ -225,6 +294,10 @@ class ServingExpected(ServingFigures):
                                                            "measured on runs it did not see (for basis 'kernels', on "
                                                            "devices left out of its fit)")
     kernels: KernelCompositionOut | None = Field(description="basis 'kernels': the composed deployment and its tables")
+    percentiles: ServingPercentiles | None = Field(
+        None, description="Median, p90 and p99 of TTFT, TPOT and end-to-end time from the scheduling simulation "
+                          "(ttft_s and tpot_s are then its medians); null where no scheduling calibration applies")
+    simulation: SimulationOut | None = Field(None, description="The simulation behind percentiles, where there is one")
 
 
 class ServingAnalysis(BaseModel):

@@ -38,6 +38,7 @@ from service.core.hardware import (
     Unit,
 )
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
+from service.core.simulation.fit import SchedulingCalibration
 from service.persistence import repository
 from service.persistence.change_probe import SqliteCommitProbe
 from service.persistence.tables import Benchmark, ModelConfig, StoredKernelCalibration
@@ -54,6 +55,7 @@ MODEL_CATALOG_DIR = DATA_DIR / "models"
 GEMM_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "gemm.json"
 SERVING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "serving.json"
 ENGINE_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "engines.json"
+SCHEDULING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "scheduling.json"
 
 
 @lru_cache
@@ -89,6 +91,17 @@ def engine_calibrations() -> dict[tuple[str, str, str], EngineCalibration]:
         return {}
     entries = json.loads(ENGINE_CALIBRATIONS_PATH.read_text())["calibrations"]
     return {(c.engine, c.precision, c.speculative): c for c in (EngineCalibration(**entry) for entry in entries)}
+
+
+@lru_cache
+def scheduling_calibrations() -> dict[tuple[str, str, str, str], SchedulingCalibration]:
+    """The scheduling simulation's fits shipped with the service (scripts/fit_scheduling_calibration.py), by (device
+    id, engine, precision, speculative method); none before that script has run."""
+    if not SCHEDULING_CALIBRATIONS_PATH.exists():
+        return {}
+    entries = json.loads(SCHEDULING_CALIBRATIONS_PATH.read_text())["calibrations"]
+    return {(c.device_id, c.engine, c.precision, c.speculative): c
+            for c in (SchedulingCalibration(**entry) for entry in entries)}
 
 
 def serving_calibration_of(fields: dict[str, Any]) -> ServingCalibration:

@@ -152,3 +152,68 @@ def engine_calibrations(groups: dict[tuple[str, str, str], list[EnginePoint]],
     """One engine calibration per engine, precision and speculative method with at least three runs."""
     return [fit_engine_calibration(points, engine=engine, precision=precision, speculative=method, source=source)
             for (engine, precision, method), points in sorted(groups.items()) if len(points) >= 3]
+
+
+def simulated_request(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's serving request with its benchmark's client (a range ratio of 0.8) and its recipe's scheduler: what
+    the scheduling simulation runs."""
+    return serving_request(row) | {"scheduler": recipe_scheduler(row), "workload": {"range_ratio": RANGE_RATIO}}
+
+
+# InferenceX's client draws lengths from [0.8 L, L] (benchmarks/benchmark_lib.sh, RANDOM_RANGE_RATIO).
+RANGE_RATIO = 0.8
+
+
+def recipe_scheduler(row: dict[str, Any]) -> dict[str, Any]:
+    """The scheduler fields a row's InferenceX recipe sets over its engine's defaults (benchmarks/single_node/
+    fixed_seq_len/dsr1_*.sh at SemiAnalysisAI/InferenceX 843c6254f):
+    - SGLang on B200/B300 looks for new requests every 30 steps from 16 in flight (10 below), with 32,768-token
+      chunks, at most 128 running requests and CUDA graphs to 128 (fp8; 16,384, 256 and 256 fp4);
+    - SGLang on MI355X runs 4 (fp4) or 8 (fp8) decode steps between looks, 196,608-token chunks, graphs to 128;
+    - TensorRT-LLM with attention data parallelism balances its ranks' new requests, each waiting up to 60 steps
+      (`attention_dp_config: enable_balance, timeout_iters 60`).
+    Elsewhere the engine's own cap on running requests stands. The stream interval, which the rows do not record
+    either, is read from them: their median ITL over their median TPOT, rounded (1 where below 1.5; disaggregated
+    rows stream 10 to 100 tokens a chunk)."""
+    metrics = row["metrics"]
+    # The engine's own cap stands (the Little's-law batch serving_request gives is what the run achieved, not a cap).
+    fields: dict[str, Any] = {"stream_interval": max(1, round(metrics["median_itl"] / metrics["median_tpot"])),
+                              "max_running": _preset_cap(row["framework"])}
+    if row["framework"] == "trt" and row["decode_dp_attention"]:
+        return fields | {"balance_wait_steps": 60}
+    if row["disagg"] or "sglang" != row["framework"]:
+        return fields
+    if row["hardware"].startswith("mi"):
+        return fields | {"recv_interval": 4 if row["precision"] == "fp4" else 8, "step_tokens": 196608,
+                         "graph_batch_sizes": _sglang_sizes(128)}
+    fp8 = row["precision"] == "fp8"
+    return fields | {"recv_interval": 30 if row["conc"] >= 16 else 10, "step_tokens": 32768 if fp8 else 16384,
+                     "max_running": 128 if fp8 else 256, "graph_batch_sizes": _sglang_sizes(128 if fp8 else 256)}
+
+
+def _preset_cap(framework: str) -> int:
+    from service.core.simulation.engines import engine_preset
+
+    return engine_preset(framework, 192 * 1024**3).max_running
+
+
+def _sglang_sizes(largest: int) -> tuple[int, ...]:
+    from service.core.simulation.engines import sglang_graph_sizes
+
+    return sglang_graph_sizes(largest)
+
+
+def scheduling_calibrations(rows: Iterable[dict[str, Any]], run_of: Callable[[dict[str, Any]], Any],
+                            source: str = SOURCE) -> list:
+    """One scheduling calibration per device, engine, precision and speculative method with at least three runs,
+    each run simulated at unit timing by `run_of(its simulated request)`."""
+    from service.core.simulation.fit import MeasuredRun, calibrate
+
+    groups: dict[tuple[str, str, str, str], list[MeasuredRun]] = defaultdict(list)
+    shapes: dict[tuple[str, str, str, str], list[tuple[int, int]]] = defaultdict(list)
+    for row in rows:
+        run, metrics = run_of(simulated_request(row)), row["metrics"]
+        groups[scope(row)].append(MeasuredRun(run.features, row["isl"], row["osl"], metrics["median_tpot"],
+                                              metrics["median_ttft"], metrics.get("p99_tpot"), metrics.get("p99_ttft")))
+        shapes[scope(row)].append((row["isl"], row["osl"]))
+    return calibrate(groups, source, shapes)

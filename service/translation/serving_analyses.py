@@ -15,12 +15,14 @@ from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
 from service.core.planning import deployment
+from service.core.simulation.engine_loop import MAX_EVENTS, Run, simulate
+from service.core.simulation.fit import SchedulingCalibration
 from service.core.training.collectives import Link, Topology, in_network_reduction_note
 from service.core.transformer.analysis import Evaluator, first_matmul, step_rows
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.core.transformer.layers import ModelDTypes, Step
-from service.persistence.catalog import DeviceCatalog, engine_calibrations
+from service.persistence.catalog import DeviceCatalog, engine_calibrations, scheduling_calibrations
 from service.translation.kernel_tables import kernel_evaluator, kernel_tables
 from service.translation.model_analyses import (
     SERVING_UTILIZATION,
@@ -34,6 +36,13 @@ from service.translation.model_analyses import (
     usable_memory,
 )
 from service.translation.plain_fields import plain_fields
+from service.translation.serving_simulation import (
+    SimulationTooLarge,
+    scheduler_of,
+    simulated_expectation,
+    simulation_of,
+    traffic_of,
+)
 from service.translation.training_analyses import topology_for
 
 
@@ -257,9 +266,12 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
         runs = catalog.serving_calibration(device.id, request.engine, setup.name, precision, method)
         if runs is not None:
             expectation = expect(runs, bound)
-            return ({**vars(expectation), "basis": "runs", "kernels": None,
-                     "calibration": calibration_fields(runs, expectation.extrapolated)},
-                    f"expected (basis: runs): {runs.basis}; the bound is unchanged by it")
+            answer = {**vars(expectation), "basis": "runs", "kernels": None,
+                      "calibration": calibration_fields(runs, expectation.extrapolated)}
+            note = f"expected (basis: runs): {runs.basis}; the bound is unchanged by it"
+            scheduling = (scheduling_calibrations().get((device.id, request.engine, precision, method))
+                          if runs.origin == "shipped" else None)
+            return with_simulation(request, catalog, setup, bound, scheduling, answer, note)
     engine = engine_calibrations().get((request.engine, precision, method))
     tables = kernel_tables(device, catalog.measured(device.id))
     if engine is None or tables is None:
@@ -279,6 +291,41 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
              "calibration": calibration_fields(engine, expectation.extrapolated)},
             f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}; the bound is "
             "unchanged by it")
+
+
+def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: ServingSetup,
+                    bound: deployment.ServingBound, scheduling: SchedulingCalibration | None, answer: dict,
+                    note: str) -> tuple[dict, str]:
+    """The steady-state expectation `answer` with the scheduling simulation's figures and percentiles in its place
+    where a scheduling calibration applies (and its note saying why not where none does)."""
+    if scheduling is None:
+        return answer, (f"{note}; percentiles: null, no scheduling calibration exists for this device, engine, "
+                        "weights' type and speculative method (the shipped InferenceX ones)")
+    try:
+        figures, percentiles, account = simulated_expectation(request, setup, bound, scheduling,
+                                                              speculative_of(request, catalog))
+    except SimulationTooLarge as big:
+        reason = (f"the scheduling simulation would take about {big.args[0]:,} events, over its limit of "
+                  f"{MAX_EVENTS:,}")
+        if request.scheduler is not None or request.workload is not None:
+            raise unprocessable(CostModelError("concurrency", f"{reason}: fewer requests in flight or "
+                                               "workload.prompts_per_concurrency, or longer prefill chunks"),
+                                "body") from None
+        return answer, f"{note}; percentiles: null, {reason} (the steady-state line answers)"
+    except CostModelError as exc:
+        raise unprocessable(exc, "body") from None
+    return ({**answer, **figures, "percentiles": percentiles, "simulation": account},
+            f"{note}; then its TTFT, TPOT and rates from the scheduling simulation (expected.simulation): "
+            f"{scheduling.basis}")
+
+
+def unit_run(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> Run:
+    """The request's benchmark simulated at unit timing (every step its bound): what a scheduling fit reads."""
+    setup = serving_setup(request, catalog)
+    bound = setup.deployment_on(setup.evaluator)
+    simulation = simulation_of(request, setup, bound, setup.evaluator, scheduler_of(request, setup.device),
+                               traffic_of(request), speculative_of(request, catalog))
+    return simulate(simulation)
 
 
 def plain_fields_of_pool(state: deployment.PoolState) -> dict:

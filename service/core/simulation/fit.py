@@ -1,0 +1,246 @@
+"""A scheduling calibration: the numbers that turn the step model's times into an engine's, fitted to measured
+benchmark runs through the simulation.
+
+Each run is simulated once at unit timing; in a closed loop every request's TTFT and decode time are then linear in
+the numbers (engine_loop.Features), so the fit moves them without simulating again: the median TPOT and the median
+TTFT of each run against the measured ones, by the same soft-L1 loss on relative error as the steady-state line
+(expectations/serving_runs.py). What the runs identify is fitted, the rest is a stated prior:
+- decode_scale and step_overhead_s from the TPOTs (their bounds must differ: several concurrencies);
+- request_overhead_s from the TTFTs;
+- prefill_scale only where the runs cover two prompt lengths or more; else a prior: the median prefill scale of
+  the calibrations whose runs did cover two (prefill kernels sit further from their compute roof than decode ones
+  from the memory roof, so the decode scale is no guide), and the calibration says so.
+Scales are at least 1 and overheads at least 0, so no simulated step is faster than its bound."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.core.expectations.serving_runs import ROBUST_SCALE
+from service.core.simulation.engine_loop import Features, Timing
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """A simulated run at unit timing beside what the benchmark measured (medians and 99th percentiles, seconds)."""
+
+    features: Features
+    input_len: int
+    output_len: int
+    tpot_s: float
+    ttft_s: float
+    p99_tpot_s: float | None = None
+    p99_ttft_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SchedulingFit:
+    timing: Timing
+    fitted: tuple[str, ...]  # the numbers the runs identified
+    prior: tuple[str, ...]  # the numbers set by the stated prior
+    runs: int
+
+
+def medians(timing: Timing, runs: Sequence[MeasuredRun]) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's median TPOT and median TTFT as the timing makes them."""
+    tpot = np.array([np.median(run.features.tpot(timing)) for run in runs])
+    ttft = np.array([np.median(run.features.ttft(timing)) for run in runs])
+    return tpot, ttft
+
+
+def _robust(residuals, start, lower, scale):
+    from scipy.optimize import least_squares
+
+    return least_squares(residuals, start, bounds=(lower, np.inf), loss="soft_l1", f_scale=ROBUST_SCALE,
+                         x_scale=scale).x
+
+
+def _at_median(values: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """The features (rows of `columns`) of the request(s) whose value is the median (the two middle ones averaged
+    for an even count, as np.median takes them)."""
+    order = np.argsort(values, kind="stable")
+    middle = len(order) // 2
+    picked = order[[middle]] if len(order) % 2 else order[[middle - 1, middle]]
+    return columns[picked].mean(axis=0)
+
+
+def _tpot_columns(run: MeasuredRun) -> np.ndarray:
+    """Per request: (decode model time, prefill model time, steps) of its decode, a token."""
+    f = run.features
+    per_token = np.maximum(f.output_len - 1, 1)
+    return np.column_stack([f.decode_decode_s, f.decode_prefill_s, f.decode_steps]) / per_token[:, None]
+
+
+def _ttft_columns(run: MeasuredRun) -> np.ndarray:
+    """Per request: (decode model time, prefill model time, steps, fixed seconds) before its first token."""
+    f = run.features
+    return np.column_stack([f.ttft_decode_s, f.ttft_prefill_s, f.ttft_steps, f.ttft_fixed_s])
+
+
+def _decode_numbers(rows: np.ndarray, measured: np.ndarray, prefill: float, start: Timing) -> tuple[float, float]:
+    """(decode scale, step overhead) for the median requests' TPOT features `rows` at this prefill scale."""
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return (rows @ np.array([x[0], prefill, x[1]])) / measured - 1
+
+    decode, step = _robust(residuals, [start.decode_scale, start.step_overhead_s], [1.0, 0.0], [1.0, 1e-3])
+    return float(decode), float(step)
+
+
+def _first_token_numbers(rows: np.ndarray, measured: np.ndarray, decode: float, step: float, prefill: float | None,
+                         start: Timing) -> tuple[float, float]:
+    """(request overhead, prefill scale) for the median requests' TTFT features `rows`; `prefill` None: fitted, else
+    held at that value."""
+    def residuals(x: np.ndarray) -> np.ndarray:
+        scales = np.array([decode, x[1] if prefill is None else prefill, step, 1.0])
+        return (rows @ scales + x[0]) / measured - 1
+
+    request, fitted = _robust(residuals, [start.request_overhead_s, start.prefill_scale], [0.0, 1.0], [1e-2, 1.0])
+    return float(request), float(fitted if prefill is None else prefill)
+
+
+def fit_scheduling(runs: Sequence[MeasuredRun], prefill_prior: float) -> SchedulingFit:
+    """The decode scale and the step overhead from the runs' median TPOTs, then the request overhead (and the
+    prefill scale, where two prompt lengths were run; else `prefill_prior`) from their median TTFTs, each
+    minimising the soft-L1 loss of the relative errors. Each run's median is linear in the numbers but for which
+    request is the median: the fit is solved on the median requests' features and repeated until they stay."""
+    if len(runs) < 3:
+        raise ValueError("a scheduling calibration needs at least three runs")
+    free_prefill = len({run.input_len for run in runs}) >= 2
+    measured_tpot = np.array([run.tpot_s for run in runs])
+    measured_ttft = np.array([run.ttft_s for run in runs])
+    tpot_columns = [_tpot_columns(run) for run in runs]
+    ttft_columns = [_ttft_columns(run) for run in runs]
+    timing = Timing(2.0, prefill_prior, 1e-3, 1e-2)
+    for _ in range(MAX_ROUNDS):
+        weights = np.array([timing.decode_scale, timing.prefill_scale, timing.step_overhead_s])
+        tpot_rows = np.array([_at_median(c @ weights, c) for c in tpot_columns])
+        decode, step = _decode_numbers(tpot_rows, measured_tpot, timing.prefill_scale, timing)
+        weights = np.array([decode, timing.prefill_scale, step, 1.0])
+        ttft_rows = np.array([_at_median(c @ weights, c) for c in ttft_columns])
+        request, prefill = _first_token_numbers(ttft_rows, measured_ttft, decode, step,
+                                                None if free_prefill else prefill_prior, timing)
+        settled = Timing(decode, prefill, step, request)
+        if np.allclose(list(vars(settled).values()), list(vars(timing).values()), rtol=1e-9, atol=1e-12):
+            break
+        timing = settled
+    fitted = ("decode_scale", "step_overhead_s", "request_overhead_s") + (("prefill_scale",) if free_prefill else ())
+    return SchedulingFit(settled, fitted, () if free_prefill else (f"prefill_scale = {prefill_prior:.3g} (prior)",),
+                         len(runs))
+
+
+# Rounds of (median requests, fit) at most: the median requests stop changing within two or three.
+MAX_ROUNDS = 6
+
+
+@dataclass(frozen=True)
+class SchedulingCalibration:
+    """A scheduling fit of one device, engine, weights' type and speculative method, with how wrong it was on the
+    workload shapes a fit to 1,024 / 1,024 runs alone never saw (its prefill prior then leaving this device out)."""
+
+    id: str
+    device_id: str
+    engine: str
+    precision: str
+    speculative: str
+    source: str
+    decode_scale: float
+    prefill_scale: float
+    step_overhead_s: float
+    request_overhead_s: float
+    fitted: tuple[str, ...]
+    prior: tuple[str, ...]
+    fitted_on: int
+    checked_on: int  # runs of other shapes (0: not checked, too few runs of either)
+    tpot_median_error: float | None
+    tpot_p90_error: float | None
+    ttft_median_error: float | None
+    ttft_p90_error: float | None
+    ttft_p99_median_error: float | None  # of each run's 99th percentile TTFT, median over the runs
+
+    def __post_init__(self):
+        for name in ("fitted", "prior"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @property
+    def timing(self) -> Timing:
+        return Timing(self.decode_scale, self.prefill_scale, self.step_overhead_s, self.request_overhead_s)
+
+    @property
+    def address(self) -> str:
+        return f"scheduling:{self.id}"
+
+    @property
+    def basis(self) -> str:
+        checked = ("not checked on other shapes (too few runs)" if not self.checked_on else
+                   f"fitted to its 1,024 / 1,024 runs alone and checked on {self.checked_on} runs of other shapes: TPOT "
+                   f"off by {self.tpot_median_error:.1%} in the median ({self.tpot_p90_error:.1%} p90), TTFT by "
+                   f"{self.ttft_median_error:.1%} ({self.ttft_p90_error:.1%} p90), p99 TTFT by "
+                   f"{self.ttft_p99_median_error:.1%}")
+        return (f"a scheduling simulation of {self.fitted_on} {self.engine} runs on {self.device_id} ({self.precision}, "
+                f"speculative {self.speculative}; {self.source}): each step {self.decode_scale:.3g} x its decode bound + "
+                f"{self.prefill_scale:.3g} x its prefill bound + {self.step_overhead_s * 1e3:.3g} ms, each request "
+                f"{self.request_overhead_s * 1e3:.3g} ms more to its first token; fitted: {', '.join(self.fitted)}"
+                + (f"; prior: {', '.join(self.prior)}" if self.prior else "") + f"; {checked}")
+
+
+FIT_SHAPE = (1024, 1024)
+
+
+def _errors(fit: SchedulingFit, runs: Sequence[MeasuredRun]) -> dict[str, float | None]:
+    timing = fit.timing
+    tpot = [abs(float(np.median(run.features.tpot(timing))) / run.tpot_s - 1) for run in runs]
+    ttft = [abs(float(np.median(run.features.ttft(timing))) / run.ttft_s - 1) for run in runs]
+    tail = [abs(float(np.percentile(run.features.ttft(timing), 99)) / run.p99_ttft_s - 1) for run in runs
+            if run.p99_ttft_s]
+    return {"tpot_median_error": float(np.median(tpot)), "tpot_p90_error": float(np.percentile(tpot, 90)),
+            "ttft_median_error": float(np.median(ttft)), "ttft_p90_error": float(np.percentile(ttft, 90)),
+            "ttft_p99_median_error": float(np.median(tail)) if tail else None}
+
+
+def prefill_prior(free_scales: Sequence[float], default: float = 1.0) -> float:
+    """The median of the prefill scales fitted freely elsewhere (default where there are none)."""
+    return float(np.median(free_scales)) if len(free_scales) else default
+
+
+Scope = tuple[str, str, str, str]  # device, engine, precision, speculative method
+
+
+def free_prefill_scales(groups: Mapping[Scope, Sequence[MeasuredRun]]) -> dict[Scope, float]:
+    """The prefill scale each scope's runs identify (two prompt lengths or more, three runs or more; without
+    speculative decoding, whose bound assumes every draft accepted and so skews the decode scale)."""
+    free = {}
+    for scope, runs in groups.items():
+        if scope[3] == "none" and len(runs) >= 3 and len({run.input_len for run in runs}) >= 2:
+            free[scope] = fit_scheduling(runs, 1.0).timing.prefill_scale
+    return free
+
+
+def calibrate(groups: Mapping[Scope, Sequence[MeasuredRun]], source: str,
+              shapes: Mapping[Scope, Sequence[tuple[int, int]]]) -> list[SchedulingCalibration]:
+    """A scheduling calibration per scope of three runs or more (`shapes`: each run's (input, output) lengths, in
+    the order of its runs): fitted to every run (the prefill prior from the other scopes), checked as the class
+    docstring says."""
+    free = free_prefill_scales(groups)
+    found = []
+    for scope, runs in sorted(groups.items()):
+        if len(runs) < 3:
+            continue
+        fit = fit_scheduling(runs, prefill_prior([v for s, v in free.items() if s != scope]))
+        fitted_shape = [run for run, shape in zip(runs, shapes[scope], strict=True) if tuple(shape) == FIT_SHAPE]
+        others = [run for run, shape in zip(runs, shapes[scope], strict=True) if tuple(shape) != FIT_SHAPE]
+        errors: dict[str, float | None] = dict.fromkeys(("tpot_median_error", "tpot_p90_error", "ttft_median_error",
+                                                          "ttft_p90_error", "ttft_p99_median_error"))
+        if len(fitted_shape) >= 3 and others:
+            held = fit_scheduling(fitted_shape, prefill_prior([v for s, v in free.items() if s[0] != scope[0]]))
+            errors = _errors(held, others)
+        timing = fit.timing
+        found.append(SchedulingCalibration(
+            id=":".join(scope), device_id=scope[0], engine=scope[1], precision=scope[2], speculative=scope[3],
+            source=source, decode_scale=float(timing.decode_scale), prefill_scale=float(timing.prefill_scale),
+            step_overhead_s=float(timing.step_overhead_s), request_overhead_s=float(timing.request_overhead_s),
+            fitted=fit.fitted, prior=fit.prior, fitted_on=len(runs),
+            checked_on=len(others) if errors["tpot_median_error"] is not None else 0, **errors))
+    return found

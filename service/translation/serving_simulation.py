@@ -1,0 +1,140 @@
+"""A serving request as the scheduling simulation runs it: its engine's scheduler (the preset, then the request's
+overrides), its traffic, and the step model read from its deployment's rows on any step evaluator (the bound's, or
+the device's kernel tables)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.core.planning import deployment
+from service.core.simulation.engine_loop import MAX_EVENTS, Disaggregation, Run, Simulation, estimated_events, simulate
+from service.core.simulation.engines import Scheduler, engine_preset, overridden
+from service.core.simulation.fit import SchedulingCalibration
+from service.core.simulation.step_model import StepModel, build_step_model
+from service.core.simulation.workload import Traffic, benchmark_client
+from service.core.transformer.analysis import Evaluator
+
+
+def scheduler_of(request, device) -> Scheduler:
+    """The request's engine's preset on its device, with the request's `scheduler` overrides (where given); the
+    decode pool's `max_batch_per_group`, where given and `scheduler.max_running` is not, is the engine's cap."""
+    preset = engine_preset(request.engine, device.memory_capacity_bytes)
+    given = getattr(request, "scheduler", None)
+    fields = given.model_dump(exclude_none=True) if given is not None else {}
+    if "graph_batch_sizes" in fields:
+        fields["graph_batch_sizes"] = tuple(fields["graph_batch_sizes"])
+    cap = request.pools()[0].max_batch_per_group
+    if cap is not None and "max_running" not in fields:
+        fields["max_running"] = cap
+    return overridden(preset, **fields)
+
+
+def traffic_of(request) -> Traffic:
+    """InferenceX's client at the request's lengths and concurrency, with the request's range ratio and prompts
+    (`workload`, where given)."""
+    workload = getattr(request, "workload", None)
+    if workload is None:
+        return benchmark_client(request.input_len, request.output_len, request.concurrency)
+    return benchmark_client(request.input_len, request.output_len, request.concurrency, workload.range_ratio,
+                            workload.prompts_per_concurrency)
+
+
+def _step_model(worker: deployment.WorkerStep, prefill_worker: deployment.WorkerStep,
+                speculative: deployment.Speculative | None, draft_worker: deployment.WorkerStep | None, *,
+                largest_batch: int, reference_context: int, largest_prefill: int) -> StepModel:
+    def decode_curve(batches, context):
+        verify, draft = deployment.decode_curves(worker, batches, context, speculative, draft_worker)
+        return [v + d for v, d in zip(verify, draft, strict=True)]
+
+    def prefill(new: int, cached: int) -> float:
+        return prefill_worker.time_s(batch=1, q_len=new, kv_len=cached + new)
+
+    return build_step_model(decode_curve=decode_curve, prefill=prefill, largest_batch=largest_batch,
+                            reference_context=reference_context, largest_prefill=largest_prefill)
+
+
+def simulation_of(request, setup, bound: deployment.ServingBound, evaluator: Evaluator, scheduler: Scheduler,
+                  traffic: Traffic, speculative: deployment.Speculative | None) -> Simulation:
+    """`setup`: the request resolved (serving_analyses.ServingSetup); `bound`: its deployment's bound (its running
+    batch caps the simulated one: the KV cache and the engine's cap); `evaluator`: whose step times;
+    `speculative`: the request's, its draft model resolved."""
+    _, prefill_pool = request.pools()
+    decode = setup.decode
+    worker = deployment.WorkerStep(setup.arch, evaluator, setup.topology, decode, setup.dtypes)
+    draft_worker = deployment.draft_worker_for(speculative, worker)
+    prefill = None if prefill_pool is None else deployment.Pool(
+        prefill_pool.workers, prefill_pool.tensor_parallel, prefill_pool.expert_parallel,
+        prefill_pool.attention_data_parallel, prefill_pool.max_batch_per_group)
+    prefill_worker = worker if prefill is None else deployment.WorkerStep(setup.arch, evaluator, setup.topology,
+                                                                         prefill, setup.dtypes)
+    # The bound's running batch is the group's share of the concurrency, at most the request's cap, unless the KV
+    # cache holds fewer: only then does it cap the simulated batch (the engine's cap is the scheduler's).
+    state = bound.pools[-1]
+    share = max(1, request.concurrency // decode.groups)
+    stated = decode.max_batch_per_group or share
+    running_cap = state.batch_per_group if state.batch_per_group < min(share, stated) else scheduler.max_running
+    largest = max(1, min(running_cap, scheduler.max_running, -(-request.concurrency // decode.groups)))
+    reference = request.input_len + request.output_len // 2
+    steps = _step_model(worker, prefill_worker, speculative, draft_worker, largest_batch=scheduler.padded(largest),
+                        reference_context=reference, largest_prefill=max(traffic.input.longest,
+                                                                         min(scheduler.step_tokens, 65536)))
+    disaggregation = None
+    if prefill is not None:
+        servers_share = prefill.groups / decode.groups
+        servers = max(1, int(servers_share))
+        disaggregation = Disaggregation(steps, scheduler.step_tokens, servers, servers_share / servers,
+                                        bound.kv_transfer_s, float(request.input_len))
+    acceptance = speculative.acceptance_length if speculative else 1.0
+    return Simulation(traffic, scheduler, steps, running_cap, decode.groups, acceptance, disaggregation)
+
+
+class SimulationTooLarge(Exception):
+    """The simulation would take more events than it may (engine_loop.MAX_EVENTS)."""
+
+
+def _percentiles(values: np.ndarray, floor: float) -> dict[str, float]:
+    p50, p90, p99 = (max(floor, float(v)) for v in np.percentile(values, (50, 90, 99)))
+    return {"p50": p50, "p90": p90, "p99": p99}
+
+
+def _limited_by(run: Run) -> str:
+    if run.steps_full:
+        return "running cap"
+    return "prefill" if run.busy_prefill_s > run.busy_decode_s else "decode"
+
+
+def simulated_expectation(request, setup, bound: deployment.ServingBound, calibration: SchedulingCalibration,
+                          speculative: deployment.Speculative | None) -> tuple[dict, dict, dict]:
+    """(the expected figures, their percentiles, the simulation's account) of the request's benchmark simulated with
+    its engine's scheduler and the calibration's timing: medians for TTFT and TPOT, the mean for the end-to-end time,
+    the rates of the simulated run; none below the bound's times nor above its rates. SimulationTooLarge where it
+    would take more events than it may; `speculative`: the request's, its draft model resolved."""
+    scheduler = scheduler_of(request, setup.device)
+    simulation = simulation_of(request, setup, bound, setup.evaluator, scheduler, traffic_of(request), speculative)
+    if estimated_events(simulation) > MAX_EVENTS:
+        raise SimulationTooLarge(estimated_events(simulation))
+    run = simulate(simulation, calibration.timing)
+    percentiles = {"ttft_s": _percentiles(run.ttft_s, bound.ttft_s), "tpot_s": _percentiles(run.tpot_s, bound.tpot_s),
+                   "e2e_s": _percentiles(run.e2e_s, bound.ttft_s + (request.output_len - 1) * bound.tpot_s)}
+    ttft, tpot = percentiles["ttft_s"]["p50"], percentiles["tpot_s"]["p50"]
+    rate = min(bound.requests_per_s, len(run.ttft_s) / run.duration_s * run.groups)
+    output = float(run.output_len.mean())
+    figures = {
+        # A chunk streams every stream_interval tokens, and a step (a verification, with speculative decoding) emits
+        # its tokens together: the client sees one every max(interval, tokens a step) tokens' time.
+        "ttft_s": ttft, "tpot_s": tpot, "itl_s": max(scheduler.stream_interval, simulation.acceptance) * tpot,
+        "e2e_latency_s": max(bound.e2e_latency_s, float(run.e2e_s.mean())), "requests_per_s": rate,
+        "output_tokens_per_s": rate * output, "output_tokens_per_s_per_device": rate * output / bound.devices,
+        "tokens_per_s_per_device": rate * (output + float(run.input_len.mean())) / bound.devices,
+        "tokens_per_s_per_user": 1 / tpot}
+    account = {"scheduler": {**{name: getattr(scheduler, name) for name in SCHEDULER_FIELDS}},
+               "calibration": (f"{calibration.address}: decode x{calibration.decode_scale:.3g}, prefill "
+                               f"x{calibration.prefill_scale:.3g}, {calibration.step_overhead_s * 1e3:.3g} ms a step, "
+                               f"{calibration.request_overhead_s * 1e3:.3g} ms a request"),
+               "basis": calibration.basis, "requests": len(run.ttft_s), "events": run.events,
+               "limited_by": _limited_by(run), "stream_interval": scheduler.stream_interval}
+    return figures, percentiles, account
+
+
+SCHEDULER_FIELDS = ("engine", "batching", "step_tokens", "max_running", "recv_interval", "graph_batch_sizes",
+                    "stream_interval", "chunked", "balance_wait_steps", "source")
