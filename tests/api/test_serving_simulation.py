@@ -1,0 +1,99 @@
+"""POST /v1/analyze/serving's expected, from the scheduling simulation: percentiles, the scheduler it ran, and the
+limits on what it runs. DeepSeek-R1 on 8 B200s with SGLang in fp8 has a shipped scheduling calibration (fitted to its
+InferenceX runs); the bodies below are those runs' own (service/translation/inferencex.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from service.persistence.catalog import DATA_DIR
+from service.translation.inferencex import simulated_request
+
+RUNS = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
+
+
+def b200_sglang_fp8(concurrency: int) -> dict:
+    row = next(r for r in RUNS if (r["hardware"], r["framework"], r["precision"], r["spec_method"], r["disagg"],
+                                   r["isl"], r["osl"], r["conc"]) == ("b200", "sglang", "fp8", "none", False, 1024,
+                                                                      1024, concurrency))
+    return simulated_request(row)
+
+
+def analyze(client, body: dict) -> dict:
+    response = client.post("/v1/analyze/serving", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_expected_holds_the_simulations_medians_and_percentiles_above_the_bound(client):
+    answer = analyze(client, b200_sglang_fp8(64))
+    expected, bound = answer["expected"], answer["bound"]
+    assert expected["basis"] == "runs"
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        p = expected["percentiles"][name]
+        assert p["p50"] <= p["p90"] <= p["p99"]
+    assert expected["ttft_s"] == expected["percentiles"]["ttft_s"]["p50"] >= bound["ttft_s"]
+    assert expected["tpot_s"] == expected["percentiles"]["tpot_s"]["p50"] >= bound["tpot_s"]
+    assert expected["requests_per_s"] <= bound["requests_per_s"]
+    simulation = expected["simulation"]
+    # The recipe's scheduler: looks every 30 steps from 16 in flight, 32,768-token chunks, 128 running at most,
+    # chunks of 30 tokens streamed (the run's ITL / TPOT): ITL = 30 x TPOT.
+    assert (simulation["scheduler"]["recv_interval"], simulation["scheduler"]["step_tokens"],
+            simulation["scheduler"]["max_running"]) == (30, 32768, 128)
+    assert expected["itl_s"] == pytest.approx(simulation["stream_interval"] * expected["tpot_s"])
+    # 64 requests in flight, 10 x 64 timed: one group's share, all simulated.
+    assert simulation["requests"] == 640 and simulation["events"] > 640
+    assert simulation["calibration"].startswith("scheduling:nvidia-b200:sglang:fp8:none")
+    assert any("scheduling simulation" in note for note in answer["assumptions"])
+
+
+def test_the_schedulers_receive_interval_is_the_wait_a_new_request_sees(client):
+    """Looking every 30 forward passes instead of every one: a request arriving at a random step waits for the next
+    multiple of 30, 15 steps on average, so the median TTFT grows by about 15 decode steps (between 10 and 20 of the
+    expected TPOT, which holds the steps' prefills too)."""
+    body = b200_sglang_fp8(64)
+    every_step = analyze(client, body | {"scheduler": body["scheduler"] | {"recv_interval": 1}})["expected"]
+    every_30 = analyze(client, body | {"scheduler": body["scheduler"] | {"recv_interval": 30}})["expected"]
+    extra_steps = (every_30["ttft_s"] - every_step["ttft_s"]) / every_30["tpot_s"]
+    assert 10 <= extra_steps <= 20
+
+
+def test_lengths_are_drawn_as_the_client_draws_them(client):
+    """Range ratio 0.8: outputs uniform over [819, 1024] tokens, 921.5 on average, so the simulated output tokens a
+    request are about 921.5 (640 draws: within 1 %); with ratio 1 every request has 1,024."""
+    ranged = analyze(client, b200_sglang_fp8(64))["expected"]
+    fixed = analyze(client, b200_sglang_fp8(64) | {"workload": {"range_ratio": 1.0}})["expected"]
+    assert ranged["output_tokens_per_s"] / ranged["requests_per_s"] == pytest.approx(921.5, rel=0.01)
+    assert fixed["output_tokens_per_s"] / fixed["requests_per_s"] == pytest.approx(1024)
+    assert ranged["percentiles"]["ttft_s"]["p99"] > ranged["percentiles"]["ttft_s"]["p50"]
+
+
+def test_a_simulation_beyond_its_events_is_refused_when_asked_for_and_left_out_otherwise(client):
+    """8,192 requests in flight, 81,920 timed prompts of about 5 events each: over the limit."""
+    body = b200_sglang_fp8(64) | {"concurrency": 8192, "max_batch_per_group": 8192}
+    refused = client.post("/v1/analyze/serving", json=body)
+    assert refused.status_code == 422
+    field = refused.json()["fields"][0]
+    assert field["loc"] == "body.concurrency" and "events" in field["msg"]
+    plain = {k: v for k, v in body.items() if k not in ("scheduler", "workload")}
+    answer = analyze(client, plain)
+    assert answer["expected"]["percentiles"] is None and answer["expected"]["tpot_s"] >= answer["bound"]["tpot_s"]
+    assert any("percentiles: null" in note and "events" in note for note in answer["assumptions"])
+
+
+@pytest.mark.parametrize(("scheduler", "field"), [({"batching": "fifo"}, "body.scheduler.batching"),
+                                                   ({"recv_interval": 0}, "body.scheduler.recv_interval"),
+                                                   ({"graph_batch_sizes": [0]}, "body.scheduler.graph_batch_sizes.0")])
+def test_a_bad_scheduler_field_is_named(client, scheduler, field):
+    response = client.post("/v1/analyze/serving", json=b200_sglang_fp8(4) | {"scheduler": scheduler})
+    assert response.status_code == 422
+    assert response.json()["fields"][0]["loc"] == field
+
+
+def test_without_a_scheduling_calibration_there_are_no_percentiles_and_the_answer_says_why(client):
+    """The H200 has no InferenceX runs: its expectation comes from its kernel tables, without percentiles."""
+    body = b200_sglang_fp8(4) | {"device_id": "nvidia-h200-sxm"}
+    expected = analyze(client, body)["expected"]
+    assert expected is None or expected["percentiles"] is None
