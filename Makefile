@@ -104,6 +104,7 @@ bench-plan: install
 # The serving analysis against InferenceX's measured runs (measured / bound), and its cost beside a model analysis.
 bench-inferencex: install
 	$(BIN)/python bench/inferencex.py
+	$(BIN)/python bench/scheduling.py
 
 # Each device's serving runs left out and predicted from its kernel tables and the engines' carried-over costs.
 bench-unmeasured: install

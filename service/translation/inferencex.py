@@ -210,10 +210,8 @@ def scheduling_calibrations(rows: Iterable[dict[str, Any]], run_of: Callable[[di
     from service.core.simulation.fit import MeasuredRun, calibrate
 
     groups: dict[tuple[str, str, str, str], list[MeasuredRun]] = defaultdict(list)
-    shapes: dict[tuple[str, str, str, str], list[tuple[int, int]]] = defaultdict(list)
     for row in rows:
         run, metrics = run_of(simulated_request(row)), row["metrics"]
         groups[scope(row)].append(MeasuredRun(run.features, row["isl"], row["osl"], metrics["median_tpot"],
                                               metrics["median_ttft"], metrics.get("p99_tpot"), metrics.get("p99_ttft")))
-        shapes[scope(row)].append((row["isl"], row["osl"]))
-    return calibrate(groups, source, shapes)
+    return calibrate(groups, source)

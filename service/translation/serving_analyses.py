@@ -301,6 +301,10 @@ def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, set
     if scheduling is None:
         return answer, (f"{note}; percentiles: null, no scheduling calibration exists for this device, engine, "
                         "weights' type and speculative method (the shipped InferenceX ones)")
+    if request.disaggregated is not None:
+        return answer, (f"{note}; percentiles: null, the scheduling simulation of disaggregated pools missed "
+                        "InferenceX's disaggregated runs by more than the steady-state line does (docs/serving.md), so "
+                        "it does not answer for them")
     try:
         figures, percentiles, account = simulated_expectation(request, setup, bound, scheduling,
                                                               speculative_of(request, catalog))

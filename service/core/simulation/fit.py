@@ -7,9 +7,10 @@ TTFT of each run against the measured ones, by the same soft-L1 loss on relative
 (expectations/serving_runs.py). What the runs identify is fitted, the rest is a stated prior:
 - decode_scale and step_overhead_s from the TPOTs (their bounds must differ: several concurrencies);
 - request_overhead_s from the TTFTs;
-- prefill_scale only where the runs cover two prompt lengths or more; else a prior: the median prefill scale of
-  the calibrations whose runs did cover two (prefill kernels sit further from their compute roof than decode ones
-  from the memory roof, so the decode scale is no guide), and the calibration says so.
+- prefill_scale only where the runs cover two prompt lengths or more; else a prior carried from the scopes whose runs
+  did: the median of the prefill scales that, beside a fit to their 1,024 / 1,024 runs alone, best predict their
+  longer prompts (prefill kernels sit further from their compute roof than decode ones from the memory roof, so the
+  decode scale is no guide); the calibration says which.
 Scales are at least 1 and overheads at least 0, so no simulated step is faster than its bound."""
 
 from __future__ import annotations
@@ -42,13 +43,6 @@ class SchedulingFit:
     fitted: tuple[str, ...]  # the numbers the runs identified
     prior: tuple[str, ...]  # the numbers set by the stated prior
     runs: int
-
-
-def medians(timing: Timing, runs: Sequence[MeasuredRun]) -> tuple[np.ndarray, np.ndarray]:
-    """Each run's median TPOT and median TTFT as the timing makes them."""
-    tpot = np.array([np.median(run.features.tpot(timing)) for run in runs])
-    ttft = np.array([np.median(run.features.ttft(timing)) for run in runs])
-    return tpot, ttft
 
 
 def _robust(residuals, start, lower, scale):
@@ -200,41 +194,61 @@ def _errors(fit: SchedulingFit, runs: Sequence[MeasuredRun]) -> dict[str, float 
             "ttft_p99_median_error": float(np.median(tail)) if tail else None}
 
 
-def prefill_prior(free_scales: Sequence[float], default: float = 1.0) -> float:
-    """The median of the prefill scales fitted freely elsewhere (default where there are none)."""
-    return float(np.median(free_scales)) if len(free_scales) else default
+def prefill_prior(carried: Sequence[float], default: float = 1.0) -> float:
+    """The median of the prefill scales carried from elsewhere (default where there are none)."""
+    return float(np.median(carried)) if len(carried) else default
 
 
 Scope = tuple[str, str, str, str]  # device, engine, precision, speculative method
 
 
-def free_prefill_scales(groups: Mapping[Scope, Sequence[MeasuredRun]]) -> dict[Scope, float]:
-    """The prefill scale each scope's runs identify (two prompt lengths or more, three runs or more; without
-    speculative decoding, whose bound assumes every draft accepted and so skews the decode scale)."""
-    free = {}
+def _prefill_scale_for(runs: Sequence[MeasuredRun], timing: Timing) -> float:
+    """The prefill scale that, with the rest of `timing`, best fits the runs' median TTFTs (soft-L1)."""
+    measured = np.array([run.ttft_s for run in runs])
+    columns = [_ttft_columns(run) for run in runs]
+    scale = timing.prefill_scale
+    for _ in range(MAX_ROUNDS):
+        weights = np.array([timing.decode_scale, scale, timing.step_overhead_s, 1.0])
+        rows = np.array([_at_median(c @ weights, c) for c in columns])
+        _, found = _first_token_numbers(rows, measured, timing.decode_scale, timing.step_overhead_s, None,
+                                        Timing(timing.decode_scale, scale, timing.step_overhead_s,
+                                               timing.request_overhead_s))
+        if abs(found - scale) <= 1e-9 * scale:
+            break
+        scale = found
+    return scale
+
+
+def carried_prefill_scales(groups: Mapping[Scope, Sequence[MeasuredRun]]) -> dict[Scope, float]:
+    """Per scope with three runs or more at FIT_SHAPE and three at a longer prompt (without speculative decoding,
+    whose bound assumes every draft accepted and so skews its scales): the prefill scale that, beside a fit to its
+    FIT_SHAPE runs alone, best predicts its longer prompts' TTFTs. It is what a fit to one prompt length needs
+    from elsewhere, so it is measured the way it is used."""
+    carried = {}
     for scope, runs in groups.items():
-        if scope[3] == "none" and len(runs) >= 3 and len({run.input_len for run in runs}) >= 2:
-            free[scope] = fit_scheduling(runs, 1.0).timing.prefill_scale
-    return free
+        base = [run for run in runs if (run.input_len, run.output_len) == FIT_SHAPE]
+        longer = [run for run in runs if run.input_len > FIT_SHAPE[0]]
+        if scope[3] == "none" and len(base) >= 3 and len(longer) >= 3:
+            timing = fit_scheduling(base, 1.0).timing
+            carried[scope] = _prefill_scale_for(longer, timing)
+    return carried
 
 
-def calibrate(groups: Mapping[Scope, Sequence[MeasuredRun]], source: str,
-              shapes: Mapping[Scope, Sequence[tuple[int, int]]]) -> list[SchedulingCalibration]:
-    """A scheduling calibration per scope of three runs or more (`shapes`: each run's (input, output) lengths, in
-    the order of its runs): fitted to every run (the prefill prior from the other scopes), checked as the class
-    docstring says."""
-    free = free_prefill_scales(groups)
+def calibrate(groups: Mapping[Scope, Sequence[MeasuredRun]], source: str) -> list[SchedulingCalibration]:
+    """A scheduling calibration per scope of three runs or more: fitted to every run (the prefill prior carried from
+    the other scopes), checked as the class docstring says (the prior then from the other devices' scopes)."""
+    carried = carried_prefill_scales(groups)
     found = []
     for scope, runs in sorted(groups.items()):
         if len(runs) < 3:
             continue
-        fit = fit_scheduling(runs, prefill_prior([v for s, v in free.items() if s != scope]))
-        fitted_shape = [run for run, shape in zip(runs, shapes[scope], strict=True) if tuple(shape) == FIT_SHAPE]
-        others = [run for run, shape in zip(runs, shapes[scope], strict=True) if tuple(shape) != FIT_SHAPE]
+        fit = fit_scheduling(runs, prefill_prior([v for s, v in carried.items() if s != scope]))
+        fitted_shape = [run for run in runs if (run.input_len, run.output_len) == FIT_SHAPE]
+        others = [run for run in runs if (run.input_len, run.output_len) != FIT_SHAPE]
         errors: dict[str, float | None] = dict.fromkeys(("tpot_median_error", "tpot_p90_error", "ttft_median_error",
                                                           "ttft_p90_error", "ttft_p99_median_error"))
         if len(fitted_shape) >= 3 and others:
-            held = fit_scheduling(fitted_shape, prefill_prior([v for s, v in free.items() if s[0] != scope[0]]))
+            held = fit_scheduling(fitted_shape, prefill_prior([v for s, v in carried.items() if s[0] != scope[0]]))
             errors = _errors(held, others)
         timing = fit.timing
         found.append(SchedulingCalibration(
