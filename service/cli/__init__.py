@@ -187,6 +187,12 @@ def serving_body(args) -> dict[str, Any]:
     if args.engine:
         body["engine"] = args.engine
     body["calibration"] = args.calibration
+    scheduler = {name: getattr(args, name) for name in ("recv_interval", "step_tokens", "max_running", "stream_interval")
+                 if getattr(args, name) is not None}
+    if scheduler:
+        body["scheduler"] = scheduler
+    if args.range_ratio is not None:
+        body["workload"] = {"range_ratio": args.range_ratio}
     return body
 
 
@@ -514,6 +520,13 @@ def parser() -> argparse.ArgumentParser:
     speculative_options(deployment)
     deployment.add_argument("--engine", help="the serving engine's label (sglang, vllm, trt, ...)")
     calibration_option(deployment)
+    simulation = deployment.add_argument_group("the scheduling simulation behind `expected` (over the engine's preset)")
+    simulation.add_argument("--recv-interval", type=int, help="forward passes between looks for new requests")
+    simulation.add_argument("--step-tokens", type=int, help="tokens a step may prefill (the chunked-prefill size)")
+    simulation.add_argument("--max-running", type=int, help="requests a group decodes at once, at most")
+    simulation.add_argument("--stream-interval", type=int, help="tokens a streamed chunk carries")
+    simulation.add_argument("--range-ratio", type=float,
+                            help="lengths drawn from [ratio x L, L] as benchmark clients draw them (default 1)")
     roofs(deployment)
     deployment.set_defaults(run=cmd_serving)
 

@@ -154,9 +154,23 @@ def serving_table(r: dict) -> str:
                                  f"{e['calibration']['fitted_on']} runs, TPOT off by "
                                  f"{e['calibration']['tpot_median_error']:.0%} in the median where checked"
                                  + (", extrapolated" if e["calibration"]["extrapolated"] else "") + ")"))
+    if e is not None and e.get("percentiles"):
+        lines.append(percentile_line(e))
     lines.append(f"roofs: compute {r['compute_roof_source']}, memory {r['memory_roof_source']}")
     return table(rows, ["pool", "workers", "tp", "ep", "dp", "devices", "batch/group", "memory per device"]) + "\n" + \
         "\n".join(lines)
+
+
+def percentile_line(e: dict) -> str:
+    """The simulated percentiles and the scheduler that made them, on one line."""
+    p, sim = e["percentiles"], e["simulation"]
+    spread = ", ".join(f"{name} {si(p[key]['p50'], 's')} / {si(p[key]['p90'], 's')} / {si(p[key]['p99'], 's')}"
+                       for name, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("end-to-end", "e2e_s")))
+    scheduler = sim["scheduler"]
+    return (f"simulated p50 / p90 / p99: {spread}; {scheduler['engine']} scheduler ({scheduler['batching']}, "
+            f"{scheduler['step_tokens']:,} tokens a step, {scheduler['max_running']:,} running at most, a look every "
+            f"{scheduler['recv_interval']} step(s)), {sim['requests']:,} requests, limited by {sim['limited_by']}; "
+            f"calibration {sim['calibration'].split(':  ')[0].split(': ')[0]}")
 
 
 def expected_source(e: dict) -> str:
