@@ -300,6 +300,15 @@ class ServingExpected(ServingFigures):
     simulation: SimulationOut | None = Field(None, description="The simulation behind percentiles, where there is one")
 
 
+class LaunchOut(BaseModel):
+    command: str = Field(description="The command line(s) that start the deployment, one server a line (empty where "
+                                     "the engine's form of this layout is not written: notes say why)")
+    files: dict[str, str] = Field(description="Files the command reads, by name (TensorRT-LLM's config.yml)")
+    benchmark: str = Field(description="InferenceX's benchmark client at this workload (its "
+                                       "utils/bench_serving/benchmark_serving.py)")
+    notes: list[str] = Field(description="What the commands leave to you, and where the scheduler's values come from")
+
+
 class ServingAnalysis(BaseModel):
     model: str = Field(description="The catalog model, or 'inline <family>'")
     device_id: str = Field(description="The device every pool runs on")
@@ -309,6 +318,9 @@ class ServingAnalysis(BaseModel):
         description="What the deployment is expected to measure: from a serving calibration of this device and engine "
                     "(basis 'runs') or from its kernel tables and the engine's carried-over costs (basis 'kernels'); "
                     "null where neither applies (`assumptions` says why)")
+    launch: LaunchOut | None = Field(
+        None, description="With an engine the service knows (SGLang, vLLM, TensorRT-LLM): the commands that start this "
+                          "deployment and benchmark it, every flag as the engine's parser spells it")
     compute_roof_source: str = Field(description="'nominal' or 'measured': the matmuls' compute roof")
     memory_roof_source: str = Field(description="'nominal' or 'measured': the HBM bandwidth")
     assumptions: list[str] = Field(description="The layout, scheduling model, roofs and dtypes behind the figures")

@@ -21,6 +21,7 @@ from service.cli.render import (
     device_table,
     fusion_summary,
     kv_table,
+    launch_text,
     model_list_table,
     model_table,
     operator_table,
@@ -206,7 +207,7 @@ def calibration_option(parser) -> None:
 def cmd_serving(args) -> None:
     with backend(args.url) as service:
         result = service.analyze("serving", serving_body(args))
-    show(args, result, serving_table)
+    show(args, result, launch_text if args.launch else serving_table)
 
 
 def cmd_kv(args) -> None:
@@ -525,6 +526,8 @@ def parser() -> argparse.ArgumentParser:
     simulation.add_argument("--step-tokens", type=int, help="tokens a step may prefill (the chunked-prefill size)")
     simulation.add_argument("--max-running", type=int, help="requests a group decodes at once, at most")
     simulation.add_argument("--stream-interval", type=int, help="tokens a streamed chunk carries")
+    deployment.add_argument("--launch", action="store_true",
+                            help="print the commands that start the deployment on --engine and benchmark it")
     simulation.add_argument("--range-ratio", type=float,
                             help="lengths drawn from [ratio x L, L] as benchmark clients draw them (default 1)")
     roofs(deployment)

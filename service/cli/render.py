@@ -161,6 +161,19 @@ def serving_table(r: dict) -> str:
         "\n".join(lines)
 
 
+def launch_text(r: dict) -> str:
+    """The commands that start the deployment and benchmark it, its files, and what they leave to the reader."""
+    launch = r.get("launch")
+    if launch is None:
+        return "no launch commands: give --engine sglang, vllm or trt"
+    parts = [launch["command"] or "(no command: see the notes)"]
+    parts += [f"--- {name}\n{content.rstrip()}" for name, content in launch["files"].items()]
+    if launch["benchmark"]:
+        parts.append("# benchmark (InferenceX's client)\n" + launch["benchmark"])
+    parts += [f"# {note}" for note in launch["notes"]]
+    return "\n".join(parts)
+
+
 def percentile_line(e: dict) -> str:
     """The simulated percentiles and the scheduler that made them, on one line."""
     p, sim = e["percentiles"], e["simulation"]

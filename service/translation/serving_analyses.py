@@ -38,6 +38,7 @@ from service.translation.model_analyses import (
 from service.translation.plain_fields import plain_fields
 from service.translation.serving_simulation import (
     SimulationTooLarge,
+    launch_of,
     scheduler_of,
     simulated_expectation,
     simulation_of,
@@ -177,8 +178,10 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
                         "(see bound.pools[].memory); the figures are a what-if")
     expected, note = expected_of(request, catalog, setup, bound)
     notes.append(note)
+    started = launch_of(request, setup, speculative_of(request, catalog))
     return ServingAnalysis(
         model=name, device_id=device.id, engine=request.engine, bound=bound_fields, expected=expected,
+        launch=vars(started) if started is not None else None,
         compute_roof_source=compute_source, memory_roof_source=evaluator.hbm.source.value, assumptions=notes,
     )
 

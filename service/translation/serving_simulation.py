@@ -7,12 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 from service.core.planning import deployment
+from service.core.planning.launch import Launch, LaunchRequest, PoolLayout, launch
 from service.core.simulation.engine_loop import MAX_EVENTS, Disaggregation, Run, Simulation, estimated_events, simulate
-from service.core.simulation.engines import Scheduler, engine_preset, overridden
+from service.core.simulation.engines import Scheduler, engine_family, engine_preset, overridden
 from service.core.simulation.fit import SchedulingCalibration
 from service.core.simulation.step_model import StepModel, build_step_model
 from service.core.simulation.workload import Traffic, benchmark_client
 from service.core.transformer.analysis import Evaluator
+from service.persistence.catalog import model_catalog
 
 
 def scheduler_of(request, device) -> Scheduler:
@@ -138,3 +140,35 @@ def simulated_expectation(request, setup, bound: deployment.ServingBound, calibr
 
 SCHEDULER_FIELDS = ("engine", "batching", "step_tokens", "max_running", "recv_interval", "graph_batch_sizes",
                     "stream_interval", "chunked", "balance_wait_steps", "source")
+
+
+def launch_of(request, setup, speculative: deployment.Speculative | None) -> Launch | None:
+    """The commands that start the request's deployment on its engine and benchmark it (planning/launch.py); None
+    where the engine is not one the service knows."""
+    if request.engine is None or engine_family(request.engine) is None:
+        return None
+    decode, prefill = request.pools()
+    traffic = traffic_of(request)
+    k = speculative.draft_tokens if speculative else 0
+    return launch(LaunchRequest(
+        engine=request.engine, model=_checkpoint(request), decode=_layout(decode),
+        prefill=_layout(prefill) if prefill is not None else None, scheduler=scheduler_of(request, setup.device),
+        kv_cache_fp8=setup.dtypes.kv_cache.startswith("fp8"),
+        speculative=(speculative.method, k) if speculative else None,
+        context_len=request.input_len + request.output_len + k, input_len=request.input_len,
+        output_len=request.output_len, concurrency=request.concurrency, range_ratio=traffic.input.range_ratio,
+        prompts=traffic.prompts))
+
+
+def _layout(pool) -> PoolLayout:
+    return PoolLayout(pool.workers, pool.tensor_parallel, pool.expert_parallel, pool.attention_data_parallel)
+
+
+def _checkpoint(request) -> str:
+    """The Hugging Face repository of a catalog model (its config's file name, owner__name), else a placeholder."""
+    if request.model_id is None:
+        return "YOUR/CHECKPOINT"
+    for entry in model_catalog():
+        if entry["id"] == request.model_id:
+            return entry["file"].removesuffix(".json").replace("__", "/", 1)
+    return request.model_id

@@ -1,0 +1,100 @@
+"""A serving analysis's `launch`: the deployment as the commands that start it and benchmark it. Every flag is held
+to the flags the engine's own argument parser defines (tests/data/engine_flags.json, read from each engine's source:
+SGLang 0.5.5, vLLM 0.11.0, TensorRT-LLM's trtllm-serve, InferenceX's benchmark client)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+FLAGS = json.loads((Path(__file__).resolve().parent.parent / "data" / "engine_flags.json").read_text())
+PROGRAMS = {"sglang.launch_server": "sglang", "vllm": "vllm", "trtllm-serve": "trtllm-serve",
+            "utils/bench_serving/benchmark_serving.py": "inferencex-bench"}
+FP8 = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 16384, "weight_scale_bytes": 4}
+BASE = {"model_id": "deepseek-v3", "device_id": "nvidia-b200", "input_len": 1024, "output_len": 1024,
+        "concurrency": 64, "dtypes": FP8}
+LAYOUTS = {
+    "tp8": {"tensor_parallel": 8},
+    "ep8 dp-attention": {"tensor_parallel": 8, "expert_parallel": 8, "attention_data_parallel": 8},
+    "ep8 mtp": {"tensor_parallel": 8, "expert_parallel": 8,
+                "speculative": {"method": "mtp", "draft_tokens": 3, "acceptance_length": 2.5}},
+    "two workers": {"workers": 2, "tensor_parallel": 4},
+    "disaggregated": {"disaggregated": {"prefill": {"tensor_parallel": 4}, "decode": {"tensor_parallel": 8}}},
+}
+
+
+def flags_of(line: str) -> tuple[str, list[str]]:
+    words = shlex.split(line)
+    program = next(PROGRAMS[w] for w in words if w in PROGRAMS)
+    return program, [w for w in words if w.startswith("--")]
+
+
+def launched(client, engine: str, layout: dict, **extra) -> dict:
+    response = client.post("/v1/analyze/serving", json=BASE | layout | {"engine": engine} | extra)
+    assert response.status_code == 200, response.text
+    return response.json()["launch"]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trt"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_flag_is_one_the_engines_parser_defines(client, engine, layout):
+    answer = launched(client, engine, LAYOUTS[layout])
+    lines = [line for line in answer["command"].splitlines() if line] + ([answer["benchmark"]] if answer["benchmark"] else [])
+    if engine == "trt" and layout == "disaggregated":
+        assert lines == [] and any("not written here" in note for note in answer["notes"])
+        return
+    assert lines
+    for line in lines:
+        program, flags = flags_of(line)
+        unknown = set(flags) - set(FLAGS[program]["flags"])
+        assert not unknown, (program, unknown)
+    for name, text in answer["files"].items():
+        assert name == "config.yml"
+        keys, parents = [], []
+        for row in text.splitlines():
+            depth = (len(row) - len(row.lstrip())) // 2
+            parents[depth:] = [row.strip().split(":")[0]]
+            keys.append(".".join(parents))
+        assert set(keys) <= set(FLAGS["trtllm-serve"]["yaml_keys"]["keys"]), keys
+
+
+def test_sglang_attention_groups_and_the_scheduler_as_its_flags_say(client):
+    """8 attention groups of one device, experts whole over 8: --tp-size 8 --ep-size 8 --dp-size 8
+    --enable-dp-attention; the cap of 100 a group is 800 over the server; looks every 30 passes."""
+    command = launched(client, "sglang", LAYOUTS["ep8 dp-attention"],
+                       scheduler={"max_running": 100, "recv_interval": 30})["command"]
+    words = shlex.split(command)
+    value = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--")}
+    assert (value["--tp-size"], value["--ep-size"], value["--dp-size"]) == ("8", "8", "8")
+    assert "--enable-dp-attention" in words
+    assert (value["--max-running-requests"], value["--scheduler-recv-interval"]) == ("800", "30")
+    assert value["--model-path"] == "deepseek-ai/DeepSeek-V3" and value["--kv-cache-dtype"] == "fp8_e4m3"
+    assert value["--context-length"] == "2048"
+
+
+def test_vllm_runs_an_engine_a_group_and_the_benchmark_is_the_workloads(client):
+    """vLLM's attention groups are its data-parallel engines of tensor_parallel / groups devices; the client sends
+    10 x 64 prompts at 64 in flight, lengths from [0.8 L, L]."""
+    answer = launched(client, "vllm", LAYOUTS["ep8 dp-attention"], workload={"range_ratio": 0.8})
+    words = shlex.split(answer["command"])
+    value = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--")}
+    assert (value["--tensor-parallel-size"], value["--data-parallel-size"]) == ("1", "8")
+    assert "--enable-expert-parallel" in words
+    bench = shlex.split(answer["benchmark"])
+    asked = {w: bench[i + 1] for i, w in enumerate(bench[:-1]) if w.startswith("--")}
+    assert (asked["--num-prompts"], asked["--max-concurrency"], asked["--random-range-ratio"]) == ("640", "64", "0.8")
+
+
+def test_tensorrt_llm_writes_its_yaml(client):
+    answer = launched(client, "trt", LAYOUTS["ep8 mtp"])
+    assert "--extra_llm_api_options config.yml" in answer["command"]
+    assert "decoding_type: MTP" in answer["files"]["config.yml"]
+    assert "num_nextn_predict_layers: 3" in answer["files"]["config.yml"]
+
+
+def test_an_engine_the_service_does_not_know_gets_no_launch(client):
+    response = client.post("/v1/analyze/serving", json=BASE | {"tensor_parallel": 8, "engine": "my-engine"})
+    assert response.status_code == 200 and response.json()["launch"] is None
