@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from schemas.analysis import RoofOptions
 from schemas.common import DeviceId, EngineName, PositiveFinite, StrictModel
 from schemas.models import DTYPES_DOC, Length, MemoryOptions, ModelChoice, ModelDTypes, StepMemoryOut
-from schemas.serving import SpeculativeDecoding
+from schemas.serving import ServingPercentiles, SpeculativeDecoding
 
 MAX_PLAN_CONCURRENCY = 512
 
@@ -21,6 +21,15 @@ class ServingSlo(StrictModel):
     ttft_s: PositiveFinite | None = Field(None, description="Time to first token at most, seconds")
     tpot_s: PositiveFinite | None = Field(None, description="Time per output token at most, seconds")
     e2e_latency_s: PositiveFinite | None = Field(None, description="Whole request at most, seconds")
+    ttft_p90_s: PositiveFinite | None = Field(None, description="90th percentile TTFT at most, seconds (judged by "
+                                                                "the scheduling simulation: needs an engine)")
+    ttft_p99_s: PositiveFinite | None = Field(None, description="99th percentile TTFT at most, seconds (likewise)")
+    tpot_p90_s: PositiveFinite | None = Field(None, description="90th percentile TPOT at most, seconds (likewise)")
+    tpot_p99_s: PositiveFinite | None = Field(None, description="99th percentile TPOT at most, seconds (likewise)")
+    e2e_p90_s: PositiveFinite | None = Field(None, description="90th percentile end-to-end time at most, seconds "
+                                                               "(likewise)")
+    e2e_p99_s: PositiveFinite | None = Field(None, description="99th percentile end-to-end time at most, seconds "
+                                                               "(likewise)")
 
 
 # pydantic states a key pattern as patternProperties, which leave other keys free: additionalProperties closes them.
@@ -80,6 +89,11 @@ class ServingConfigExpected(BaseModel):
     basis: Literal["runs", "kernels"] = Field(
         description="runs: the device's own serving runs; kernels: the replica composed from the device's kernel "
                     "tables, and the engine's costs fitted over the devices it was measured on")
+    percentiles: ServingPercentiles | None = Field(
+        None, description="Median, p90 and p99 of TTFT, TPOT and end-to-end time from the scheduling simulation of this "
+                          "configuration (POST /v1/analyze/serving's; its medians may differ from ttft_s and tpot_s, "
+                          "which come from the steady-state line the search ranks by); null where no scheduling "
+                          "calibration applies or beyond the configurations simulated")
 
 
 class ServingConfig(BaseModel):

@@ -197,6 +197,12 @@ def serving_body(args) -> dict[str, Any]:
     return body
 
 
+def percentile_slos(args) -> list[tuple[str, float | None]]:
+    """The plan's percentile SLOs from their flags (--ttft-p90 ... --e2e-p99)."""
+    return [(f"{quantity}_{percentile}_s", getattr(args, f"{quantity}_{percentile}"))
+            for quantity in ("ttft", "tpot", "e2e") for percentile in ("p90", "p99")]
+
+
 def calibration_option(parser) -> None:
     parser.add_argument("--calibration", choices=["auto", "kernels", "none"], default="auto",
                         help="where `expected` comes from: auto (the device's own serving runs where fitted, else its "
@@ -290,7 +296,8 @@ def cmd_plan_serving(args) -> None:
             "input_len": args.input_len, "output_len": args.output_len, "modes": args.modes, "top_n": args.top_n,
             **dtypes_of(args), **speculative_of(args),
             "slo": {name: value for name, value in (("ttft_s", args.ttft), ("tpot_s", args.tpot),
-                                                    ("e2e_latency_s", args.e2e)) if value is not None}}
+                                                    ("e2e_latency_s", args.e2e), *percentile_slos(args))
+                    if value is not None}}
     for name in ("target_requests_per_s", "memory_utilization", "engine", "calibration"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
@@ -641,6 +648,11 @@ def parser() -> argparse.ArgumentParser:
     serving.add_argument("--ttft", type=float, help="SLO: time to first token at most, seconds")
     serving.add_argument("--tpot", type=float, help="SLO: time per output token at most, seconds")
     serving.add_argument("--e2e", type=float, help="SLO: whole request at most, seconds")
+    for quantity in ("ttft", "tpot", "e2e"):
+        for percentile in ("p90", "p99"):
+            serving.add_argument(f"--{quantity}-{percentile}", type=float,
+                                 help=f"SLO: the {percentile} {quantity.upper()} at most, seconds (simulated; needs "
+                                      "--engine)")
     serving.add_argument("--target-requests-per-s", type=float, help="traffic to serve (fewest replicas reaching it)")
     serving.add_argument("--price-per-device-hour", nargs="+", metavar="[DEVICE=]PRICE",
                          help="price of one device for an hour, for every candidate or per device "

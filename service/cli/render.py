@@ -260,10 +260,15 @@ def plan_table(r: dict) -> str:
         """The figures the plan went by: the expectation where it has one, else the bound."""
         return c["expected"] or c
 
+    def tails(c: dict) -> list[str]:
+        p = (c["expected"] or {}).get("percentiles")
+        return [si(p["ttft_s"]["p99"], "s"), si(p["tpot_s"]["p99"], "s")] if p else ["-", "-"]
+
     expected = r["slo_basis"] == "expected"
+    simulated = any((c["expected"] or {}).get("percentiles") for c in r["configs"])
     rows = [[c["mode"], c["device_id"], c["tensor_parallel"], c["expert_parallel"], c["attention_data_parallel"],
              replicas(c), c["devices_used"], c["concurrency_per_replica"], si(judged(c)["ttft_s"], "s"),
-             si(judged(c)["tpot_s"], "s"),
+             si(judged(c)["tpot_s"], "s"), *(tails(c) if simulated else []),
              *([si(c["tpot_s"], "s")] if expected else []), f"{judged(c)['requests_per_s']:,.3g}",
              f"{judged(c)['tokens_per_s']:,.0f}", f"{judged(c)['tokens_per_s_per_device']:,.0f}", cost(c),
              c.get("limited_by") or "-",
@@ -272,9 +277,11 @@ def plan_table(r: dict) -> str:
     basis = ("expected figures (a serving calibration's, or the device's kernel tables with the engine's carried-over "
              "costs), the TPOT bound beside them" if expected else "bounds (lower bounds on times, upper bounds on rates)")
     return (table(rows, ["mode", "device", "TP", "EP", "DP", "replicas", "devices", "concurrency", "TTFT", "TPOT",
-                         *(["TPOT bound"] if expected else []), "requests/s", "tokens/s", "per device", "cost/1M tok",
-                         "limited by", *(["basis", "extrapolated"] if expected else [])])
+                         *(["TTFT p99", "TPOT p99"] if simulated else []), *(["TPOT bound"] if expected else []),
+                         "requests/s", "tokens/s", "per device", "cost/1M tok", "limited by",
+                         *(["basis", "extrapolated"] if expected else [])])
             + f"\nSLOs and ranking judged on {basis}; {r['searched']:,} configurations searched"
+            + ("; p99: the scheduling simulation's (the engine's preset scheduler)" if simulated else "")
             + ("; basis: runs (the device's own serving runs) or kernels (its kernel tables); extrapolated: the "
                "calibration was not fitted at that shape, concurrency or layout" if expected else "")
             + "".join(f"\nskipped: {s}" for s in r["skipped"]))

@@ -35,6 +35,7 @@ from service.translation.model_analyses import (
     resolve_model,
     unprocessable,
 )
+from service.translation.plan_tails import with_tails
 from service.translation.serving_analyses import LinkOptions, pool_budgets, speculative_method, speculative_of
 from service.translation.training_analyses import topology_for
 
@@ -134,7 +135,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         check_positions(arch, request.input_len + request.output_len - 1, "output_len")
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
-    slo = serving.Slo(**request.slo.model_dump())
+    slo = serving.Slo(**request.slo.model_dump(include=set(serving.SLO_FIELDS)))
     workload = serving.Workload(request.input_len, request.output_len, request.target_requests_per_s,
                                 request.concurrency)
     configs, fitting, searched, best_rate, best_within_slos = [], [], 0, 0.0, 0.0
@@ -173,11 +174,13 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     best = list({(c.mode, c.device_id, c.tensor_parallel, c.expert_parallel, c.attention_data_parallel): c
                  for c in reversed(configs)}.values())[::-1]
     best.sort(key=serving.rank_key)
+    kept, tail_notes = with_tails(best, request, catalog, dtypes.weights)
     return ServingPlan(model=name, slo_basis="expected" if expectations else "bound",
-                       configs=[_out(c) for c in best[:request.top_n]],
+                       configs=[_out(c, percentiles) for c, percentiles in kept],
                        pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,
                        skipped=skipped,
-                       assumptions=[*_assumptions(request, arch), *positions_notes(arch), *link_notes, basis_note])
+                       assumptions=[*_assumptions(request, arch), *positions_notes(arch), *link_notes, *tail_notes,
+                                    basis_note])
 
 
 class Planned(NamedTuple):
@@ -258,10 +261,10 @@ def _thinned(frontier: list, most: int) -> list:
     return [frontier[round(i * step)] for i in range(most)]
 
 
-def _out(config: serving.Config) -> ServingConfig:
+def _out(config: serving.Config, percentiles: dict | None = None) -> ServingConfig:
     fields = vars(config)
-    return ServingConfig(**{**fields, "memory": StepMemoryOut(**config.memory()),
-                            "expected": vars(config.expected) if config.expected else None})
+    expected = vars(config.expected) | {"percentiles": percentiles} if config.expected else None
+    return ServingConfig(**{**fields, "memory": StepMemoryOut(**config.memory()), "expected": expected})
 
 
 def _refuse(fitting: list[serving.Config], slo: serving.Slo, request: ServingPlanRequest, best_rate: float,
