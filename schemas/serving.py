@@ -138,15 +138,40 @@ class SchedulerOptions(StrictModel):
                           "parallelism a new request waits for one on every rank, at most this many steps")
 
 
+LengthBins = Annotated[list[tuple[Annotated[int, Field(ge=1)], Annotated[float, Field(ge=0, le=1e9)]]],
+                      Field(min_length=1, max_length=64)]
+
+
 class WorkloadOptions(StrictModel):
-    """The benchmark client the simulation runs: a closed loop at the concurrency (`--max-concurrency`,
-    `--request-rate inf`, `--ignore-eos`), its warm-ups finished before its timed requests start together."""
+    """The benchmark client the simulation runs: by default a closed loop at the concurrency (`--max-concurrency`,
+    `--request-rate inf`, `--ignore-eos`), its warm-ups finished before its timed requests start together; with
+    `request_rate`, an open loop."""
 
     range_ratio: Annotated[float, Field(gt=0, le=1)] = Field(
         1.0, description="Lengths drawn uniformly from [range_ratio x length, length] (`--random-range-ratio`; "
                          "InferenceX runs 0.8); 1: every prompt input_len and every output output_len")
     prompts_per_concurrency: Annotated[int, Field(ge=1, le=20)] = Field(
         10, description="Timed requests per request in flight (InferenceX: --num-prompts 10 x concurrency)")
+    input_histogram: LengthBins | None = Field(
+        None, description="Prompt lengths as [[tokens, weight], ...] (up to 64 bins, none longer than input_len, "
+                          "which stays the longest the bound and the memory are sized for), in place of range_ratio")
+    output_histogram: LengthBins | None = Field(
+        None, description="Output lengths as [[tokens, weight], ...], none longer than output_len")
+    request_rate: Annotated[float, Field(gt=0, le=1e6)] | None = Field(
+        None, description="An open loop instead: requests arrive at this rate a second over the deployment, whatever "
+                          "is in flight (prompts_per_concurrency x concurrency of them; `concurrency` still sizes "
+                          "the bound)")
+    burstiness: Annotated[float, Field(gt=0, le=100)] = Field(
+        1.0, description="With request_rate: the gamma shape of the gaps between arrivals (vLLM's --burstiness): 1 "
+                         "Poisson, below 1 burstier")
+
+    @model_validator(mode="after")
+    def _bins_have_weight(self):
+        for name in ("input_histogram", "output_histogram"):
+            bins = getattr(self, name)
+            if bins is not None and sum(weight for _, weight in bins) <= 0:
+                raise ValueError(f"{name}: the weights must not all be 0")
+        return self
 
 
 class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions, ServingLayout):
@@ -170,6 +195,16 @@ class ServingAnalysisRequest(ModelChoice, RoofOptions, MemoryOptions, ServingLay
         None, description="The engine's scheduler, field by field over its preset, for the simulation behind `expected`")
     workload: WorkloadOptions | None = Field(
         None, description="The benchmark client the simulation runs (lengths' range, timed requests)")
+
+    @model_validator(mode="after")
+    def _histograms_within_lengths(self):
+        workload = self.workload
+        for name, longest in (("input", self.input_len), ("output", self.output_len)):
+            bins = getattr(workload, f"{name}_histogram", None) if workload is not None else None
+            if bins and max(length for length, _ in bins) > longest:
+                raise ValueError(f"workload.{name}_histogram: a length exceeds {name}_len ({longest:,}), the longest "
+                                 "the bound and the memory are sized for")
+        return self
 
 
 class ServingFigures(BaseModel):

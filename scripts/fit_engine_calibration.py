@@ -11,9 +11,7 @@ out of its fit.
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -21,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main() -> None:
     from schemas.serving import ServingAnalysisRequest
-    from scripts.fitting_app import shipped_runs_app
+    from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.translation.inferencex import engine_calibrations, engine_points
     from service.translation.serving_analyses import bound_and_composed
 
@@ -34,11 +32,9 @@ def main() -> None:
         print(f"{calibration.id}: {calibration.fitted_on} runs on {', '.join(calibration.devices)}; TPOT "
               f"{calibration.tpot_median_error:.1%} median, {calibration.tpot_p90_error:.1%} p90; TTFT "
               f"{calibration.ttft_median_error:.1%}; per device left out (TPOT / TTFT): {held or '-'}", file=sys.stderr)
-    json.dump({"model": "TPOT = tpot_scale x (composed + composed prefill_share) + tpot_overhead_s; TTFT = ttft_scale x "
+    dump_calibrations("TPOT = tpot_scale x (composed + composed prefill_share) + tpot_overhead_s; TTFT = ttft_scale x "
                         "composed + ttft_overhead_s; composed: the run's deployment with every row as its device's "
-                        "kernel tables expect it",
-               "calibrations": [asdict(c) for c in fitted]}, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+                        "kernel tables expect it", fitted)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,7 @@ a fit to its 1,024 / 1,024 runs never saw.
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -21,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main() -> None:
     from schemas.serving import ServingAnalysisRequest
-    from scripts.fitting_app import shipped_runs_app
+    from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.translation.inferencex import scheduling_calibrations
     from service.translation.serving_analyses import unit_run
 
@@ -34,10 +32,8 @@ def main() -> None:
         print(f"{c.id}: {c.fitted_on} runs; decode x{c.decode_scale:.3g}, prefill x{c.prefill_scale:.3g}, "
               f"{c.step_overhead_s * 1e3:.3g} ms a step, {c.request_overhead_s * 1e3:.3g} ms a request; on "
               f"{c.checked_on} runs of other shapes: {checked}", file=sys.stderr)
-    json.dump({"model": "each simulated step = decode_scale x its decode bound + prefill_scale x its prefill bound + "
-                        "step_overhead_s; each request's TTFT + request_overhead_s (service/core/simulation)",
-               "calibrations": [asdict(c) for c in fitted]}, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    dump_calibrations("each simulated step = decode_scale x its decode bound + prefill_scale x its prefill bound + "
+                        "step_overhead_s; each request's TTFT + request_overhead_s (service/core/simulation)", fitted)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,14 @@ the runs held out of its fit.
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
-    from scripts.fitting_app import shipped_runs_app
+    from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.translation.inferencex import calibrations
 
     with shipped_runs_app() as (rows, _, client):
@@ -30,10 +28,8 @@ def main() -> None:
               f"{calibration.checked_on}: TPOT {calibration.tpot_median_error:.1%} median, "
               f"{calibration.tpot_p90_error:.1%} p90 (bound {calibration.bound_tpot_median_error:.1%}); "
               f"TTFT {calibration.ttft_median_error:.1%}", file=sys.stderr)
-    json.dump({"model": "TPOT = tpot_scale x (bound + prefill_share) + tpot_overhead_s; TTFT = ttft_scale x bound + ttft_overhead_s; "
-                        "the bound is /v1/analyze/serving's at the run's deployment",
-               "calibrations": [asdict(c) for c in fitted]}, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    dump_calibrations("TPOT = tpot_scale x (bound + prefill_share) + tpot_overhead_s; TTFT = ttft_scale x bound + ttft_overhead_s; "
+                        "the bound is /v1/analyze/serving's at the run's deployment", fitted)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any
 
 
@@ -26,3 +28,9 @@ def shipped_runs_app() -> Iterator[tuple[list[dict[str, Any]], Any, Any]]:
         app = create_app(Settings(database_url=f"sqlite:///{folder}/fit.db", log_level="WARNING"))
         with TestClient(app) as client:
             yield rows, app, client
+
+
+def dump_calibrations(model: str, fitted: list) -> None:
+    """The shipped form of fitted calibrations, on stdout: what their numbers mean (`model`) and each one's fields."""
+    json.dump({"model": model, "calibrations": [asdict(c) for c in fitted]}, sys.stdout, indent=1)
+    sys.stdout.write("\n")

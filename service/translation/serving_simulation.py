@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.core.errors import CostModelError
 from service.core.planning import deployment
 from service.core.planning.launch import Launch, LaunchRequest, PoolLayout, launch
 from service.core.simulation.engine_loop import MAX_EVENTS, Disaggregation, Run, Simulation, estimated_events, simulate
 from service.core.simulation.engines import Scheduler, engine_family, engine_preset, overridden
 from service.core.simulation.fit import SchedulingCalibration
 from service.core.simulation.step_model import StepModel, build_step_model
-from service.core.simulation.workload import Traffic, benchmark_client
+from service.core.simulation.workload import ClosedLoop, Lengths, OpenLoop, Traffic, benchmark_client
 from service.core.transformer.analysis import Evaluator
 from service.persistence.catalog import model_catalog
 
@@ -32,13 +33,25 @@ def scheduler_of(request, device) -> Scheduler:
 
 
 def traffic_of(request) -> Traffic:
-    """InferenceX's client at the request's lengths and concurrency, with the request's range ratio and prompts
-    (`workload`, where given)."""
+    """InferenceX's client at the request's lengths and concurrency, or what the request's `workload` says: a range
+    ratio, length histograms, the timed prompts, an open loop at a rate."""
     workload = getattr(request, "workload", None)
     if workload is None:
         return benchmark_client(request.input_len, request.output_len, request.concurrency)
-    return benchmark_client(request.input_len, request.output_len, request.concurrency, workload.range_ratio,
-                            workload.prompts_per_concurrency)
+    prompts = workload.prompts_per_concurrency * request.concurrency
+    arrivals = (ClosedLoop(request.concurrency, prompts) if workload.request_rate is None
+                else OpenLoop(workload.request_rate, prompts, workload.burstiness))
+    return Traffic(_lengths(request.input_len, workload.range_ratio, workload.input_histogram, "input"),
+                   _lengths(request.output_len, workload.range_ratio, workload.output_histogram, "output"), arrivals)
+
+
+def _lengths(longest: int, range_ratio: float, histogram, name: str) -> Lengths:
+    if histogram is None:
+        return Lengths(longest, range_ratio)
+    if max(length for length, _ in histogram) > longest:
+        raise CostModelError(f"workload.{name}_histogram", f"a length exceeds {name}_len ({longest:,}), which the "
+                                                           "bound and the memory are sized for")
+    return Lengths(longest, histogram=tuple((int(n), float(w)) for n, w in histogram))
 
 
 def _step_model(worker: deployment.WorkerStep, prefill_worker: deployment.WorkerStep,

@@ -106,3 +106,25 @@ def test_disaggregated_pools_keep_the_steady_state_line_and_say_why(client):
     answer = analyze(client, simulated_request(row))
     assert answer["expected"]["basis"] == "runs" and answer["expected"]["percentiles"] is None
     assert any("disaggregated pools missed" in note for note in answer["assumptions"])
+
+
+def test_an_open_loop_at_a_low_rate_waits_for_nothing(client):
+    """One request a second on a deployment that serves a request in about 25 s of decode: a Poisson arrival finds
+    the scheduler idle or decoding a few others, so the median TTFT is close to one prefill (the calibrated closed
+    loop at 64 in flight, whose recipe looks every 30 steps, waits far longer)."""
+    body = b200_sglang_fp8(64)
+    closed = analyze(client, body)["expected"]
+    opened = analyze(client, body | {"workload": {"range_ratio": 0.8, "request_rate": 1.0}})["expected"]
+    assert opened["percentiles"]["ttft_s"]["p50"] < closed["percentiles"]["ttft_s"]["p50"]
+    assert opened["requests_per_s"] <= 1.2
+
+
+def test_length_histograms_are_drawn_and_bounded_by_the_lengths(client):
+    """Outputs of 256 or 1,024 tokens, equally likely: 640 draws average about 640 tokens (within 5 %)."""
+    body = b200_sglang_fp8(64) | {"workload": {"output_histogram": [[256, 1], [1024, 1]]}}
+    expected = analyze(client, body)["expected"]
+    assert expected["output_tokens_per_s"] / expected["requests_per_s"] == pytest.approx(640, rel=0.05)
+    too_long = client.post("/v1/analyze/serving",
+                           json=body | {"workload": {"input_histogram": [[4096, 1]]}})
+    assert too_long.status_code == 422
+    assert "input_histogram" in too_long.json()["fields"][0]["msg"]
