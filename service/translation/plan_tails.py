@@ -107,6 +107,8 @@ def with_tails(ranked: list[serving.Config], request: ServingPlanRequest, catalo
     kept.sort(key=lambda item: serving.rank_key(item[0]))
     if not kept:
         _refuse({**slo.limits(), **limits}, missed, unjudged)
+    if not runs and not limits:
+        return kept, []
     note = (f"tails: {runs} of the best configurations simulated as serving deployments (POST "
             "/v1/analyze/serving's scheduling simulation, where a scheduling calibration applies): their expected "
             "figures and percentiles are the simulation's, their SLOs judged again on them, and they are ranked on them")
