@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from schemas.analysis import RoofOptions
 from schemas.common import DeviceId, EngineName, PositiveFinite, StrictModel
 from schemas.models import DTYPES_DOC, Length, MemoryOptions, ModelChoice, ModelDTypes, StepMemoryOut
-from schemas.serving import ServingPercentiles, SpeculativeDecoding
+from schemas.serving import LaunchOut, ServingPercentiles, SpeculativeDecoding
 
 MAX_PLAN_CONCURRENCY = 512
 
@@ -128,6 +128,9 @@ class ServingConfig(BaseModel):
         description="With price_per_device_hour; at the expected rate where slo_basis is 'expected'")
     expected: ServingConfigExpected | None = Field(
         None, description="What it is expected to measure, from a serving calibration (null where slo_basis is 'bound')")
+    launch: LaunchOut | None = Field(
+        None, description="With an engine the service knows, an aggregated configuration as the commands that start it "
+                          "and benchmark it at its concurrency (POST /v1/analyze/serving's launch)")
 
 
 class ServingPlan(BaseModel):

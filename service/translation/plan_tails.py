@@ -14,9 +14,11 @@ from dataclasses import replace
 from schemas.plans import ServingPlanRequest
 from schemas.serving import ServingAnalysisRequest
 from service.core.planning import serving
+from service.core.simulation.engines import engine_family
 from service.persistence.catalog import DeviceCatalog, scheduling_calibrations
 from service.runtime.errors import Unprocessable
-from service.translation.serving_analyses import analyze_serving_request
+from service.translation.serving_analyses import analyze_serving_request, serving_setup, speculative_of
+from service.translation.serving_simulation import launch_of
 
 # slo field: (the percentiles' quantity, which percentile)
 PERCENTILE_SLOS = {"ttft_p90_s": ("ttft_s", "p90"), "ttft_p99_s": ("ttft_s", "p99"), "tpot_p90_s": ("tpot_s", "p90"),
@@ -132,3 +134,14 @@ def _refuse(limits: dict[str, float], missed: list, unjudged: int) -> None:
         reason = (f"slo.{name}: no configuration could be judged on its percentiles (they need an aggregated "
                   "deployment on a device and engine with a scheduling calibration)")
     raise Unprocessable(reason, [{"loc": f"body.slo.{name}", "msg": reason}])
+
+
+def launch_for(request: ServingPlanRequest, config: serving.Config, catalog: DeviceCatalog) -> dict | None:
+    """The commands that start an aggregated configuration on the plan's engine and benchmark it at its
+    concurrency (POST /v1/analyze/serving's `launch`); None without an engine the service knows, or disaggregated."""
+    if request.engine is None or engine_family(request.engine) is None or config.mode != "aggregated":
+        return None
+    deployment = _deployment(request, config)
+    setup = serving_setup(deployment, catalog)
+    started = launch_of(deployment, setup, speculative_of(deployment, catalog))
+    return vars(started) if started is not None else None

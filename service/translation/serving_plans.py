@@ -35,7 +35,7 @@ from service.translation.model_analyses import (
     resolve_model,
     unprocessable,
 )
-from service.translation.plan_tails import with_tails
+from service.translation.plan_tails import launch_for, with_tails
 from service.translation.serving_analyses import LinkOptions, pool_budgets, speculative_method, speculative_of
 from service.translation.training_analyses import topology_for
 
@@ -176,7 +176,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     best.sort(key=serving.rank_key)
     kept, tail_notes = with_tails(best, request, catalog, dtypes.weights)
     return ServingPlan(model=name, slo_basis="expected" if expectations else "bound",
-                       configs=[_out(c, percentiles) for c, percentiles in kept],
+                       configs=[_out(c, percentiles, launch_for(request, c, catalog)) for c, percentiles in kept],
                        pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,
                        skipped=skipped,
                        assumptions=[*_assumptions(request, arch), *positions_notes(arch), *link_notes, *tail_notes,
@@ -261,10 +261,11 @@ def _thinned(frontier: list, most: int) -> list:
     return [frontier[round(i * step)] for i in range(most)]
 
 
-def _out(config: serving.Config, percentiles: dict | None = None) -> ServingConfig:
+def _out(config: serving.Config, percentiles: dict | None = None, launch: dict | None = None) -> ServingConfig:
     fields = vars(config)
     expected = vars(config.expected) | {"percentiles": percentiles} if config.expected else None
-    return ServingConfig(**{**fields, "memory": StepMemoryOut(**config.memory()), "expected": expected})
+    return ServingConfig(**{**fields, "memory": StepMemoryOut(**config.memory()), "expected": expected,
+                            "launch": launch})
 
 
 def _refuse(fitting: list[serving.Config], slo: serving.Slo, request: ServingPlanRequest, best_rate: float,

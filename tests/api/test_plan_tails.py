@@ -58,3 +58,16 @@ def test_a_percentile_slo_without_an_engine_is_a_422_saying_why(client):
     assert response.status_code == 422
     field = response.json()["fields"][0]
     assert field["loc"] == "body.slo.tpot_p90_s" and "needs an engine" in field["msg"]
+
+
+def test_each_configuration_carries_the_commands_that_launch_it(client):
+    """The plan's configurations with the engine's launch: the same commands a serving analysis of that deployment
+    gives (its replicas as workers, its concurrency over them)."""
+    for config in planned(client).json()["configs"]:
+        body = {key: BODY[key] for key in ("model_id", "dtypes", "engine")} | {
+            "device_id": config["device_id"], "input_len": 1024, "output_len": 1024,
+            "concurrency": config["concurrency_per_replica"] * config["replicas"], "workers": config["replicas"],
+            "tensor_parallel": config["tensor_parallel"], "expert_parallel": config["expert_parallel"],
+            "attention_data_parallel": config["attention_data_parallel"]}
+        launch = client.post("/v1/analyze/serving", json=body).json()["launch"]
+        assert config["launch"] == launch and "sglang.launch_server" in launch["command"]
