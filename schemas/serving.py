@@ -153,10 +153,11 @@ class WorkloadOptions(StrictModel):
     prompts_per_concurrency: Annotated[int, Field(ge=1, le=20)] = Field(
         10, description="Timed requests per request in flight (InferenceX: --num-prompts 10 x concurrency)")
     input_histogram: LengthBins | None = Field(
-        None, description="Prompt lengths as [[tokens, weight], ...] (up to 64 bins, none longer than input_len, "
-                          "which stays the longest the bound and the memory are sized for), in place of range_ratio")
+        None, description="Prompt lengths as [[tokens, weight], ...] (up to 64 bins, weights not all 0, none longer "
+                          "than input_len, which stays the longest the bound and the memory are sized for), in place "
+                          "of range_ratio")
     output_histogram: LengthBins | None = Field(
-        None, description="Output lengths as [[tokens, weight], ...], none longer than output_len")
+        None, description="Output lengths as [[tokens, weight], ...], weights not all 0, none longer than output_len")
     request_rate: Annotated[float, Field(gt=0, le=1e6)] | None = Field(
         None, description="An open loop instead: requests arrive at this rate a second over the deployment, whatever "
                           "is in flight (prompts_per_concurrency x concurrency of them; `concurrency` still sizes "

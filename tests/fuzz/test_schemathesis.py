@@ -39,6 +39,8 @@ UNSTATABLE_RULES = {
     "more than 4096 points": "at most 4096 points",
     "exceeds draft_tokens + 1": "between 1 and draft_tokens + 1",
     "each key head serves whole value heads": "must divide heads",
+    "the weights must not all be 0": "weights not all 0",
+    "a length exceeds": "none longer than",
 }
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
