@@ -247,7 +247,17 @@ def cmd_sweep(args) -> None:
 
 
 def cmd_compare(args) -> None:
-    if args.model:
+    if args.serving:
+        if not (args.model and args.input_len and args.output_len and args.concurrency):
+            raise SystemExit("--serving needs --model, --input-len, --output-len and --concurrency")
+        request = {**model_of(args), **dtypes_of(args), "input_len": args.input_len, "output_len": args.output_len,
+                   "concurrency": args.concurrency, "tensor_parallel": args.tensor_parallel,
+                   "expert_parallel": args.expert_parallel, "attention_data_parallel": args.attention_data_parallel,
+                   "roofs": args.roofs}
+        if args.kernel_engine:
+            request["engine"] = args.kernel_engine
+        body = {"endpoint": "serving", "device_ids": args.devices, "request": request}
+    elif args.model:
         body = {"endpoint": "model", "device_ids": args.devices, "request": step_body(args)}
     elif args.kind:
         body = {"endpoint": "operator", "device_ids": args.devices, "request": operator_body(args)}
@@ -565,6 +575,15 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("--seq-len", type=int, default=None, help="model step: prompt or cached tokens")
     kernel_engine(compare)
     operator_options(compare, required=False)
+    serving_mode = compare.add_argument_group("--serving: one serving deployment on each device (ranked by TPOT)")
+    serving_mode.add_argument("--serving", action="store_true",
+                              help="compare serving deployments (POST /v1/analyze/serving); --engine names the "
+                                   "serving engine")
+    serving_mode.add_argument("--input-len", type=int, help="prompt tokens per request")
+    serving_mode.add_argument("--output-len", type=int, help="generated tokens per request")
+    serving_mode.add_argument("--concurrency", type=int, help="requests in flight over the deployment")
+    serving_mode.add_argument("--expert-parallel", type=int, default=1, help="1, or --tensor-parallel")
+    serving_mode.add_argument("--attention-data-parallel", type=int, default=1, help="attention groups")
     roofs(compare)
     compare.set_defaults(run=cmd_compare)
 

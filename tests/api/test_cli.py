@@ -356,3 +356,19 @@ def test_a_run_that_scales_rope_from_the_command_line(local_database, capsys):
     assert any("8,192 = 4,096 x 2, the request's rope_scaling (linear)" in note for note in answer["assumptions"])
     with pytest.raises(SystemExit, match="TYPE:FACTOR"):
         run(capsys, *argv, "--rope-scaling", "linear")
+
+
+def test_compare_serving_ranks_deployments_as_the_api_does(local_database, capsys):
+    """--serving compares one serving deployment on each device through POST /v1/analyze/compare: the same ranking
+    the API gives for the same body; without the workload it says what it needs."""
+    args = ["compare", "--devices", "nvidia-b200", "nvidia-h200-sxm", "--model", "deepseek-v3", "--scheme", "w8a8-fp8",
+            "--kv-dtype", "fp8", "--serving", "--input-len", "1024", "--output-len", "1024", "--concurrency", "64",
+            "--tensor-parallel", "8", "--engine", "sglang"]
+    ranked = json.loads(run(capsys, *args, "--json").out)
+    assert ranked["time_meaning"].startswith("TPOT")
+    assert [e["device_id"] for e in ranked["ranking"]][0] == "nvidia-b200"
+    assert all(e["expected_time_s"] >= e["time_s"] for e in ranked["ranking"])
+    assert "vs fastest" in run(capsys, *args).out
+    with pytest.raises(SystemExit) as stop:
+        run(capsys, "compare", "--devices", "nvidia-b200", "--model", "deepseek-v3", "--serving")
+    assert "--input-len" in str(stop.value)
