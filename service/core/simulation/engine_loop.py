@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.core.errors import CostModelError
 from service.core.simulation.engines import Scheduler
 from service.core.simulation.step_model import StepModel
 from service.core.simulation.workload import ClosedLoop, OpenLoop, Traffic
@@ -133,15 +132,6 @@ def estimated_events(simulation: Simulation) -> int:
         chunk = max(64, chunk - min(scheduler.max_running, simulation.running_cap))
     chunks = 1 if not scheduler.chunked else math.ceil(traffic.input.longest / chunk)
     return per_group * (4 + chunks)
-
-
-def check_events(simulation: Simulation, field: str = "concurrency") -> int:
-    events = estimated_events(simulation)
-    if events > MAX_EVENTS:
-        raise CostModelError(field, f"the scheduling simulation would take about {events:,} events, over its limit of "
-                                    f"{MAX_EVENTS:,} (fewer requests or longer prefill chunks; calibration 'none' "
-                                    "answers the bound alone)")
-    return events
 
 
 def _per_group(traffic: Traffic, groups: int) -> tuple[float, int, float]:
@@ -420,7 +410,8 @@ class _Engine:
 
 
 def simulate(simulation: Simulation, timing: Timing = Timing()) -> Run:
-    """Run the benchmark through the engine (check_events first where the size comes from a request)."""
+    """Run the benchmark through the engine (weigh estimated_events against MAX_EVENTS first where the size comes
+    from a request)."""
     engine = _Engine(simulation, timing)
     engine.run()
     decode_part = engine.at_finish - engine.decode_from
