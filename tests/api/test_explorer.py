@@ -207,3 +207,80 @@ def test_explorer_draws_its_chart_from_the_apis_numbers(browser, live_server):  
     assert float(marker.get_attribute("data-intensity")) == pytest.approx(2 * 4096**3 / (3 * 4096**2 * 2))
     assert float(marker.get_attribute("data-flops-per-s")) == pytest.approx(989.4e12)
     assert [url for url in requested_urls(browser) if "/v1/plot/" in url] == []
+
+
+def seconds_as_the_page_writes_them(value: float) -> str:
+    """The page's seconds: three significant figures, in s, ms or µs."""
+    if abs(value) >= 1:
+        return f"{value:.3g} s"
+    if abs(value) >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} µs"
+
+
+def figures_text(driver) -> str:
+    return driver.find_element(By.CSS_SELECTOR, "#figures tbody").text
+
+
+def test_serving_page_is_the_apis_request_and_answer(browser, live_server):  # noqa: F811
+    """/explore/serving: its form built from the OpenAPI document (every field labelled, the nested ones prefixed),
+    the bound beside the expectation with the simulated percentiles and their chart, the launch commands, the state
+    in the address, keyboard-only use, a refusal named, and nothing fetched from elsewhere."""
+    wait = WebDriverWait(browser, 90)
+    browser.get(f"{live_server}/explore/serving")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg rect") and figures_text(d))
+    fields = browser.find_elements(By.CSS_SELECTOR, "#fields input, #fields select")
+    names = {field.get_attribute("name") for field in fields}
+    assert {"input_len", "concurrency", "engine", "calibration", "dtypes.scheme", "scheduler.recv_interval",
+            "workload.range_ratio"} <= names
+    for field in fields:  # every field has its label
+        assert browser.find_elements(By.CSS_SELECTOR, f"label[for='{field.get_attribute('id')}']")
+
+    body = {"model_id": "deepseek-v3", "device_id": "nvidia-b200", "input_len": 1024, "output_len": 1024,
+            "concurrency": 64, "tensor_parallel": 8, "engine": "sglang",
+            "dtypes": {"scheme": "w8a8-fp8", "kv_cache": "fp8"}}
+    answer = httpx.post(f"{live_server}/v1/analyze/serving", json=body, timeout=60).json()
+    shown = figures_text(browser)
+    assert f"TTFT {seconds_as_the_page_writes_them(answer['bound']['ttft_s'])} " \
+           f"{seconds_as_the_page_writes_them(answer['expected']['ttft_s'])}" in shown
+    percentiles = browser.find_element(By.CSS_SELECTOR, "#percentiles tbody").text
+    p99 = answer["expected"]["percentiles"]["ttft_s"]["p99"]
+    assert seconds_as_the_page_writes_them(p99) in percentiles
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#chart svg rect")) == 6
+    assert "sglang.launch_server" in browser.find_element(By.ID, "launch-command").text
+
+    # Keyboard only: 16 in flight, submitted with Enter; the address holds it and the figures follow.
+    concurrency = browser.find_element(By.ID, "f-concurrency")
+    concurrency.send_keys(Keys.CONTROL, "a")
+    concurrency.send_keys("16", Keys.ENTER)
+    wait.until(lambda d: "concurrency=16" in d.current_url and figures_text(d) and figures_text(d) != shown)
+    sixteen = httpx.post(f"{live_server}/v1/analyze/serving", json=body | {"concurrency": 16}, timeout=60).json()
+    assert seconds_as_the_page_writes_them(sixteen["expected"]["tpot_s"]) in figures_text(browser)
+    # The address is the page: opened again, it asks the same.
+    browser.get(browser.current_url)
+    wait.until(lambda d: figures_text(d))
+    assert browser.find_element(By.ID, "f-concurrency").get_attribute("value") == "16"
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "explorer-serving.png"
+    browser.set_window_size(1200, 2400)
+    browser.save_screenshot(str(shot))
+    record_artifact(shot)
+
+    # A refusal is named, and no figure stands under it.
+    field = browser.find_element(By.ID, "f-input_len")
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys("0", Keys.ENTER)
+    wait.until(lambda d: d.find_element(By.ID, "error").is_displayed())
+    assert "input_len" in browser.find_element(By.ID, "error").text and figures_text(browser) == ""
+
+    requested = requested_urls(browser)
+    assert any(url.endswith("/explore/assets/serving.js") for url in requested)
+    assert [url for url in requested if not url.startswith(live_server)] == []
+
+
+def test_the_explorer_pages_link_to_each_other(client):
+    assert 'href="explore/serving"' in client.get("/explore").text
+    page = client.get("/explore/serving")
+    assert page.status_code == 200 and 'href="../explore"' in page.text
+    assert client.get("/explore/assets/serving.js").status_code == 200

@@ -1,4 +1,4 @@
-"""The roofline explorer: one page and its three assets, served by the service itself (no CDN, no build step)."""
+"""The roofline explorer: its pages and their assets, served by the service itself (no CDN, no build step)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from fastapi import APIRouter, HTTPException, Response
 
 router = APIRouter(include_in_schema=False)
 FILES = Path(__file__).resolve().parents[1] / "explorer"
-ASSETS = {"explore.js": "application/javascript", "roofline.js": "application/javascript", "explore.css": "text/css"}
+ASSETS = {"explore.js": "application/javascript", "roofline.js": "application/javascript", "explore.css": "text/css",
+          "serving.js": "application/javascript"}
 
 
 @lru_cache
@@ -20,6 +21,11 @@ def _read(name: str) -> bytes:
 @router.get("/explore")
 async def explore() -> Response:
     return Response(_read("explore.html"), media_type="text/html; charset=utf-8")
+
+
+@router.get("/explore/serving")
+async def explore_serving() -> Response:
+    return Response(_read("serving.html"), media_type="text/html; charset=utf-8")
 
 
 @router.get("/explore/assets/{name}")
