@@ -1,5 +1,6 @@
 """Time to the first chart of each explorer page, in headless Chromium, and each page's weight: the model-step view
-(`/explore`, its roofline chart) beside the serving page (`/explore/serving`, its percentile chart). Loads
+(`/explore`, its roofline chart) beside the serving page (`/explore/serving`, its percentile chart) and the planning
+page (`/explore/plan`, its frontier with the chosen configuration). Loads
 alternate between the pages, each a fresh load of the page (its assets cached after the first, as a planner's
 browser would), timed from the navigation to the chart's first element (selenium polling every 10 ms).
 
@@ -21,9 +22,13 @@ from bench.explorer import browser
 
 LOADS = 10
 PAGES = {"model step (/explore)": ("/explore", "#chart svg"),
-         "serving (/explore/serving)": ("/explore/serving", "#chart svg rect")}
+         "serving (/explore/serving)": ("/explore/serving", "#chart svg rect"),
+         "plan (/explore/plan)": ("/explore/plan", "#chart svg circle.chosen")}
 ASSETS = {"/explore": ["/explore/assets/explore.css", "/explore/assets/roofline.js", "/explore/assets/explore.js"],
-          "/explore/serving": ["/explore/assets/explore.css", "/explore/assets/serving.js", "/openapi.json"]}
+          "/explore/serving": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/serving.js",
+                               "/openapi.json"],
+          "/explore/plan": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/plan.js",
+                            "/openapi.json"]}
 
 
 def first_chart(driver, url: str, selector: str) -> float:

@@ -218,6 +218,11 @@ def seconds_as_the_page_writes_them(value: float) -> str:
     return f"{value * 1e6:.3g} µs"
 
 
+def number_as_the_page_writes_it(value: float) -> str:
+    """Four significant figures, then en-US grouping with at most three decimals (toLocaleString's default)."""
+    return f"{float(f'{value:.4g}'):,.3f}".rstrip("0").rstrip(".")
+
+
 def figures_text(driver) -> str:
     return driver.find_element(By.CSS_SELECTOR, "#figures tbody").text
 
@@ -264,6 +269,7 @@ def test_serving_page_is_the_apis_request_and_answer(browser, live_server):  # n
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "explorer-serving.png"
     browser.set_window_size(1200, 2400)
+    browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(str(shot))
     record_artifact(shot)
 
@@ -280,7 +286,52 @@ def test_serving_page_is_the_apis_request_and_answer(browser, live_server):  # n
 
 
 def test_the_explorer_pages_link_to_each_other(client):
-    assert 'href="explore/serving"' in client.get("/explore").text
-    page = client.get("/explore/serving")
-    assert page.status_code == 200 and 'href="../explore"' in page.text
-    assert client.get("/explore/assets/serving.js").status_code == 200
+    home = client.get("/explore").text
+    assert 'href="explore/serving"' in home and 'href="explore/plan"' in home
+    for path in ("/explore/serving", "/explore/plan"):
+        page = client.get(path)
+        assert page.status_code == 200 and 'href="../explore"' in page.text
+        assert 'href="serving"' in page.text and 'href="plan"' in page.text
+    for asset in ("form.js", "serving.js", "plan.js"):
+        assert client.get(f"/explore/assets/{asset}").status_code == 200
+
+
+def test_plan_page_ranks_and_draws_what_the_api_answers(browser, live_server):  # noqa: F811
+    """/explore/plan: the plan's table is the API's ranking for the same request, and its chart plots the same
+    figures: every frontier shape and ranked configuration a point naming its layout, the chosen one marked, the
+    TPOT SLO drawn; a tighter SLO submitted from the keyboard re-plans; nothing fetched from elsewhere."""
+    wait = WebDriverWait(browser, 120)
+    browser.get(f"{live_server}/explore/plan")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg circle.chosen")
+               and d.find_element(By.CSS_SELECTOR, "#configs tbody").text)
+    body = {"model_id": "deepseek-v3", "device_ids": ["nvidia-b200"], "total_devices": 8, "input_len": 1024,
+            "output_len": 1024, "engine": "sglang", "top_n": 5, "slo": {"tpot_s": 0.03},
+            "dtypes": {"scheme": "w8a8-fp8", "kv_cache": "fp8"}}
+    answer = httpx.post(f"{live_server}/v1/plan/serving", json=body, timeout=120).json()
+    rows = browser.find_elements(By.CSS_SELECTOR, "#configs tbody tr")
+    assert len(rows) == len(answer["configs"])
+    best = answer["configs"][0]
+    first = rows[0].text
+    assert f"{best['tensor_parallel']} / {best['expert_parallel']} / {best['attention_data_parallel']}" in first
+    assert number_as_the_page_writes_it(best["expected"]["tokens_per_s_per_device"]) in first
+    circles = browser.find_elements(By.CSS_SELECTOR, "#chart svg circle")
+    assert len(circles) == len(answer["pareto"]) + len(answer["configs"])
+    chosen = browser.find_element(By.CSS_SELECTOR, "#chart svg circle.chosen")
+    assert f"TP {best['tensor_parallel']} / EP {best['expert_parallel']}" in chosen.get_attribute("innerHTML")
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart svg line.slo")
+
+    tpot = browser.find_element(By.ID, "f-slo-tpot_s")
+    tpot.send_keys(Keys.CONTROL, "a")
+    tpot.send_keys("0.025", Keys.ENTER)
+    wait.until(lambda d: "slo.tpot_s=0.025" in d.current_url and d.find_elements(By.CSS_SELECTOR, "#chart svg circle.chosen"))
+    tighter = httpx.post(f"{live_server}/v1/plan/serving", json=body | {"slo": {"tpot_s": 0.025}}, timeout=120).json()
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#configs tbody tr")) == len(tighter["configs"])
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "explorer-plan.png"
+    browser.set_window_size(1200, 1600)
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.save_screenshot(str(shot))
+    record_artifact(shot)
+    requested = requested_urls(browser)
+    assert [url for url in requested if not url.startswith(live_server)] == []

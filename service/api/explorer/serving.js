@@ -5,139 +5,19 @@
   const $ = (id) => document.getElementById(id);
   const root = new URL("../", window.location.href).pathname;
   const api = (path) => root.replace(/\/$/, "") + path;
-  const SCHEMA = "ServingAnalysisRequest";
+  const form = window.explorerForm;
+  const seconds = form.seconds, rate = form.number, row = (cells) => form.row(cells);
   // Nested objects shown as their own fieldset (one level); what a form cannot hold well (an inline config, pools
   // of a disaggregated deployment, lists) stays the API's (the documentation takes them).
   const NESTED = ["dtypes", "speculative", "scheduler", "workload"];
+  const FIRST = ["model_id", "device_id", "input_len", "output_len", "concurrency", "engine", "tensor_parallel",
+    "expert_parallel", "attention_data_parallel", "calibration"];
   const DEFAULTS = { model_id: "deepseek-v3", device_id: "nvidia-b200", input_len: 1024, output_len: 1024, concurrency: 64,
     tensor_parallel: 8, engine: "sglang", "dtypes.scheme": "w8a8-fp8", "dtypes.kv_cache": "fp8" };
-  let components = {};
 
-  function resolve(schema) {
-    if (!schema) return {};
-    if (schema.$ref) return resolve(components[schema.$ref.split("/").pop()]);
-    const options = schema.anyOf || schema.oneOf;
-    if (options) {
-      const chosen = options.find((s) => s.type !== "null") || {};
-      return { ...resolve(chosen), description: schema.description || resolve(chosen).description, default: schema.default };
-    }
-    return schema;
-  }
-
-  function scalar(schema) {
-    return ["integer", "number", "string", "boolean"].includes(schema.type) || Array.isArray(schema.enum);
-  }
-
-  function input(name, schema, labelText) {
-    const id = "f-" + name.replace(/\./g, "-");
-    const wrapper = document.createElement("div");
-    const label = document.createElement("label");
-    label.htmlFor = id;
-    label.textContent = labelText;
-    let field;
-    if (Array.isArray(schema.enum)) {
-      field = document.createElement("select");
-      field.appendChild(new Option("(default)", ""));
-      schema.enum.forEach((v) => field.appendChild(new Option(String(v), String(v))));
-    } else if (schema.type === "boolean") {
-      field = document.createElement("select");
-      [["(default)", ""], ["true", "true"], ["false", "false"]].forEach(([t, v]) => field.appendChild(new Option(t, v)));
-    } else {
-      field = document.createElement("input");
-      field.type = schema.type === "string" ? "text" : "number";
-      if (schema.type !== "string") field.step = schema.type === "integer" ? "1" : "any";
-      if (schema.minimum !== undefined) field.min = schema.minimum;
-      if (schema.maximum !== undefined) field.max = schema.maximum;
-    }
-    field.id = id;
-    field.name = name;
-    field.dataset.type = schema.type || "string";
-    if (schema.description) {
-      const help = document.createElement("small");
-      help.id = id + "-help";
-      help.textContent = schema.description;
-      field.setAttribute("aria-describedby", help.id);
-      wrapper.append(label, field, help);
-    } else {
-      wrapper.append(label, field);
-    }
-    return wrapper;
-  }
-
-  function build(openapi) {
-    components = openapi.components.schemas;
-    const request = components[SCHEMA];
-    const fields = $("fields");
-    const main = document.createElement("fieldset");
-    main.appendChild(Object.assign(document.createElement("legend"), { textContent: "Deployment and workload" }));
-    const nested = [];
-    // The fields a planner sets first, then the rest in the document's order.
-    const first = ["model_id", "device_id", "input_len", "output_len", "concurrency", "engine", "tensor_parallel",
-      "expert_parallel", "attention_data_parallel", "calibration"];
-    const ordered = [...first.filter((n) => n in request.properties),
-      ...Object.keys(request.properties).filter((n) => !first.includes(n))];
-    ordered.map((name) => [name, request.properties[name]]).forEach(([name, raw]) => {
-      const schema = resolve(raw);
-      if (NESTED.includes(name) && schema.properties) nested.push([name, schema]);
-      else if (scalar(schema)) main.appendChild(input(name, schema, name));
-    });
-    fields.appendChild(main);
-    nested.forEach(([name, schema]) => {
-      const set = document.createElement("fieldset");
-      set.appendChild(Object.assign(document.createElement("legend"), { textContent: name }));
-      Object.entries(schema.properties).forEach(([child, raw]) => {
-        const sub = resolve(raw);
-        if (scalar(sub)) set.appendChild(input(name + "." + child, sub, name + "." + child));
-      });
-      fields.appendChild(set);
-    });
-  }
-
-  function fill() {
-    const query = new URLSearchParams(window.location.search);
-    const given = query.toString() ? Object.fromEntries(query) : DEFAULTS;
-    document.querySelectorAll("#fields [name]").forEach((field) => {
-      if (given[field.name] !== undefined) field.value = String(given[field.name]);
-    });
-  }
-
-  function body() {
-    const out = {};
-    const state = new URLSearchParams();
-    document.querySelectorAll("#fields [name]").forEach((field) => {
-      if (field.value === "") return;
-      state.set(field.name, field.value);
-      const type = field.dataset.type;
-      const value = type === "integer" ? parseInt(field.value, 10) : type === "number" ? parseFloat(field.value)
-        : type === "boolean" ? field.value === "true" : field.value;
-      const [head, tail] = field.name.split(".");
-      if (tail) (out[head] = out[head] || {})[tail] = value;
-      else out[head] = value;
-    });
-    return [out, state];
-  }
-
-  function seconds(value) {
-    if (value === null || value === undefined) return "–";
-    if (Math.abs(value) >= 1) return value.toPrecision(3) + " s";
-    if (Math.abs(value) >= 1e-3) return (value * 1e3).toPrecision(3) + " ms";
-    return (value * 1e6).toPrecision(3) + " µs";
-  }
-  const rate = (value) => (value === null || value === undefined ? "–" : Number(value.toPrecision(4)).toLocaleString("en-US"));
   const FIGURES = [["TTFT", "ttft_s", seconds], ["TPOT", "tpot_s", seconds], ["ITL", "itl_s", seconds],
     ["end-to-end (mean request)", "e2e_latency_s", seconds], ["requests/s", "requests_per_s", rate],
     ["output tokens/s per device", "output_tokens_per_s_per_device", rate], ["tokens/s per user", "tokens_per_s_per_user", rate]];
-
-  function row(cells, header) {
-    const tr = document.createElement("tr");
-    cells.forEach((text, i) => {
-      const cell = document.createElement(i === 0 && header ? "th" : "td");
-      if (i === 0 && header) cell.scope = "row";
-      cell.textContent = text;
-      tr.appendChild(cell);
-    });
-    return tr;
-  }
 
   function chart(percentiles) {
     // Bars of p50, p90, p99 for TTFT and TPOT, each figure on its own scale (its p99 the full width).
@@ -167,17 +47,16 @@
 
   async function analyse(event) {
     if (event) event.preventDefault();
-    const [request, state] = body();
+    const [request, state] = form.read($("fields"));
     window.history.replaceState(null, "", "?" + state.toString());
     clear();
     $("error").hidden = true;
     $("status").textContent = "Analysing…";
-    const response = await fetch(api("/v1/analyze/serving"), {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(request) });
-    const answer = await response.json();
-    if (!response.ok) {
-      const where = answer.fields && answer.fields.length ? " (" + answer.fields.map((f) => f.loc + ": " + f.msg).join("; ") + ")" : "";
-      $("error").textContent = (answer.detail || response.statusText) + where;
+    let answer;
+    try {
+      answer = await form.post(api("/v1/analyze/serving"), request);
+    } catch (error) {
+      $("error").textContent = error.message;
       $("error").hidden = false;
       $("status").textContent = "The service refused the request.";
       return;
@@ -185,9 +64,9 @@
     const bound = answer.bound, expected = answer.expected;
     const tbody = $("figures").tBodies[0];
     FIGURES.forEach(([name, key, format]) => {
-      tbody.appendChild(row([name, format(bound[key]), expected ? format(expected[key]) : "–"], true));
+      tbody.appendChild(row([name, format(bound[key]), expected ? format(expected[key]) : "–"]));
     });
-    tbody.appendChild(row(["fits in memory", bound.fits ? "yes" : "DOES NOT FIT", ""], true));
+    tbody.appendChild(row(["fits in memory", bound.fits ? "yes" : "DOES NOT FIT", ""]));
     $("figures").hidden = false;
     const simulation = expected && expected.simulation;
     $("basis").textContent = expected
@@ -198,7 +77,7 @@
     if (expected && expected.percentiles) {
       const p = expected.percentiles, pt = $("percentiles").tBodies[0];
       [["TTFT", p.ttft_s], ["TPOT", p.tpot_s], ["end-to-end", p.e2e_s]].forEach(([name, q]) =>
-        pt.appendChild(row([name, seconds(q.p50), seconds(q.p90), seconds(q.p99)], true)));
+        pt.appendChild(row([name, seconds(q.p50), seconds(q.p90), seconds(q.p99)])));
       $("percentiles").hidden = false;
       chart(p);
       $("tails").hidden = false;
@@ -214,8 +93,9 @@
 
   async function start() {
     const openapi = await (await fetch(api("/openapi.json"))).json();
-    build(openapi);
-    fill();
+    form.build(openapi, "ServingAnalysisRequest", $("fields"), { first: FIRST, nested: NESTED,
+      legend: "Deployment and workload" });
+    form.fill($("fields"), DEFAULTS);
     $("inputs").addEventListener("submit", analyse);
     await analyse();
   }
