@@ -218,6 +218,16 @@ def seconds_as_the_page_writes_them(value: float) -> str:
     return f"{value * 1e6:.3g} µs"
 
 
+def screenshot(driver, name: str, height: int) -> None:
+    """The page from its top, saved under the test artifacts and named at the end of the run."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / name
+    driver.set_window_size(1200, height)
+    driver.execute_script("window.scrollTo(0, 0)")
+    driver.save_screenshot(str(shot))
+    record_artifact(shot)
+
+
 def number_as_the_page_writes_it(value: float) -> str:
     """Four significant figures, then en-US grouping with at most three decimals (toLocaleString's default)."""
     return f"{float(f'{value:.4g}'):,.3f}".rstrip("0").rstrip(".")
@@ -266,12 +276,7 @@ def test_serving_page_is_the_apis_request_and_answer(browser, live_server):  # n
     wait.until(lambda d: figures_text(d))
     assert browser.find_element(By.ID, "f-concurrency").get_attribute("value") == "16"
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / "explorer-serving.png"
-    browser.set_window_size(1200, 2400)
-    browser.execute_script("window.scrollTo(0, 0)")
-    browser.save_screenshot(str(shot))
-    record_artifact(shot)
+    screenshot(browser, "explorer-serving.png", height=2400)
 
     # A refusal is named, and no figure stands under it.
     field = browser.find_element(By.ID, "f-input_len")
@@ -327,11 +332,6 @@ def test_plan_page_ranks_and_draws_what_the_api_answers(browser, live_server):  
     tighter = httpx.post(f"{live_server}/v1/plan/serving", json=body | {"slo": {"tpot_s": 0.025}}, timeout=120).json()
     assert len(browser.find_elements(By.CSS_SELECTOR, "#configs tbody tr")) == len(tighter["configs"])
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / "explorer-plan.png"
-    browser.set_window_size(1200, 1600)
-    browser.execute_script("window.scrollTo(0, 0)")
-    browser.save_screenshot(str(shot))
-    record_artifact(shot)
+    screenshot(browser, "explorer-plan.png", height=1600)
     requested = requested_urls(browser)
     assert [url for url in requested if not url.startswith(live_server)] == []

@@ -149,5 +149,27 @@ window.explorerForm = (() => {
     return tr;
   }
 
-  return { build, fill, read, seconds, number, post, row };
+  // A page's submit: the address takes the form's state, the previous answer is cleared, the request posted; the
+  // answer goes to `show`, a refusal to the page's alert. `page`: { fields, path, working, clear, show, $ }.
+  async function submit(page, event) {
+    if (event) event.preventDefault();
+    const $ = page.$;
+    const [request, state] = read(page.fields);
+    window.history.replaceState(null, "", "?" + state.toString());
+    page.clear();
+    $("error").hidden = true;
+    $("status").textContent = page.working;
+    let answer;
+    try {
+      answer = await post(page.path, request);
+    } catch (error) {
+      $("error").textContent = error.message;
+      $("error").hidden = false;
+      $("status").textContent = "The service refused the request.";
+      return;
+    }
+    page.show(answer, request);
+  }
+
+  return { build, fill, read, seconds, number, post, row, submit };
 })();

@@ -55,22 +55,7 @@
     $("basis").textContent = "";
   }
 
-  async function plan(event) {
-    if (event) event.preventDefault();
-    const [request, state] = form.read($("fields"));
-    window.history.replaceState(null, "", "?" + state.toString());
-    clear();
-    $("error").hidden = true;
-    $("status").textContent = "Planning…";
-    let answer;
-    try {
-      answer = await form.post(api("/v1/plan/serving"), request);
-    } catch (error) {
-      $("error").textContent = error.message;
-      $("error").hidden = false;
-      $("status").textContent = "The service refused the request.";
-      return;
-    }
+  function show(answer, request) {
     const tbody = $("configs").tBodies[0];
     answer.configs.forEach((c, i) => {
       const e = judged(c), p = c.expected && c.expected.percentiles;
@@ -90,8 +75,9 @@
     const openapi = await (await fetch(api("/openapi.json"))).json();
     form.build(openapi, "ServingPlanRequest", $("fields"), { first: FIRST, nested: NESTED, legend: "Candidates and workload" });
     form.fill($("fields"), DEFAULTS);
-    $("inputs").addEventListener("submit", plan);
-    await plan();
+    const page = { $, fields: $("fields"), path: api("/v1/plan/serving"), working: "Planning…", clear, show };
+    $("inputs").addEventListener("submit", (event) => form.submit(page, event));
+    await form.submit(page);
   }
 
   start().catch((error) => { $("error").textContent = String(error); $("error").hidden = false; });

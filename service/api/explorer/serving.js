@@ -45,22 +45,7 @@
     $("basis").textContent = "";
   }
 
-  async function analyse(event) {
-    if (event) event.preventDefault();
-    const [request, state] = form.read($("fields"));
-    window.history.replaceState(null, "", "?" + state.toString());
-    clear();
-    $("error").hidden = true;
-    $("status").textContent = "Analysing…";
-    let answer;
-    try {
-      answer = await form.post(api("/v1/analyze/serving"), request);
-    } catch (error) {
-      $("error").textContent = error.message;
-      $("error").hidden = false;
-      $("status").textContent = "The service refused the request.";
-      return;
-    }
+  function show(answer) {
     const bound = answer.bound, expected = answer.expected;
     const tbody = $("figures").tBodies[0];
     FIGURES.forEach(([name, key, format]) => {
@@ -96,8 +81,9 @@
     form.build(openapi, "ServingAnalysisRequest", $("fields"), { first: FIRST, nested: NESTED,
       legend: "Deployment and workload" });
     form.fill($("fields"), DEFAULTS);
-    $("inputs").addEventListener("submit", analyse);
-    await analyse();
+    const page = { $, fields: $("fields"), path: api("/v1/analyze/serving"), working: "Analysing…", clear, show };
+    $("inputs").addEventListener("submit", (event) => form.submit(page, event));
+    await form.submit(page);
   }
 
   start().catch((error) => { $("error").textContent = String(error); $("error").hidden = false; });
