@@ -26,6 +26,8 @@ from typing import Any
 
 from service.core.expectations.engines import EngineCalibration, EnginePoint, fit_engine_calibration
 from service.core.expectations.serving_runs import ServingCalibration, ServingPoint, fit_serving_calibration
+from service.core.simulation.engines import GiB, engine_preset, sglang_graph_sizes
+from service.core.simulation.fit import MeasuredRun, SchedulingCalibration, calibrate
 from service.translation.serving_analyses import layout_of_body
 
 DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
@@ -185,30 +187,22 @@ def recipe_scheduler(row: dict[str, Any]) -> dict[str, Any]:
         return fields
     if row["hardware"].startswith("mi"):
         return fields | {"recv_interval": 4 if row["precision"] == "fp4" else 8, "step_tokens": 196608,
-                         "graph_batch_sizes": _sglang_sizes(128)}
+                         "graph_batch_sizes": sglang_graph_sizes(128)}
     fp8 = row["precision"] == "fp8"
     return fields | {"recv_interval": 30 if row["conc"] >= 16 else 10, "step_tokens": 32768 if fp8 else 16384,
-                     "max_running": 128 if fp8 else 256, "graph_batch_sizes": _sglang_sizes(128 if fp8 else 256)}
+                     "max_running": 128 if fp8 else 256, "graph_batch_sizes": sglang_graph_sizes(128 if fp8 else 256)}
 
 
 def _preset_cap(framework: str) -> int:
-    from service.core.simulation.engines import engine_preset
-
-    return engine_preset(framework, 192 * 1024**3).max_running
-
-
-def _sglang_sizes(largest: int) -> tuple[int, ...]:
-    from service.core.simulation.engines import sglang_graph_sizes
-
-    return sglang_graph_sizes(largest)
+    """The engine's own cap on running requests (its preset on a device of InferenceX's size: each has more than the
+    160 GiB above which no preset changes)."""
+    return engine_preset(framework, 192 * GiB).max_running
 
 
 def scheduling_calibrations(rows: Iterable[dict[str, Any]], run_of: Callable[[dict[str, Any]], Any],
-                            source: str = SOURCE) -> list:
+                            source: str = SOURCE) -> list[SchedulingCalibration]:
     """One scheduling calibration per device, engine, precision and speculative method with at least three runs,
     each run simulated at unit timing by `run_of(its simulated request)`."""
-    from service.core.simulation.fit import MeasuredRun, calibrate
-
     groups: dict[tuple[str, str, str, str], list[MeasuredRun]] = defaultdict(list)
     for row in rows:
         run, metrics = run_of(simulated_request(row)), row["metrics"]

@@ -99,6 +99,7 @@ class ServingSetup(NamedTuple):
     device: DeviceSpec
     dtypes: ModelDTypes
     decode: deployment.Pool
+    prefill: deployment.Pool | None  # None: aggregated
     evaluator: Evaluator  # the bound's
     topology: Topology
     memory_basis: str
@@ -139,7 +140,7 @@ def serving_setup(request: ServingAnalysisRequest, catalog: DeviceCatalog,
             deployment.check_pool(arch, prefill, "disaggregated.prefill.")
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
-    return ServingSetup(name, arch, device, dtypes, decode, evaluator, topology, basis, deployment_on)
+    return ServingSetup(name, arch, device, dtypes, decode, prefill, evaluator, topology, basis, deployment_on)
 
 
 def composed_on(setup: ServingSetup, tables: KernelTables) -> deployment.ServingBound:
@@ -160,7 +161,7 @@ def analyze_serving_request(request: ServingAnalysisRequest, catalog: DeviceCata
                             resolved: tuple[str, Architecture] | None = None) -> ServingAnalysis:
     """`resolved`: the request's (model name, architecture), where the caller has resolved them already."""
     setup = serving_setup(request, catalog, resolved)
-    name, arch, device, dtypes, decode, evaluator, topology, basis, _ = setup
+    name, arch, device, dtypes, decode, _, evaluator, topology, basis, _ = setup
     bound = setup.deployment_on(evaluator)
     pools = [{**plain_fields_of_pool(state), "memory": plain_fields(StepMemoryOut, state.memory, context_len=state.context_len)}
              for state in bound.pools]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.core.errors import CostModelError
 from service.core.planning import deployment
 from service.core.planning.launch import Launch, LaunchRequest, PoolLayout, launch
 from service.core.simulation.engine_loop import MAX_EVENTS, Disaggregation, Run, Simulation, estimated_events, simulate
@@ -41,16 +40,14 @@ def traffic_of(request) -> Traffic:
     prompts = workload.prompts_per_concurrency * request.concurrency
     arrivals = (ClosedLoop(request.concurrency, prompts) if workload.request_rate is None
                 else OpenLoop(workload.request_rate, prompts, workload.burstiness))
-    return Traffic(_lengths(request.input_len, workload.range_ratio, workload.input_histogram, "input"),
-                   _lengths(request.output_len, workload.range_ratio, workload.output_histogram, "output"), arrivals)
+    return Traffic(_lengths(request.input_len, workload.range_ratio, workload.input_histogram),
+                   _lengths(request.output_len, workload.range_ratio, workload.output_histogram), arrivals)
 
 
-def _lengths(longest: int, range_ratio: float, histogram, name: str) -> Lengths:
+def _lengths(longest: int, range_ratio: float, histogram) -> Lengths:
+    """Uniform over the range, or the histogram (the request's validation holds its lengths to `longest`)."""
     if histogram is None:
         return Lengths(longest, range_ratio)
-    if max(length for length, _ in histogram) > longest:
-        raise CostModelError(f"workload.{name}_histogram", f"a length exceeds {name}_len ({longest:,}), which the "
-                                                           "bound and the memory are sized for")
     return Lengths(longest, histogram=tuple((int(n), float(w)) for n, w in histogram))
 
 
@@ -73,13 +70,9 @@ def simulation_of(request, setup, bound: deployment.ServingBound, evaluator: Eva
     """`setup`: the request resolved (serving_analyses.ServingSetup); `bound`: its deployment's bound (its running
     batch caps the simulated one: the KV cache and the engine's cap); `evaluator`: whose step times;
     `speculative`: the request's, its draft model resolved."""
-    _, prefill_pool = request.pools()
-    decode = setup.decode
+    decode, prefill = setup.decode, setup.prefill
     worker = deployment.WorkerStep(setup.arch, evaluator, setup.topology, decode, setup.dtypes)
     draft_worker = deployment.draft_worker_for(speculative, worker)
-    prefill = None if prefill_pool is None else deployment.Pool(
-        prefill_pool.workers, prefill_pool.tensor_parallel, prefill_pool.expert_parallel,
-        prefill_pool.attention_data_parallel, prefill_pool.max_batch_per_group)
     prefill_worker = worker if prefill is None else deployment.WorkerStep(setup.arch, evaluator, setup.topology,
                                                                          prefill, setup.dtypes)
     # The bound's running batch is the group's share of the concurrency, at most the request's cap, unless the KV
@@ -97,8 +90,8 @@ def simulation_of(request, setup, bound: deployment.ServingBound, evaluator: Eva
     if prefill is not None:
         servers_share = prefill.groups / decode.groups
         servers = max(1, int(servers_share))
-        disaggregation = Disaggregation(steps, scheduler.step_tokens, servers, servers_share / servers,
-                                        bound.kv_transfer_s, float(request.input_len))
+        disaggregation = Disaggregation(steps, servers, servers_share / servers, bound.kv_transfer_s,
+                                        float(request.input_len))
     acceptance = speculative.acceptance_length if speculative else 1.0
     return Simulation(traffic, scheduler, steps, running_cap, decode.groups, acceptance, disaggregation)
 
@@ -126,8 +119,9 @@ def simulated_expectation(request, setup, bound: deployment.ServingBound, calibr
     would take more events than it may; `speculative`: the request's, its draft model resolved."""
     scheduler = scheduler_of(request, setup.device)
     simulation = simulation_of(request, setup, bound, setup.evaluator, scheduler, traffic_of(request), speculative)
-    if estimated_events(simulation) > MAX_EVENTS:
-        raise SimulationTooLarge(estimated_events(simulation))
+    events = estimated_events(simulation)
+    if events > MAX_EVENTS:
+        raise SimulationTooLarge(events)
     run = simulate(simulation, calibration.timing)
     percentiles = {"ttft_s": _percentiles(run.ttft_s, bound.ttft_s), "tpot_s": _percentiles(run.tpot_s, bound.tpot_s),
                    "e2e_s": _percentiles(run.e2e_s, bound.ttft_s + (request.output_len - 1) * bound.tpot_s)}
@@ -142,7 +136,7 @@ def simulated_expectation(request, setup, bound: deployment.ServingBound, calibr
         "output_tokens_per_s": rate * output, "output_tokens_per_s_per_device": rate * output / bound.devices,
         "tokens_per_s_per_device": rate * (output + float(run.input_len.mean())) / bound.devices,
         "tokens_per_s_per_user": 1 / tpot}
-    account = {"scheduler": {**{name: getattr(scheduler, name) for name in SCHEDULER_FIELDS}},
+    account = {"scheduler": {name: getattr(scheduler, name) for name in SCHEDULER_FIELDS},
                "calibration": (f"{calibration.address}: decode x{calibration.decode_scale:.3g}, prefill "
                                f"x{calibration.prefill_scale:.3g}, {calibration.step_overhead_s * 1e3:.3g} ms a step, "
                                f"{calibration.request_overhead_s * 1e3:.3g} ms a request"),

@@ -29,7 +29,8 @@ from service.core.simulation.engines import Scheduler
 from service.core.simulation.step_model import StepModel
 from service.core.simulation.workload import ClosedLoop, OpenLoop, Traffic
 
-# Events a simulation may take; beyond it the request is refused (a 422 naming it), counted before it runs.
+# Events a simulation may take, counted before it runs (estimated_events); the translation layer refuses a request
+# beyond it, or answers without the simulation.
 MAX_EVENTS = 60_000
 
 
@@ -51,7 +52,6 @@ class Disaggregation:
     (`transfer_s` a request, latency included, at the workload's mean prompt; scaled by its prompt)."""
 
     steps: StepModel
-    step_tokens: int
     servers: int
     speed: float
     transfer_s: float
@@ -113,10 +113,10 @@ class Run:
     features: Features
 
 
-def _decode_steps_until(model: StepModel, timing: Timing, padded: int, batch: int, context: float, growth: float,
+def _decode_steps_until(model: StepModel, timing: Timing, padded: int, context: float, growth: float,
                         steps: int) -> tuple[float, float]:
-    """(model time, wall time) of `steps` decode steps of `batch` sequences (run as `padded`) starting at total
-    context `context`, which grows by `growth` a step."""
+    """(model time, wall time) of `steps` decode steps run as a batch of `padded` sequences, starting at total
+    context `context` (the real sequences'), which grows by `growth` a step."""
     base = model.decode_s(padded, context)
     model_time = steps * base + model.per_context_token_s * growth * steps * (steps - 1) / 2
     return model_time, timing.decode_scale * model_time + timing.step_overhead_s * steps
@@ -214,7 +214,6 @@ class _Engine:
         self.prefill_free[server] = start + took
         transfer = disaggregation.transfer_s * self.inputs[request] / disaggregation.mean_input
         self.first[request] = start + took + transfer
-        self.prefilled[request] = self.inputs[request]
         # Its TTFT as features: the prefill's model time and one step, the wait for a server as time already spent
         # (exact at this timing only: the prefill pool's queue is not a closed loop of the decode's steps).
         self.ttft_part[request] = (0.0, model_time, 1)
@@ -282,13 +281,10 @@ class _Engine:
         return (self.balancing and position == len(self.queue) - 1 and bool(self.running)
                 and self.forward_passes - self.seen_at[request] < self.scheduler.balance_wait_steps)
 
-    def _admit_disaggregated(self) -> bool:
+    def _admit_disaggregated(self) -> None:
         """Requests prefilled elsewhere join the running batch as room allows."""
-        moved = False
         while self.queue and self._room() > 0:
             self._join(self.queue.popleft())
-            moved = True
-        return moved
 
     def _prefill_step(self, chunks: list[tuple[int, int, int]], decoding: bool) -> None:
         prefill_model = self.model.prefill_s([(c, p) for _, c, p in chunks])
@@ -355,23 +351,22 @@ class _Engine:
         padded = self.scheduler.padded(batch)
         context = self.context
         growth = batch * acceptance
-        model_time, wall = _decode_steps_until(self.model, self.timing, padded, batch, context, growth, steps)
+        model_time, wall = _decode_steps_until(self.model, self.timing, padded, context, growth, steps)
         if self.future and self.future[0][0] < self.time + wall:
             # An arrival during the stretch: stop at the first poll after it.
-            steps = self._steps_until(self.future[0][0] - self.time, padded, batch, context, growth, steps, to_poll)
-            model_time, wall = _decode_steps_until(self.model, self.timing, padded, batch, context, growth, steps)
+            steps = self._steps_until(self.future[0][0] - self.time, padded, context, growth, steps, to_poll)
+            model_time, wall = _decode_steps_until(self.model, self.timing, padded, context, growth, steps)
         self.busy_decode += self.timing.decode_scale * model_time
         self._charge(model_time, 0.0, steps, wall)
         self.forward_passes += steps
         self._finish(self._emit(steps))
 
-    def _steps_until(self, delay: float, padded: int, batch: int, context: float, growth: float, most: int,
-                     to_poll: int) -> int:
+    def _steps_until(self, delay: float, padded: int, context: float, growth: float, most: int, to_poll: int) -> int:
         """The fewest steps (a poll boundary, at most `most`) whose end is at or past `delay` from now."""
         low, high = 1, most
         while low < high:
             middle = (low + high) // 2
-            if _decode_steps_until(self.model, self.timing, padded, batch, context, growth, middle)[1] >= delay:
+            if _decode_steps_until(self.model, self.timing, padded, context, growth, middle)[1] >= delay:
                 high = middle
             else:
                 low = middle + 1

@@ -42,7 +42,6 @@ class SchedulingFit:
     timing: Timing
     fitted: tuple[str, ...]  # the numbers the runs identified
     prior: tuple[str, ...]  # the numbers set by the stated prior
-    runs: int
 
 
 def _robust(residuals, start, lower, scale):
@@ -121,8 +120,7 @@ def fit_scheduling(runs: Sequence[MeasuredRun], prefill_prior: float) -> Schedul
             break
         timing = settled
     fitted = ("decode_scale", "step_overhead_s", "request_overhead_s") + (("prefill_scale",) if free_prefill else ())
-    return SchedulingFit(settled, fitted, () if free_prefill else (f"prefill_scale = {prefill_prior:.3g} (prior)",),
-                         len(runs))
+    return SchedulingFit(settled, fitted, () if free_prefill else (f"prefill_scale = {prefill_prior:.3g} (prior)",))
 
 
 # Rounds of (median requests, fit) at most: the median requests stop changing within two or three.

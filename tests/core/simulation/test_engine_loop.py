@@ -140,7 +140,7 @@ def test_the_running_cap_makes_the_rest_wait_for_a_place():
 def test_disaggregated_requests_take_the_prefill_pool_and_the_transfer():
     """A prefill pool of one group at the same speed: TTFT = P + the transfer; the decode pool then decodes it."""
     model = flat_model()
-    pool = Disaggregation(model, 100_000, servers=1, speed=1.0, transfer_s=0.004, mean_input=512)
+    pool = Disaggregation(model, servers=1, speed=1.0, transfer_s=0.004, mean_input=512)
     run = simulate(Simulation(closed(512, 21, 1, 2), scheduler(), model, running_cap=8, disaggregation=pool))
     assert run.ttft_s == pytest.approx([prefill_time(512) + 0.004] * 2)
     assert run.tpot_s == pytest.approx([D] * 2)
