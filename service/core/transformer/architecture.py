@@ -224,6 +224,8 @@ class Architecture:
     recurrent: RecurrentMixer | None = None  # the mixer of the layers whose mixer is "recurrent"
     sparse_index: SparseIndexer | None = None  # latent attention over the keys an indexer picks (DeepSeek-V3.2)
     attention_output_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate on the attention output
+    # Step-3.7: a projection of its own (g_proj, unbiased) gives each head one sigmoid gate on its output
+    head_gate: bool = False
     rotary_fraction: float = 1.0  # the share of each head's dimensions that RoPE rotates (partial_rotary_factor)
     v_head_dim: int | None = None  # a value head's width where it differs from head_dim (MiMo-V2-Flash: 128 of 192)
     # How a request extended max_positions (a RoPE scaling the run applies), for the answer; None: as configured.

@@ -372,6 +372,43 @@ def mimo_v2_experts(r: ConfigReader, layers: int, intermediate: int, config: Map
     return moe, [i > 0 for i in range(layers)]
 
 
+def step_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    """Step-3.7: routed experts behind a sigmoid router with a score-correction bias, beside one shared expert
+    share_expert_dim wide (transformers 5.25.0's Step3p7SparseMoeBlock). The MoE layers: mlp_layer_types, else the
+    hub's moe_layers_enum, else from first_k_dense_replace (AIConfigurator's copies), else from the fourth layer on
+    (Step3p7TextConfig's default). Its experts count is n_routed_experts, which AIConfigurator's copies write
+    num_experts."""
+    experts = r.int("n_routed_experts" if "n_routed_experts" in config or "num_experts" not in config
+                    else "num_experts")
+    moe = MoE(experts, r.int("num_experts_per_tok"), r.int("moe_intermediate_size"), shared_experts=1,
+              shared_intermediate=r.int("share_expert_dim"), router_bias=True)
+    listed = config.get("mlp_layer_types")
+    if isinstance(listed, list) and len(listed) >= layers:  # a list may carry the MTP layers' after the model's
+        return moe, [kind == "sparse" for kind in listed[:layers]]
+    enum = config.get("moe_layers_enum")
+    if isinstance(enum, (str, list)):
+        items = enum.split(",") if isinstance(enum, str) else enum
+        chosen = {int(item) for item in items if str(item).strip().isdigit()}
+        return moe, [i in chosen for i in range(layers)]
+    first_dense = r.int("first_k_dense_replace", 3, minimum=0, note=" (Step3p7TextConfig's dense layers)")
+    return moe, [i >= first_dense for i in range(layers)]
+
+
+def step_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[LayerShape]:
+    """Step-3.7's sliding layers may run another head count (num_sliding_attention_heads, or the hub's
+    attention_other_setting): not modelled, refused where it differs from num_attention_heads."""
+    other = r.config.get("attention_other_setting")
+    sliding = r.optional_int("num_sliding_attention_heads")
+    if sliding is None and isinstance(other, Mapping) and isinstance(other.get("num_attention_heads"), int):
+        sliding = other["num_attention_heads"]
+    if sliding is not None and sliding != r.int("num_attention_heads"):
+        r.missing.append("num_sliding_attention_heads (not modelled: sliding layers with their own head count; only "
+                         "num_attention_heads)")
+    if r.config.get("gating", True) not in (True, "per-head"):  # Step3p7Attention's other gate: one an element
+        r.missing.append("gating (not modelled: only a gate a head, true or \"per-head\")")
+    return [LayerShape() for _ in range(layers)]
+
+
 def _decilm_blocks(r: ConfigReader, layers: int) -> list[tuple[int | None, int]]:
     """Nemotron-NAS (DeciLM) block_configs, one a layer: (K/V heads, None where its attention is a no-op; its MLP
     width, 0 where a no-op). The width is 2/3 of ffn_mult x hidden rounded up to a multiple of 256, and the K/V
@@ -532,6 +569,9 @@ class Family:
     # and projector's parameters from the whole config (its vision_config) and the decoder's width.
     text: str | None = None
     vision: Callable[[Mapping[str, Any], str, int], int] | None = None
+    # A config of this multimodal family without text_config is its decoder's alone, no tower (AIConfigurator's
+    # flattened Step-3.7 copies).
+    text_may_be_flat: bool = False
     sparse_index: Callable[[ConfigReader], SparseIndexer] | None = None  # DeepSeek-V3.2's indexer
     # Per layer, whether it runs its own indexer; None: every layer does.
     indexed: Callable[[ConfigReader, int], list[bool]] | None = None
@@ -544,6 +584,7 @@ class Family:
     mixers: Callable[[ConfigReader, int], Mixers] = attention_everywhere
     recurrent: Callable[[ConfigReader], RecurrentMixer] | None = None
     attention_output_gate: bool = False
+    head_gate: bool = False  # a gate a head from its own projection (Step-3.7)
     gated_mlp: bool = True
     activation_key: str = "hidden_act"
     # How many layers: num_hidden_layers, or what the family's layer list says (Nemotron-H's pattern).
@@ -634,6 +675,12 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
         _reader(config, "vision_config", prefix))),
     Family("qwen3_5_moe", text="qwen3_5_moe_text", vision=lambda config, prefix, hidden: vision.qwen3_vl(
         _reader(config, "vision_config", prefix))),
+    # StepFun's Step-3.7 (Step3p7TextConfig's model_type is step3p5): Gemma-3-style sliding and full layers with q/k
+    # norms and a sigmoid gate a head, routed experts beside a shared one after the first dense layers; its
+    # multi-token-prediction layers are not counted.
+    Family("step3p5", qk_norm=True, head_gate=True, experts=step_experts, shapes=step_shapes),
+    Family("step3p7", text="step3p5", text_may_be_flat=True, vision=lambda config, prefix, hidden: vision.step3p7(
+        _reader(config, "vision_config", prefix), hidden, bool(config.get("projector_bias", False)))),
     # Attention and Mamba-2 side by side on every layer, their outputs added, then a gated MLP.
     Family("falcon_h1", biases=attention_and_mlp_bias, mixers=parallel_everywhere, recurrent=falcon_mamba2),
     # Attention without biases or positions (the config's attention_bias is not read by its attention).
@@ -697,6 +744,9 @@ def _multimodal(family: Family, config: Mapping[str, Any], prefix: str) -> Archi
     """The decoder of `text_config` read as its own family, with the vision tower's parameters and the checkpoint's
     quantisation (stated at the top level) beside it."""
     text = config.get("text_config")
+    if text is None and family.text_may_be_flat:
+        assert family.text is not None
+        return replace(from_hf_config({**config, "model_type": family.text}, prefix), family=family.name)
     if not isinstance(text, Mapping):
         raise ConfigError([f"{prefix}.text_config"], f"a {family.name} config describes its decoder in text_config")
     assert family.text is not None and family.vision is not None
@@ -752,7 +802,7 @@ def _decoder(family: Family, given: Mapping[str, Any], prefix: str) -> Architect
         qk_norm_weights=family.qk_norm_weights, qk_norm_per_head=family.qk_norm_per_head, moe=moe,
         groups=group_layers(list(zip(windows, moe_layers)), chunks, ropes, mixers, mlps, indexed, shapes),
         attention_sinks=family.attention_sinks, defaults_applied=tuple(config.notes() + r.defaults),
-        max_positions=max_positions, attention_output_gate=family.attention_output_gate,
+        max_positions=max_positions, attention_output_gate=family.attention_output_gate, head_gate=family.head_gate,
         rotary_fraction=rotary_fraction(config, head_dim), **features,
     )
 

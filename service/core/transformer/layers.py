@@ -318,6 +318,12 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     if arch.attention_output_gate:  # sigmoid(gate) x output: 4 FLOPs the sigmoid, 1 the product
         rows.append(Row("attn_output_gate", "elementwise", 1,
                         _elementwise("sigmoid_mul", (tokens, heads * dv), act, 2, 5)))
+    # One gate a head: its projection, its sigmoid, then each element of the head scaled by it (the product's read of
+    # the gates, 1/dv of its input, is left out).
+    if arch.head_gate:
+        rows += [Row("g_proj", "matmul", 1, linear_cost(tokens, heads, h, dtypes), params=linear_params(heads, h, False)),
+                 Row("head_gate_sigmoid", "elementwise", 1, _elementwise("sigmoid", (tokens, heads), act)),
+                 Row("head_gate_mul", "elementwise", 1, _elementwise("mul", (tokens, heads * dv), act, 1))]
     rows.append(Row("o_proj", "matmul", 1, linear_cost(tokens, h, heads * dv, dtypes, arch.o_bias),
                     params=linear_params(h, heads * dv, arch.o_bias)))
     return rows

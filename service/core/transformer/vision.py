@@ -111,3 +111,28 @@ def gemma4(vision: ConfigReader, text_hidden: int) -> int:
     tower = 3 * patch * patch * h + 2 * vision.int("position_embedding_size", 10240) * h
     tower += vision.int("num_hidden_layers", 16) * layer + (2 * h if vision.flag("standardize", False) else 0)
     return tower + h * text_hidden
+
+
+def step3p7(vision: ConfigReader, text_hidden: int, projector_bias: bool) -> int:
+    """Step-3.7's tower (transformers 5.25.0's Step3p7VisionModel): an unbiased patch convolution, learned positions
+    for (image_size / patch_size)^2 patches and a layer norm; layer-normed layers with biased q, k, v and output
+    projections, a biased MLP int(hidden x mlp_ratio) wide (intermediate_size is derived so, never read) and two
+    stored layer scales; two biased 3 x 3 convolutions doubling the width twice; then a [4 x vision, text] projector.
+    StepFun's own configs name the sizes width and layers; transformers' names are read first."""
+
+    def size(key: str, theirs: str, default: int) -> int:
+        return vision.int(key if key in vision.config or theirs not in vision.config else theirs, default)
+
+    h = size("hidden_size", "width", 1536)
+    ratio = vision.config.get("mlp_ratio", 8960 / 1536)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 64:
+        vision.missing.append("mlp_ratio (must be a number above 0, at most 64)")
+        ratio = 1
+    i = int(h * ratio)
+    patch, image, channels = vision.int("patch_size", 14), vision.int("image_size", 728), vision.int("num_channels", 3)
+    layer = 2 * _layer_norm(h) + 2 * h + 4 * _linear(h, h, True) + _linear(i, h, True) + _linear(h, i, True)
+    tower = (channels * patch * patch * h + (image // patch) ** 2 * h + _layer_norm(h)
+             + size("num_hidden_layers", "layers", 47) * layer
+             + _linear(2 * h, h * 9, True) + _linear(4 * h, 2 * h * 9, True))
+    vision.fail_if_missing()
+    return tower + _linear(text_hidden, 4 * h, projector_bias)
