@@ -6,7 +6,24 @@ transformers 5.25.0 (SiglipVisionConfig, PixtralVisionConfig, Llama4VisionConfig
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
 from service.core.transformer.config_reader import ConfigReader
+
+
+def _refusing_invalid(count: Callable[..., int]) -> Callable[..., int]:
+    """A tower's count, refused (a ConfigError naming each key) where a key it read was invalid: the reader reads
+    such a key as 0, which must never reach a count."""
+
+    @wraps(count)
+    def checked(vision: ConfigReader, *args: Any) -> int:
+        total = count(vision, *args)
+        vision.fail_if_missing()
+        return total
+
+    return checked
 
 
 def _layer_norm(width: int) -> int:
@@ -17,6 +34,7 @@ def _linear(n: int, k: int, bias: bool) -> int:
     return n * k + (n if bias else 0)
 
 
+@_refusing_invalid
 def siglip(vision: ConfigReader, text_hidden: int) -> int:
     """Gemma 3's SigLIP tower: a biased patch convolution and learned positions, pre-norm layers with biased
     attention and a GELU MLP, a final layer norm, an optional attention-pooling head; then Gemma 3's projector
@@ -31,6 +49,7 @@ def siglip(vision: ConfigReader, text_hidden: int) -> int:
     return tower + h * text_hidden + h
 
 
+@_refusing_invalid
 def pixtral(vision: ConfigReader, text_hidden: int, merge: int, projector_bias: bool) -> int:
     """Mistral 3's Pixtral tower: an unbiased patch convolution, RMS-normed layers with unbiased attention and a
     gated MLP; then the projector: an RMS norm, a patch merger of merge x merge patches, two linear layers."""
@@ -43,6 +62,7 @@ def pixtral(vision: ConfigReader, text_hidden: int, merge: int, projector_bias: 
     return tower + projector
 
 
+@_refusing_invalid
 def llama4_vision(vision: ConfigReader, text_hidden: int) -> int:
     """Llama 4's tower: a class token, learned positions and an unbiased patch projection, layer-normed layers with
     biased attention and a GELU MLP, the pixel-shuffle adapter's two unbiased linear layers; then the projector
@@ -56,6 +76,7 @@ def llama4_vision(vision: ConfigReader, text_hidden: int) -> int:
     return tower + vision.int("vision_output_dim", 7680) * text_hidden
 
 
+@_refusing_invalid
 def qwen3_vl(vision: ConfigReader) -> int:
     """Qwen3-VL's tower (and Qwen3.5's): a biased 3-D patch convolution over temporal_patch_size frames, learned
     positions, layer-normed blocks with a biased fused QKV, a biased output projection and a biased GELU MLP; then
@@ -74,6 +95,7 @@ def qwen3_vl(vision: ConfigReader) -> int:
             + (len(deepstack) if isinstance(deepstack, (list, tuple)) else 0) * (_layer_norm(merged) + mergers))
 
 
+@_refusing_invalid
 def moonvit(vision: ConfigReader, text_hidden: int, projection_norm: int) -> int:
     """Kimi K2.5's MoonViT tower: a biased patch convolution, a learned pos_emb_height x pos_emb_width position grid,
     layer-normed blocks with biased q, k, v and output projections and a biased GELU MLP, a final layer norm; then
@@ -96,6 +118,7 @@ def moonvit(vision: ConfigReader, text_hidden: int, projection_norm: int) -> int
     return tower + _layer_norm(h) + projector
 
 
+@_refusing_invalid
 def gemma4(vision: ConfigReader, text_hidden: int) -> int:
     """Gemma 4's tower (transformers 5.25.0's Gemma4VisionModel): an unbiased patch projection and a two-axis table of
     learned positions; layers with unbiased attention (q/k norms a head wide, an unscaled v norm), a gated MLP and
@@ -113,6 +136,7 @@ def gemma4(vision: ConfigReader, text_hidden: int) -> int:
     return tower + h * text_hidden
 
 
+@_refusing_invalid
 def step3p7(vision: ConfigReader, text_hidden: int, projector_bias: bool) -> int:
     """Step-3.7's tower (transformers 5.25.0's Step3p7VisionModel): an unbiased patch convolution, learned positions
     for (image_size / patch_size)^2 patches and a layer norm; layer-normed layers with biased q, k, v and output
@@ -134,5 +158,4 @@ def step3p7(vision: ConfigReader, text_hidden: int, projector_bias: bool) -> int
     tower = (channels * patch * patch * h + (image // patch) ** 2 * h + _layer_norm(h)
              + size("num_hidden_layers", "layers", 47) * layer
              + _linear(2 * h, h * 9, True) + _linear(4 * h, 2 * h * 9, True))
-    vision.fail_if_missing()
     return tower + _linear(text_hidden, 4 * h, projector_bias)
