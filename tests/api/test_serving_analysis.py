@@ -190,12 +190,13 @@ def test_the_shipped_serving_calibrations_are_fitted_to_todays_bounds(client):
     again = {(c.device_id, c.engine, c.precision, c.speculative): c for c in calibrations(RUNS, lambda body: client.post(
         "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])}
     assert set(again) == set(shipped)
-    # To a millionth: the optimiser's last digits move between scipy releases (1.17.1 moved one scale by 1.3e-9 of
-    # itself), while a change of the bounds moves the fit by far more.
+    # To a millionth, and overheads to a nanosecond: the optimiser's last digits move between scipy releases (1.17.1
+    # moved one scale by 1.3e-9 of itself) and between CPUs (OpenBLAS picks its kernels by CPU: on an AMD EPYC an
+    # overhead of 2.6 ms moved by 2.3e-12 s), while a change of the bounds moves the fit by far more.
     for key, calibration in again.items():
         assert calibration.id == shipped[key].id and calibration.source == shipped[key].source
         assert calibration.tpot_scale == pytest.approx(shipped[key].tpot_scale, rel=1e-6), key
-        assert calibration.tpot_overhead_s == pytest.approx(shipped[key].tpot_overhead_s, rel=1e-6, abs=1e-12), key
+        assert calibration.tpot_overhead_s == pytest.approx(shipped[key].tpot_overhead_s, rel=1e-6, abs=1e-9), key
 
 
 def test_a_draft_model_drafts_and_sits_in_memory(client):
@@ -325,7 +326,8 @@ def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(clie
     for key, calibration in again.items():
         assert calibration.devices == shipped[key].devices and calibration.layouts == shipped[key].layouts, key
         for name in ("tpot_scale", "tpot_overhead_s", "ttft_scale", "ttft_overhead_s", "tpot_median_error"):
-            assert getattr(calibration, name) == pytest.approx(getattr(shipped[key], name), rel=1e-6, abs=1e-12), key
+            # As above: a millionth, and a nanosecond of an overhead (one of 9.5 us moved by 1.7e-11 s between CPUs).
+            assert getattr(calibration, name) == pytest.approx(getattr(shipped[key], name), rel=1e-6, abs=1e-9), key
         assert [row[0] for row in calibration.per_device] == [row[0] for row in shipped[key].per_device]
 
 

@@ -151,7 +151,8 @@ def test_inferencex_rows_fit_what_the_shipped_calibration_was_fitted_to(client):
     shipped = serving_calibrations()[("nvidia-b300", "dynamo-trt", "fp8", "mtp")]
     values = {p["name"]: p["value"] for p in fitted["parameters"]}
     assert values["tpot_scale"] == pytest.approx(shipped.tpot_scale)
-    assert values["tpot_overhead"] == pytest.approx(shipped.tpot_overhead_s, abs=1e-12)
+    # To a nanosecond: the fit's last digits move between CPUs (OpenBLAS picks its kernels by CPU; 2.3e-12 s here).
+    assert values["tpot_overhead"] == pytest.approx(shipped.tpot_overhead_s, abs=1e-9)
     assert fitted["id"] == "serving:measured:nvidia-b300:dynamo-trt:deepseek-v3:fp8:mtp"
 
 
