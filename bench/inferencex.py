@@ -41,7 +41,7 @@ async def main() -> None:
     from service.main import create_app
     from service.persistence.catalog import DATA_DIR
     from service.runtime.config import Settings
-    from service.translation.inferencex import serving_request
+    from service.translation.serving.inferencex import serving_request
 
     runs = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
     ratios: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)

@@ -50,8 +50,8 @@ def accuracy(rows, catalog) -> None:
         fit_scheduling,
         prefill_prior,
     )
-    from service.translation.inferencex import scope, serving_request, simulated_request
-    from service.translation.serving_analyses import serving_setup, unit_run
+    from service.translation.serving.analyses import serving_setup, unit_run
+    from service.translation.serving.inferencex import scope, serving_request, simulated_request
 
     records: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
@@ -119,8 +119,8 @@ def cost(rows, client) -> None:
     """Each round: every run's simulated request answered with the simulation, then the same bodies one input token
     longer with the shipped scheduling calibrations set aside (the steady-state line alone), alternating which goes
     first; per-request times as the answers' own: the median of the rounds' ratios."""
-    import service.translation.serving_analyses as analyses
-    from service.translation.inferencex import simulated_request
+    import service.translation.serving.analyses as analyses
+    from service.translation.serving.inferencex import simulated_request
 
     shipped = analyses.scheduling_calibrations
     per_request: list[float] = []

@@ -1,7 +1,7 @@
 """Where costing a batch's model steps together starts to pay: `python bench/step_groups.py`.
 
 For groups of 1 to 64 steps (Llama 3.1 8B prefill on the H100, distinct lengths), the microseconds per step of
-answering them as one group of arrays (service/translation/model_batches.py) and one by one, in process, medians of
+answering them as one group of arrays (service/translation/models/batches.py) and one by one, in process, medians of
 7 runs side by side. model_batches.MIN_GROUP is set from these figures.
 """
 
@@ -20,8 +20,8 @@ os.environ["ROOFLINE_LOG_LEVEL"] = "WARNING"
 
 from schemas.models import ModelAnalysisRequest
 from service.cli.backends import LocalBackend
-from service.translation.model_analyses import model_answer_json
-from service.translation.model_batches import ModelStepAnswers
+from service.translation.models.analyses import model_answer_json
+from service.translation.models.batches import ModelStepAnswers
 
 RUNS = 7
 

@@ -105,8 +105,8 @@ def main() -> None:
     from service.main import create_app
     from service.persistence.catalog import DATA_DIR
     from service.runtime.config import Settings
-    from service.translation.inferencex import engine_points
-    from service.translation.serving_analyses import bound_and_composed
+    from service.translation.serving.analyses import bound_and_composed
+    from service.translation.serving.inferencex import engine_points
 
     rows = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
     with tempfile.TemporaryDirectory() as folder:

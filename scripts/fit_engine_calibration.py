@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     from schemas.serving import ServingAnalysisRequest
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
-    from service.translation.inferencex import engine_calibrations, engine_points
-    from service.translation.serving_analyses import bound_and_composed
+    from service.translation.serving.analyses import bound_and_composed
+    from service.translation.serving.inferencex import engine_calibrations, engine_points
 
     with shipped_runs_app() as (rows, app, _):
         groups = engine_points(rows, lambda body: bound_and_composed(ServingAnalysisRequest.model_validate(body),

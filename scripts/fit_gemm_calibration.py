@@ -10,7 +10,7 @@ developer refreshes the shipped fit by hand,
     .venv/bin/python scripts/fit_gemm_calibration.py /tmp/aic/aiconfigurator_core/systems/data /tmp/aiter/aiter/configs
 
 which rewrites service/data/calibrations/gemm.json (TensorRT-LLM's tables for NVIDIA, aiter's for AMD: the
-shipped calibrations; service/translation/aiter.py says how aiter's are read) and
+shipped calibrations; service/translation/kernels/aiter.py says how aiter's are read) and
 tests/data/aiconfigurator_gemm_sample.csv, and prints the same fit's error on every engine's tables.
 
 Per (device, engine, dtype): the calibration of service/core/expectations/kernels.py (the formula at the catalog's nominal
@@ -31,8 +31,8 @@ import pyarrow.parquet as pq
 
 from service.core.expectations.kernels import KernelCalibration, fit_kernel_terms, kernel_roofs
 from service.persistence.catalog import nominal_device
-from service.translation import aiter
-from service.translation.aiconfigurator import DEVICES, DTYPES, PACKAGE
+from service.translation.kernels import aiter
+from service.translation.kernels.aiconfigurator import DEVICES, DTYPES, PACKAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_ROWS = 150  # per (device, dtype), kept in tests/data for the tests

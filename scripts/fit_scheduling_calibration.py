@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     from schemas.serving import ServingAnalysisRequest
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
-    from service.translation.inferencex import scheduling_calibrations
-    from service.translation.serving_analyses import unit_run
+    from service.translation.serving.analyses import unit_run
+    from service.translation.serving.inferencex import scheduling_calibrations
 
     with shipped_runs_app() as (rows, app, _):
         fitted = scheduling_calibrations(

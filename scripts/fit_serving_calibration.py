@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main() -> None:
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
-    from service.translation.inferencex import calibrations
+    from service.translation.serving.inferencex import calibrations
 
     with shipped_runs_app() as (rows, _, client):
         fitted = calibrations(rows, lambda body: client.post(

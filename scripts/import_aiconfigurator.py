@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from service.translation.aiconfigurator import DEVICES, timings_csv
+from service.translation.kernels.aiconfigurator import DEVICES, timings_csv
 
 
 def main() -> None:

@@ -7,7 +7,7 @@
     .venv/bin/python scripts/import_aiconfigurator_collectives.py /tmp/aic/aiconfigurator_core/systems/data \\
         > tests/data/aiconfigurator_collectives.json
 
-Per catalog device AIConfigurator measured (service/translation/aiconfigurator.py's DEVICES), the newest version
+Per catalog device AIConfigurator measured (service/translation/kernels/aiconfigurator.py's DEVICES), the newest version
 of each table:
 - all-reduce: `comm/<engine>/<version>/custom_allreduce_perf.parquet` for TensorRT-LLM, SGLang and vLLM, each
   engine's kernel as it serves (TensorRT-LLM's own; SGLang's and vLLM's captured in a CUDA graph and eager), bf16;
@@ -28,7 +28,7 @@ from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.translation.aiconfigurator import DEVICES, PACKAGE
+from service.translation.kernels.aiconfigurator import DEVICES, PACKAGE
 
 KINDS = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter"}
 

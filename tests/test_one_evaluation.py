@@ -26,9 +26,9 @@ from service.core.transformer.batched_steps import vectorisable
 from service.main import create_app
 from service.persistence.migrate import upgrade
 from service.runtime.config import Settings
-from service.translation.matmul_batches import MatmulAnswers, is_plain_matmul
-from service.translation.model_analyses import model_answer_json
-from service.translation.model_batches import ModelStepAnswers, is_plain_model_step
+from service.translation.models.analyses import model_answer_json
+from service.translation.models.batches import ModelStepAnswers, is_plain_model_step
+from service.translation.operators.matmul_batches import MatmulAnswers, is_plain_matmul
 from tests.golden.record import TOKEN, load_requests
 
 pytestmark = pytest.mark.dialect_free

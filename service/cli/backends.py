@@ -61,7 +61,7 @@ class LocalBackend:
         from sqlmodel import Session
 
         from service.persistence import repository
-        from service.translation.device_views import device_summary
+        from service.translation.devices.views import device_summary
 
         with Session(self._engine) as session:
             return [device_summary(d).model_dump(mode="json") for d in repository.list_devices(session)]
@@ -70,7 +70,7 @@ class LocalBackend:
         from sqlmodel import Session
 
         from service.persistence import repository
-        from service.translation.model_analyses import catalog_model, model_summary
+        from service.translation.models.analyses import catalog_model, model_summary
 
         with Session(self._engine) as session, self._errors():
             return [model_summary(*catalog_model(self._catalog, row.id)).model_dump(mode="json")

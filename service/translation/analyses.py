@@ -21,23 +21,23 @@ from service.core.budget import BudgetSpent
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import DeadlineExceeded, ServiceError, Unprocessable, invalid_nested
 from service.runtime.observability import INTERNAL_ERROR, log_unexpected
-from service.translation.fusion_graphs import analyze_fusion
-from service.translation.matmul_batches import MatmulAnswers, is_plain_matmul
-from service.translation.model_analyses import (
+from service.translation.models.analyses import (
     analyze_model_request,
     kv_capacity_request,
     model_answer_json,
     resolve_model,
     shared_evaluators,
 )
-from service.translation.model_batches import ModelStepAnswers, is_plain_model_step
-from service.translation.operator_analyses import analyze_operator_request, operator_answer_json
+from service.translation.models.batches import ModelStepAnswers, is_plain_model_step
+from service.translation.operators.analyses import analyze_operator_request, operator_answer_json
+from service.translation.operators.fusion_graphs import analyze_fusion
+from service.translation.operators.matmul_batches import MatmulAnswers, is_plain_matmul
 from service.translation.plain_fields import json_bytes
-from service.translation.serving_analyses import analyze_serving_request
-from service.translation.serving_plans import plan_serving, plan_work
+from service.translation.serving.analyses import analyze_serving_request
+from service.translation.serving.plans import plan_serving, plan_work
 from service.translation.sweeps import compare_devices, run_sweep
-from service.translation.training_analyses import analyze_training_request
-from service.translation.training_plans import plan_training
+from service.translation.training.analyses import analyze_training_request
+from service.translation.training.plans import plan_training
 
 
 @dataclass(frozen=True)

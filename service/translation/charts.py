@@ -30,9 +30,9 @@ from service.rendering.planning_charts import (
 )
 from service.rendering.roofline_chart import PlotPoint, roofline_figure
 from service.runtime.errors import Unprocessable, invalid_nested
-from service.translation.model_analyses import run_model_analysis
-from service.translation.operator_analyses import analyze_operator
-from service.translation.serving_plans import plan_serving
+from service.translation.models.analyses import run_model_analysis
+from service.translation.operators.analyses import analyze_operator
+from service.translation.serving.plans import plan_serving
 from service.translation.sweeps import run_sweep
 
 MEDIA_TYPES = {"svg": "image/svg+xml", "png": "image/png"}

@@ -31,7 +31,7 @@ from service.core.transformer.analysis import Totals, affine_sweep
 from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError, Unprocessable, client_path, invalid_nested
-from service.translation.model_analyses import (
+from service.translation.models.analyses import (
     core_dtypes,
     evaluator_for,
     memory_budget_for,
@@ -44,9 +44,9 @@ from service.translation.model_analyses import (
     step_memory_for,
     unprocessable,
 )
-from service.translation.operator_analyses import analyze_operator
-from service.translation.serving_analyses import analyze_serving_request
-from service.translation.step_expectations import costed, row_expectation, step_expected
+from service.translation.models.step_expectations import costed, row_expectation, step_expected
+from service.translation.operators.analyses import analyze_operator
+from service.translation.serving.analyses import analyze_serving_request
 
 REQUEST_MODELS: dict[str, type[BaseModel]] = {"operator": OperatorAnalysisRequest, "model": ModelAnalysisRequest,
                                               "serving": ServingAnalysisRequest}

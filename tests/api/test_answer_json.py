@@ -11,8 +11,8 @@ import pytest
 from schemas.analysis import OperatorAnalysisRequest
 from schemas.models import ModelAnalysisRequest
 from service.api.examples import MODEL_EXAMPLES, OPERATOR_EXAMPLES
-from service.translation.model_analyses import analyze_model_request, model_answer_json
-from service.translation.operator_analyses import analyze_operator_request, operator_answer_json
+from service.translation.models.analyses import analyze_model_request, model_answer_json
+from service.translation.operators.analyses import analyze_operator_request, operator_answer_json
 
 DEVICES = ["nvidia-h100-sxm", "nvidia-a100-80gb-sxm", "amd-mi300x", "nvidia-l4", "nvidia-b200"]
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "deepseek-v3", "gemma-2-9b", "qwen3-30b-a3b"]

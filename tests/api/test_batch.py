@@ -40,7 +40,9 @@ def test_a_long_batch_streams_every_result_in_order_across_its_pieces(client, mo
     """The answer is sent in pieces of about PIECE_BYTES; items over several pieces, one of which hits a defect (an
     exception no analysis should raise, whether the matmul is answered alone or with its group), come back whole, in
     order, that one as its own 500."""
-    from service.translation import analyses, matmul_batches, operator_analyses
+    from service.translation import analyses
+    from service.translation.operators import analyses as operator_analyses
+    from service.translation.operators import matmul_batches
 
     real, real_in_bulk = operator_analyses.operator_analysis_fields, matmul_batches.MatmulAnswers.answer
 

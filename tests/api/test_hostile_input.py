@@ -3,7 +3,7 @@
 import pytest
 
 from service.persistence.catalog import model_catalog
-from service.translation import model_analyses
+from service.translation.models import analyses as model_analyses
 from tests.conftest import AUTH
 
 

@@ -131,7 +131,7 @@ def test_aiconfigurator_timings_imported_as_csv_fit_what_was_shipped_from_them(c
     by cross-validation to within the 10 % bf16 target in the median."""
     import csv
 
-    from service.translation.aiconfigurator import timings_csv
+    from service.translation.kernels.aiconfigurator import timings_csv
 
     sample = Path(__file__).resolve().parents[1] / "data" / "aiconfigurator_gemm_sample.csv"
     with sample.open() as handle:

@@ -11,7 +11,7 @@ from collections import defaultdict
 import pytest
 
 from service.persistence.catalog import DATA_DIR
-from service.translation.inferencex import serving_request
+from service.translation.serving.inferencex import serving_request
 
 FP8 = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 16384, "weight_scale_bytes": 4}
 DEEPSEEK_KV_TOKEN = 61 * 576
@@ -141,7 +141,7 @@ def test_an_fp4_matmul_runs_at_the_fp4_peak(client):
 def test_every_inferencex_run_is_a_request_whose_bound_it_does_not_beat(client):
     """Each of the 1,057 measured DeepSeek-R1 runs (B200, B300, GB200, GB300, MI355X; SGLang, TensorRT-LLM,
     Dynamo, ATOM; fp8 and fp4; MTP; disaggregated pools up to 48-GPU workers), mapped as
-    service/translation/inferencex.py says: its bound TPOT and TTFT are at most the medians it measured. With the
+    service/translation/serving/inferencex.py says: its bound TPOT and TTFT are at most the medians it measured. With the
     run's engine, the shipped calibration answers `expected`: never below the bound, and the bound the same as
     without it."""
     ratios = defaultdict(list)
@@ -184,7 +184,7 @@ def test_the_shipped_serving_calibrations_are_fitted_to_todays_bounds(client):
     """A calibration is a fit to the bounds: where the bounds change, scripts/fit_serving_calibration.py must run
     again. Re-fitting here from the shipped runs gives the shipped parameters."""
     from service.persistence.catalog import serving_calibrations
-    from service.translation.inferencex import calibrations
+    from service.translation.serving.inferencex import calibrations
 
     shipped = serving_calibrations()
     again = {(c.device_id, c.engine, c.precision, c.speculative): c for c in calibrations(RUNS, lambda body: client.post(
@@ -277,7 +277,7 @@ def test_a_calibration_of_kernels_is_asked_for_over_the_devices_own_runs(client)
 
 
 def test_a_device_without_kernel_tables_says_why_it_expects_nothing(client):
-    """The L40S's AIConfigurator GEMMs ran from its L2 and are not shipped (service/translation/aiconfigurator.py):
+    """The L40S's AIConfigurator GEMMs ran from its L2 and are not shipped (service/translation/kernels/aiconfigurator.py):
     no tables, so no expectation, and the answer says which piece is missing."""
     answer = deepseek(client, model_id="llama-3.1-8b", device_id="nvidia-l40s", dtypes={"weights": "fp8"},
                       concurrency=4, engine="sglang", calibration="kernels").json()
@@ -315,9 +315,9 @@ def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(clie
     shipped lines and each left-out device's error (to a millionth: the optimiser's last digits)."""
     from schemas.serving import ServingAnalysisRequest
     from service.persistence.catalog import engine_calibrations
-    from service.translation.inferencex import engine_calibrations as fit
-    from service.translation.inferencex import engine_points
-    from service.translation.serving_analyses import bound_and_composed
+    from service.translation.serving.analyses import bound_and_composed
+    from service.translation.serving.inferencex import engine_calibrations as fit
+    from service.translation.serving.inferencex import engine_points
 
     shipped = engine_calibrations()
     again = {(c.engine, c.precision, c.speculative): c for c in fit(engine_points(RUNS, lambda body: bound_and_composed(

@@ -1,6 +1,6 @@
 """POST /v1/analyze/serving's expected, from the scheduling simulation: percentiles, the scheduler it ran, and the
 limits on what it runs. DeepSeek-R1 on 8 B200s with SGLang in fp8 has a shipped scheduling calibration (fitted to its
-InferenceX runs); the bodies below are those runs' own (service/translation/inferencex.py)."""
+InferenceX runs); the bodies below are those runs' own (service/translation/serving/inferencex.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from service.persistence.catalog import DATA_DIR
-from service.translation.inferencex import simulated_request
+from service.translation.serving.inferencex import simulated_request
 
 RUNS = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
 

@@ -14,8 +14,8 @@ from service.core.training.collectives import Link, ring_all_reduce_bytes, ring_
 from service.core.transformer.analysis import Evaluator
 from service.core.transformer.layers import Row
 from service.persistence.catalog import nominal_device
-from service.translation.serving_analyses import LinkOptions
-from service.translation.training_analyses import topology_for
+from service.translation.serving.analyses import LinkOptions
+from service.translation.training.analyses import topology_for
 
 MEASURED = json.loads((Path(__file__).parents[1] / "data" / "aiconfigurator_collectives.json").read_text())
 BYTES_PER_ELEMENT = MEASURED["bytes_per_element"]

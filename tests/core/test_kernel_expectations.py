@@ -51,7 +51,7 @@ def test_every_row_of_a_composed_step_is_its_bound_over_its_fits_efficiencies():
 def test_a_stand_in_takes_the_other_devices_efficiencies_at_its_own_roofs():
     """The MI325X has no aiter table: the MI300X's fits stand in at the MI325X's own nominal roofs (6.0 TB/s HBM
     against 5.3), so a memory-bound row runs 5.3 / 6.0 of the MI300X's time, the same efficiency on a faster memory."""
-    from service.translation.kernel_tables import shipped_kernel_tables
+    from service.translation.kernels.tables import shipped_kernel_tables
 
     mi300x, mi325x = shipped_kernel_tables("amd-mi300x"), shipped_kernel_tables("amd-mi325x")
     assert mi300x.stand_in_for is None and mi325x.stand_in_for == "amd-mi300x"

@@ -93,7 +93,7 @@ def test_a_worker_at_its_in_flight_limit_is_not_ready_but_alive(settings, monkey
 
 
 def test_an_unexpected_error_is_a_500_with_its_request_id_and_no_request_values_logged(settings, monkeypatch, capfd):
-    from service.translation import operator_analyses
+    from service.translation.operators import analyses as operator_analyses
 
     secret_value = "7f3a-sensitive-value"
 

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from schemas.analysis import OperatorAnalysisRequest
-from service.translation.matmul_batches import MatmulAnswers, is_plain_matmul
-from service.translation.operator_analyses import operator_answer_json
+from service.translation.operators.analyses import operator_answer_json
+from service.translation.operators.matmul_batches import MatmulAnswers, is_plain_matmul
 from tests.conftest import AUTH, assert_batch_answers_as_endpoint
 
 DTYPES = ["bf16", "fp16", "fp32", "fp8_e4m3", "int8", "int4", "tf32", "fp64"]

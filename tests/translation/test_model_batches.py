@@ -1,4 +1,4 @@
-"""A batch's model steps are costed together as arrays (service/translation/model_batches.py); each answer must be
+"""A batch's model steps are costed together as arrays (service/translation/models/batches.py); each answer must be
 exactly the bytes /v1/analyze/model sends for the same request, whatever the model, device, roofs, dtypes, memory
 options and what-ifs, and whatever the arrays cannot answer exactly must be left to the per-step path."""
 
@@ -7,8 +7,8 @@ import random
 
 from schemas.models import ModelAnalysisRequest
 from service.runtime.errors import ServiceError
-from service.translation.model_analyses import model_answer_json
-from service.translation.model_batches import MIN_GROUP, ModelStepAnswers, is_plain_model_step
+from service.translation.models.analyses import model_answer_json
+from service.translation.models.batches import MIN_GROUP, ModelStepAnswers, is_plain_model_step
 from tests.conftest import assert_batch_answers_as_endpoint
 
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mistral-7b-v0.1", "gemma-2-9b", "qwen3-8b", "tinyllama-1.1b-chat",

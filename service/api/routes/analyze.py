@@ -27,12 +27,12 @@ from service.api.lean_route import LeanAnalysisRoute
 from service.api.responses import INVALID, NOT_FOUND
 from service.runtime.observability import count_analysis
 from service.translation.analyses import batch_json_chunks
-from service.translation.fusion_graphs import analyze_fusion
-from service.translation.model_analyses import kv_capacity_request, model_answer_json
-from service.translation.operator_analyses import operator_answer_json
-from service.translation.serving_analyses import analyze_serving_request
+from service.translation.models.analyses import kv_capacity_request, model_answer_json
+from service.translation.operators.analyses import operator_answer_json
+from service.translation.operators.fusion_graphs import analyze_fusion
+from service.translation.serving.analyses import analyze_serving_request
 from service.translation.sweeps import compare_devices, run_sweep
-from service.translation.training_analyses import analyze_training_request
+from service.translation.training.analyses import analyze_training_request
 
 router = APIRouter(prefix="/v1/analyze", tags=["analysis"], route_class=LeanAnalysisRoute)
 

@@ -23,7 +23,7 @@ from service.core.errors import CostModelError
 from service.core.ert import ert_records
 from service.persistence import repository
 from service.runtime.errors import cost_model_error, invalid_nested
-from service.translation.measured_roofs import device_roofs, validate_against_nominal
+from service.translation.devices.measured_roofs import device_roofs, validate_against_nominal
 
 BENCHMARK_RECORD = TypeAdapter(BenchmarkCreate)
 router = APIRouter(prefix="/v1/devices/{device_id}", tags=["measured roofs"])

@@ -14,8 +14,8 @@ from service.api.routes.plots import DRAWN, IMAGE, drawn
 from service.persistence import repository
 from service.persistence.repository import MAX_FITTED_TIMINGS
 from service.rendering.calibration_charts import parity_figure
-from service.translation.calibrations import all_calibrations, calibration_detail, parity_points
 from service.translation.charts import MEDIA_TYPES
+from service.translation.kernels.calibrations import all_calibrations, calibration_detail, parity_points
 
 router = APIRouter(prefix="/v1/calibrations", tags=["calibrations"])
 CalibrationPath = Annotated[str, Path(description="A calibration's id (GET /v1/calibrations lists them)",

@@ -10,7 +10,7 @@ from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
 from service.persistence import repository
 from service.persistence.catalog import nominal_catalog
 from service.runtime.errors import DeviceNotFound
-from service.translation.device_views import device_public, device_summary, profile_spec, with_derived_peaks
+from service.translation.devices.views import device_public, device_summary, profile_spec, with_derived_peaks
 
 router = APIRouter(prefix="/v1/devices", tags=["devices"])
 

@@ -15,8 +15,8 @@ from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.expectations.kernels import KernelCalibration
 from service.core.operators.registry import KINDS
 from service.persistence import repository
-from service.translation.calibrations import kernel_public, refit_for, timing_records
-from service.translation.timing_csv import kernel_timings_from_csv
+from service.translation.kernels.calibrations import kernel_public, refit_for, timing_records
+from service.translation.kernels.timing_csv import kernel_timings_from_csv
 
 router = APIRouter(prefix="/v1/devices/{device_id}", tags=["calibrations"])
 TimingPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A kernel timing's id, as its submission answered",

@@ -9,7 +9,7 @@ from service.api.deps import CatalogDep, ModelPath, SessionDep, WriterDep
 from service.api.responses import CONFLICT, INVALID, NOT_FOUND, UNAUTHORIZED
 from service.core.errors import CostModelError
 from service.persistence import repository
-from service.translation.model_analyses import (
+from service.translation.models.analyses import (
     architecture_of,
     catalog_model,
     model_public,

@@ -12,8 +12,8 @@ from service.api.deps import CatalogDep
 from service.api.lean_route import LeanAnalysisRoute
 from service.api.responses import INVALID, NOT_FOUND
 from service.api.routes.analyze import answered
-from service.translation.serving_plans import plan_serving
-from service.translation.training_plans import plan_training
+from service.translation.serving.plans import plan_serving
+from service.translation.training.plans import plan_training
 
 router = APIRouter(prefix="/v1/plan", tags=["plans"], route_class=LeanAnalysisRoute)
 

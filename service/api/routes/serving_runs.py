@@ -21,8 +21,8 @@ from service.api.deps import CatalogDep, SessionDep, WriterDep
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
 from service.persistence import repository
 from service.persistence.catalog import serving_calibration_of
-from service.translation.calibrations import serving_public
-from service.translation.serving_runs import refit_serving, run_records
+from service.translation.kernels.calibrations import serving_public
+from service.translation.serving.runs import refit_serving, run_records
 
 router = APIRouter(prefix="/v1/serving-runs", tags=["calibrations"])
 RUN_EXAMPLES = {

@@ -10,7 +10,7 @@ from service.core.training.peft import NF4_BYTES_PER_PARAMETER, Peft
 from service.core.training.step import Parallelism, TrainingDTypes, TrainingSetup, analyze_training
 from service.core.transformer.analysis import Evaluator
 from service.persistence.catalog import nominal_device
-from service.translation.kernel_tables import shipped_kernel_tables
+from service.translation.kernels.tables import shipped_kernel_tables
 from tests.core.training.test_training_at_scale import topology
 from tests.core.training.test_training_step import HEAD_DIM, HEADS, HIDDEN, KV_HEADS, VOCAB, WIDTH, catalog_arch, step, tiny
 

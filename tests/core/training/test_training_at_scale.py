@@ -14,7 +14,7 @@ from service.core.transformer.analysis import Evaluator
 from service.core.transformer.architecture import from_generic
 from service.core.transformer.families import from_hf_config
 from service.persistence.catalog import nominal_device
-from service.translation.kernel_tables import shipped_kernel_tables
+from service.translation.kernels.tables import shipped_kernel_tables
 from tests.core.training.test_training_step import HEAD_DIM, HEADS, HIDDEN, KV_HEADS, WIDTH, step, tiny
 
 H100 = nominal_device("nvidia-h100-sxm")

@@ -7,8 +7,8 @@ from service.core.errors import CostModelError
 from service.core.training.search import Placed, SearchResult, search_layouts
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable
-from service.translation.model_analyses import unprocessable
-from service.translation.training_analyses import training_inputs
+from service.translation.models.analyses import unprocessable
+from service.translation.training.analyses import training_inputs
 
 # What a search chooses: a request that searches may not also give them.
 LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "pipeline_schedule", "virtual_pipeline_stages",

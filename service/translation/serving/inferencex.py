@@ -28,7 +28,7 @@ from service.core.expectations.engines import EngineCalibration, EnginePoint, fi
 from service.core.expectations.serving_runs import ServingCalibration, ServingPoint, fit_serving_calibration
 from service.core.simulation.engines import GiB, engine_preset, sglang_graph_sizes
 from service.core.simulation.fit import MeasuredRun, SchedulingCalibration, calibrate
-from service.translation.serving_analyses import layout_of_body
+from service.translation.serving.analyses import layout_of_body
 
 DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
               "mi355x": "amd-mi355x", "mi300x": "amd-mi300x", "mi325x": "amd-mi325x", "h100": "nvidia-h100-sxm",

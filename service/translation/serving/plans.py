@@ -26,8 +26,8 @@ from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog, engine_calibrations
 from service.runtime.errors import Unprocessable
-from service.translation.kernel_tables import kernel_evaluator, kernel_tables
-from service.translation.model_analyses import (
+from service.translation.kernels.tables import kernel_evaluator, kernel_tables
+from service.translation.models.analyses import (
     core_dtypes,
     evaluator_on,
     memory_budget_of,
@@ -35,9 +35,9 @@ from service.translation.model_analyses import (
     resolve_model,
     unprocessable,
 )
-from service.translation.plan_tails import launch_for, with_tails
-from service.translation.serving_analyses import LinkOptions, pool_budgets, speculative_method, speculative_of
-from service.translation.training_analyses import topology_for
+from service.translation.serving.analyses import LinkOptions, pool_budgets, speculative_method, speculative_of
+from service.translation.serving.plan_tails import launch_for, with_tails
+from service.translation.training.analyses import topology_for
 
 
 def tensor_parallel_sizes(arch: Architecture, total_devices: int) -> list[int]:

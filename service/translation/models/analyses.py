@@ -49,8 +49,8 @@ from service.core.whatif import amdahl
 from service.persistence.catalog import DeviceCatalog
 from service.persistence.tables import ModelConfig
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
+from service.translation.models.step_expectations import CostedRow, costed, step_expected
 from service.translation.plain_fields import json_bytes, json_bytes_around, plain_fields
-from service.translation.step_expectations import CostedRow, costed, step_expected
 
 ROWS = TypeAdapter(list[RowOut])
 ROW_FIELDS = tuple(RowOut.model_fields)

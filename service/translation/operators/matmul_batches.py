@@ -34,7 +34,7 @@ from service.core.roofs import (
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError
 from service.translation.batch_groups import built_groups
-from service.translation.operator_analyses import (
+from service.translation.operators.analyses import (
     answer_fields,
     calibration_for,
     compute_roof_fields,
@@ -58,7 +58,7 @@ OPTION_FIELDS = ("bias", "dtype", "a_dtype", "b_dtype", "c_dtype", "compute_dtyp
 _options, _shape = attrgetter(*OPTION_FIELDS), attrgetter(*SHAPE_FIELDS)
 # A field added to the matmul's request must be placed here, as a shape or an option, or groups would mix its values.
 if set(MatmulOp.model_fields) != {"kind", "tile", *SHAPE_FIELDS, *OPTION_FIELDS}:
-    raise ImportError(f"service.translation.matmul_batches does not know every matmul field: {sorted(MatmulOp.model_fields)}")
+    raise ImportError(f"service.translation.operators.matmul_batches does not know every matmul field: {sorted(MatmulOp.model_fields)}")
 
 
 def is_plain_matmul(request) -> bool:

@@ -26,7 +26,7 @@ from service.persistence.catalog import (
 from service.persistence.repository import Refit
 from service.persistence.tables import KernelTiming
 from service.runtime.errors import CalibrationNotFound, Unprocessable, cost_model_error
-from service.translation.operator_analyses import operator_fields
+from service.translation.operators.analyses import operator_fields
 
 KERNEL_MODEL = "t = t0 + max(T_compute / compute_efficiency, T_memory / memory_efficiency), T at the nominal roofs"
 SERVING_MODEL = ("TPOT = tpot_scale x (bound + prefill share) + tpot_overhead; TTFT = ttft_scale x bound + ttft_overhead "
@@ -265,8 +265,8 @@ def _shipped_serving_points(calibration_id: str, catalog: DeviceCatalog) -> list
     """The shipped InferenceX runs a shipped serving calibration was fitted to, each against today's bound."""
     from schemas.serving import ServingAnalysisRequest
     from service.rendering.calibration_charts import ParityPoint
-    from service.translation import inferencex
-    from service.translation.serving_analyses import analyze_serving_request
+    from service.translation.serving import inferencex
+    from service.translation.serving.analyses import analyze_serving_request
 
     calibration = next(c for c in serving_calibrations().values() if c.address == calibration_id)
     points = []

@@ -18,9 +18,9 @@ from service.persistence.catalog import DeviceCatalog
 from service.persistence.repository import SERVING_KEY
 from service.persistence.tables import ServingRun
 from service.runtime.errors import Unprocessable, invalid_nested
-from service.translation import inferencex
-from service.translation.model_analyses import core_dtypes, resolve_model
-from service.translation.serving_analyses import analyze_serving_request, layout_of_body, speculative_method
+from service.translation.models.analyses import core_dtypes, resolve_model
+from service.translation.serving import inferencex
+from service.translation.serving.analyses import analyze_serving_request, layout_of_body, speculative_method
 
 # Where each form keeps the measured medians: what a refusal names.
 MEASURED_FIELDS = {"native": ("tpot_s", "ttft_s"), "vllm-bench": ("median_tpot_ms", "median_ttft_ms"),

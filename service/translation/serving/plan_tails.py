@@ -17,8 +17,8 @@ from service.core.planning import serving
 from service.core.simulation.engines import engine_family
 from service.persistence.catalog import DeviceCatalog, scheduling_calibrations
 from service.runtime.errors import Unprocessable
-from service.translation.serving_analyses import analyze_serving_request, serving_setup, speculative_of
-from service.translation.serving_simulation import launch_of
+from service.translation.serving.analyses import analyze_serving_request, serving_setup, speculative_of
+from service.translation.serving.simulation import launch_of
 
 # slo field: (the percentiles' quantity, which percentile)
 PERCENTILE_SLOS = {"ttft_p90_s": ("ttft_s", "p90"), "ttft_p99_s": ("ttft_s", "p99"), "tpot_p90_s": ("tpot_s", "p90"),

@@ -23,8 +23,8 @@ from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.core.transformer.layers import ModelDTypes, Step
 from service.persistence.catalog import DeviceCatalog, engine_calibrations, scheduling_calibrations
-from service.translation.kernel_tables import kernel_evaluator, kernel_tables
-from service.translation.model_analyses import (
+from service.translation.kernels.tables import kernel_evaluator, kernel_tables
+from service.translation.models.analyses import (
     SERVING_UTILIZATION,
     catalog_model,
     core_dtypes,
@@ -36,7 +36,7 @@ from service.translation.model_analyses import (
     usable_memory,
 )
 from service.translation.plain_fields import plain_fields
-from service.translation.serving_simulation import (
+from service.translation.serving.simulation import (
     SimulationTooLarge,
     launch_of,
     scheduler_of,
@@ -44,7 +44,7 @@ from service.translation.serving_simulation import (
     simulation_of,
     traffic_of,
 )
-from service.translation.training_analyses import topology_for
+from service.translation.training.analyses import topology_for
 
 
 class LinkOptions(NamedTuple):

@@ -36,8 +36,8 @@ from service.core.transformer.capacity import check_positions
 from service.core.transformer.params import model_params
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable
-from service.translation.kernel_tables import kernel_evaluator, kernel_tables
-from service.translation.model_analyses import positions_notes, resolve_model, unprocessable, usable_memory
+from service.translation.kernels.tables import kernel_evaluator, kernel_tables
+from service.translation.models.analyses import positions_notes, resolve_model, unprocessable, usable_memory
 
 ROWS = TypeAdapter(list[TrainingRowOut])
 

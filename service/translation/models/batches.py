@@ -22,7 +22,7 @@ from service.core.transformer.capacity import check_positions
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import ServiceError
 from service.translation.batch_groups import built_groups
-from service.translation.model_analyses import (
+from service.translation.models.analyses import (
     ROW_FIELDS,
     catalog_model,
     core_dtypes,
@@ -30,8 +30,8 @@ from service.translation.model_analyses import (
     model_answer_json,
     peak_context,
 )
+from service.translation.models.step_expectations import CostedRow
 from service.translation.plain_fields import json_bytes
-from service.translation.step_expectations import CostedRow
 
 # Steps that agree on these (and on their dtypes) form one group; the arrays run over the steps' lengths and each
 # step's evaluator (its device, roofs and what-ifs).
@@ -42,7 +42,7 @@ STEP_FIELDS = ("batch_size", "seq_len")
 ANSWER_FIELDS = ("dtypes", "memory_utilization", "memory_capacity_bytes", "workspace_bytes", "block_size", "profile_tokens",
                  "measured_time_s", "speedups", "model", "output_len", "engine", "calibration", "rope_scaling")
 if set(ModelAnalysisRequest.model_fields) != {*GROUP_FIELDS, *EVALUATOR_FIELDS, *STEP_FIELDS, *ANSWER_FIELDS}:
-    raise ImportError("service.translation.model_batches does not know every model request field: "
+    raise ImportError("service.translation.models.batches does not know every model request field: "
                       f"{sorted(ModelAnalysisRequest.model_fields)}")
 # Below this many steps a group goes one by one: the arrays cost about a millisecond a group whatever its size (a few
 # hundred small array operations), a step alone 140-230 us (bench/step_groups.py: in groups of 4 a step costs about

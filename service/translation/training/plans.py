@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from schemas.training import PLAN_ONLY, TrainingEstimate, TrainingPlan, TrainingPlanRequest, TrainingRequest
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable, invalid_nested
-from service.translation.training_analyses import analyze_training_request
-from service.translation.training_search import search_plan
+from service.translation.training.analyses import analyze_training_request
+from service.translation.training.search import search_plan
 
 SECONDS_PER_DAY = 86_400
 

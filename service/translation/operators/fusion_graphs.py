@@ -16,7 +16,7 @@ from service.core.roofline import analyze
 from service.core.roofs import RoofMode
 from service.persistence.catalog import DeviceCatalog
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
-from service.translation.operator_analyses import operator_fields
+from service.translation.operators.analyses import operator_fields
 
 OPERATOR = TypeAdapter(Operator)
 GRAPH_KEYS = {"name", "kind", "inputs", "outputs"}

@@ -10,7 +10,7 @@ from typing import NamedTuple
 from service.core.expectations.kernels import KernelCalibration
 from service.core.roofs import MeasuredRoofs
 from service.core.transformer.analysis import RowExpectation, RowResult
-from service.translation.operator_analyses import calibration_for
+from service.translation.operators.analyses import calibration_for
 
 
 class CostedRow(NamedTuple):
