@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # The families whose transformers class is another's (kimi_k2: transformers reads it as deepseek_v3; MiMo is
-# Qwen2's decoder, remote code only).
-CLASS_OF = {"kimi_k2": "deepseek_v3", "mimo": "qwen2", "deepseek_ref": "deepseek_v4"}
+# Qwen2's decoder, remote code only; MiniMax-M3's text config is MiniMaxM3VLTextConfig's).
+CLASS_OF = {"kimi_k2": "deepseek_v3", "mimo": "qwen2", "deepseek_ref": "deepseek_v4", "minimax_m3": "minimax_m3_vl_text"}
 # A config without these is not a description of any one model.
 SIZES = frozenset({"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                    "moe_intermediate_size", "num_experts", "num_local_experts", "n_routed_experts",
-                   "num_experts_per_tok"})
+                   "num_experts_per_tok", "dense_intermediate_size", "shared_intermediate_size", "share_expert_dim"})
 UNUSED = frozenset({"initializer_range", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id",
                     "attention_dropout", "hidden_dropout", "router_aux_loss_coef", "output_router_logits",
                     "router_jitter_noise", "aux_loss_alpha", "seq_aux", "return_dict", "output_hidden_states",

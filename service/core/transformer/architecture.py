@@ -38,11 +38,15 @@ class LatentAttention:
 @dataclass(frozen=True)
 class SparseIndexer:
     """DeepSeek Sparse Attention (V3.2): a lightning indexer of `heads` x `head_dim` scores every cached key and
-    each query attends to its best `top_k` only. The indexer caches one head_dim key a token beside the latent."""
+    each query attends to its best `top_k` only. The indexer caches one head_dim key a token beside the latent.
+    MiniMax-M3's picks whole blocks of `block` keys (top_k / block of them, the query's own block among them), its
+    query and key RMS-normed and no weight a head."""
 
     heads: int
     head_dim: int
-    top_k: int
+    top_k: int  # keys each query attends to
+    block: int = 1
+    weighted: bool = True  # DeepSeek's weight a head (weights_proj) and layer-normed key; else q/k RMS norms
 
 
 @dataclass(frozen=True)
@@ -222,7 +226,9 @@ class Architecture:
     # The checkpoint's own weight formats (config quantization_config), the default when a request names no dtypes.
     quantization: Quantization | None = None
     recurrent: RecurrentMixer | None = None  # the mixer of the layers whose mixer is "recurrent"
-    sparse_index: SparseIndexer | None = None  # latent attention over the keys an indexer picks (DeepSeek-V3.2)
+    # Attention over the keys an indexer picks: every latent layer's (DeepSeek-V3.2); an ordinary attention layer's
+    # where it runs an indexer (LayerGroup.indexed: MiniMax-M3's sparse layers), the others attending fully.
+    sparse_index: SparseIndexer | None = None
     attention_output_gate: bool = False  # Qwen3-Next: q_proj also yields a sigmoid gate on the attention output
     # Step-3.7: a projection of its own (g_proj, unbiased) gives each head one sigmoid gate on its output
     head_gate: bool = False

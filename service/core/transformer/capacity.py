@@ -39,7 +39,9 @@ def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor
         index = arch.sparse_index.head_dim if indexed and arch.sparse_index is not None else 0
         return (arch.latent.kv_lora_rank + arch.latent.qk_rope_head_dim + index) * s
     widths = arch.head_dim_of(group) + arch.value_dim_of(group) if group else arch.head_dim + arch.value_dim
-    return kv_heads_per_device(arch, tensor_parallel, group) * widths * s
+    # An indexer's key (MiniMax-M3's sparse layers) is whole on every device, like the latent's.
+    index = arch.sparse_index.head_dim if arch.sparse_index is not None and (group is None or group.indexed) else 0
+    return kv_heads_per_device(arch, tensor_parallel, group) * widths * s + index * s
 
 
 def recurrent_state_bytes(arch: Architecture, dtypes: ModelDTypes, tensor_parallel: int = 1) -> float:

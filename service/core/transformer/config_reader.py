@@ -12,8 +12,10 @@ from service.core.transformer.architecture import MAX_DIMENSION, MAX_LAYERS, Con
 
 # Keys that count layers rather than sizes: bounded by MAX_LAYERS.
 LAYER_KEYS = frozenset({"num_hidden_layers", "first_k_dense_replace", "max_window_layers"})
+# MiniMax-M3's "swigluoai" is gpt-oss's clamped SwiGLU, gate x sigmoid(alpha x gate): costed as silu (transformers'
+# MiniMaxM3VLTextConfig reads it as silu too).
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
-               "gelu_fast": "gelu", "relu": "relu", "relu2": "relu2"}
+               "gelu_fast": "gelu", "relu": "relu", "relu2": "relu2", "swigluoai": "silu"}
 
 
 class ConfigReader:

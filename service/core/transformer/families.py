@@ -409,6 +409,58 @@ def step_shapes(r: ConfigReader, layers: int, windows: Windows) -> list[LayerSha
     return [LayerShape() for _ in range(layers)]
 
 
+def _sparse_section(r: ConfigReader) -> ConfigReader:
+    """MiniMax-M3's sparse_attention_config, read with the model's prefix (its keys named inside it)."""
+    section = r.config.get("sparse_attention_config")
+    return ConfigReader(section if isinstance(section, Mapping) else {}, f"{r.prefix}.sparse_attention_config")
+
+
+def _per_layer_flags(r: ConfigReader, layers: int, listed_key: str, listed_value: str, section_key: str,
+                     default: bool) -> list[bool]:
+    """A per-layer choice: a list of names (layer_types, mlp_layer_types), else a 0/1 list (in the sparse section or
+    at the top), else the same on every layer."""
+    listed = r.config.get(listed_key)
+    if isinstance(listed, list) and len(listed) == layers:
+        return [kind == listed_value for kind in listed]
+    for source in (_sparse_section(r).config, r.config):
+        flags = source.get(section_key)
+        if isinstance(flags, list) and len(flags) == layers:
+            return [bool(flag) for flag in flags]
+    return [default] * layers
+
+
+def minimax_m3_index(r: ConfigReader) -> SparseIndexer:
+    """MiniMax-M3's indexer (transformers 5.25.0's MiniMaxM3VLIndexer): index_n_heads x index_head_dim queries from
+    the hidden state, one key a token, each query keeping its best index_topk_blocks blocks of index_block_size keys
+    (its own block among them). The hub config names them sparse_* in sparse_attention_config."""
+    section = _sparse_section(r)
+
+    def size(key: str, theirs: str, default: int) -> int:  # the section's value over the top level's, as the class
+        return (section.int(theirs) if theirs in section.config
+                else r.int(key, default, note=" (MiniMaxM3VLTextConfig's default)"))
+
+    block = size("index_block_size", "sparse_block_size", 128)
+    blocks = size("index_topk_blocks", "sparse_topk_blocks", 16)
+    section.fail_if_missing()
+    return SparseIndexer(size("index_n_heads", "sparse_num_index_heads", 4), size("index_head_dim", "sparse_index_dim", 128),
+                         blocks * block, block=block, weighted=False)
+
+
+def minimax_m3_indexed(r: ConfigReader, layers: int) -> list[bool]:
+    return _per_layer_flags(r, layers, "layer_types", "minimax_m3_sparse", "sparse_attention_freq", False)
+
+
+def minimax_m3_experts(r: ConfigReader, layers: int, intermediate: int, config: Mapping[str, Any]) -> Experts:
+    """MiniMax-M3's experts (intermediate_size wide; moe_intermediate_size is not read by its class) behind a sigmoid
+    router with a score-correction bias, beside one shared expert shared_intermediate_size wide, on the layers
+    mlp_layer_types or moe_layer_freq mark (else every layer); the dense layers are dense_intermediate_size wide."""
+    moe = MoE(r.int("num_local_experts" if "num_local_experts" in config or "num_experts" not in config else "num_experts"),
+              r.int("num_experts_per_tok"), r.int("intermediate_size"), shared_experts=1,
+              shared_intermediate=r.int("shared_intermediate_size"),
+              router_bias=True)
+    return moe, _per_layer_flags(r, layers, "mlp_layer_types", "sparse", "moe_layer_freq", True)
+
+
 def _decilm_blocks(r: ConfigReader, layers: int) -> list[tuple[int | None, int]]:
     """Nemotron-NAS (DeciLM) block_configs, one a layer: (K/V heads, None where its attention is a no-op; its MLP
     width, 0 where a no-op). The width is 2/3 of ffn_mult x hidden rounded up to a multiple of 256, and the K/V
@@ -681,6 +733,11 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     Family("step3p5", qk_norm=True, head_gate=True, experts=step_experts, shapes=step_shapes),
     Family("step3p7", text="step3p5", text_may_be_flat=True, vision=lambda config, prefix, hidden: vision.step3p7(
         _reader(config, "vision_config", prefix), hidden, bool(config.get("projector_bias", False)))),
+    # MiniMax-M3: full attention with per-head q/k norms and partial RoPE, on the sparse layers over the key blocks a
+    # lightning indexer picks; routed experts beside a shared one after dense layers (transformers 5.25.0 reads it as
+    # MiniMaxM3VLTextConfig). Its multi-token-prediction modules are not counted.
+    Family("minimax_m3", qk_norm=True, experts=minimax_m3_experts, intermediate_key="dense_intermediate_size",
+           sparse_index=minimax_m3_index, indexed=minimax_m3_indexed),
     # Attention and Mamba-2 side by side on every layer, their outputs added, then a gated MLP.
     Family("falcon_h1", biases=attention_and_mlp_bias, mixers=parallel_everywhere, recurrent=falcon_mamba2),
     # Attention without biases or positions (the config's attention_bias is not read by its attention).

@@ -308,13 +308,17 @@ def attention_rows(arch: Architecture, group: LayerGroup, step: Step, dtypes: Mo
     chunked = {"chunk": group.chunk} if group.chunk else {}
     sinks = arch.attention_sinks if group.sinks is None else group.sinks
     values = {"v_head_dim": dv} if dv != d else {}
-    rows += [
-        Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, kv_heads * (d + dv), dtypes)),
-        _attention_row(heads if sinks else 0, batch=step.batch, heads=heads, kv_heads=kv_heads,
-                       head_dim=d, q_len=step.q_len, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache,
-                       causal=True, window=group.sliding_window, implementation=step.attention_implementation,
-                       **chunked, **values),
-    ]
+    rows.append(Row("kv_cache_write", "elementwise", 1, _cache_write(tokens, kv_heads * (d + dv), dtypes)))
+    # A layer with its own indexer attends to the keys it picks: the pairs and keys read are a window's of top_k.
+    window = group.sliding_window
+    if arch.sparse_index is not None and group.indexed:
+        rows += _indexer_rows(arch, arch.sparse_index, step, dtypes, h, int(arch.sparse_index.head_dim
+                                                                            * arch.rotary_fraction))
+        window = min(window or arch.sparse_index.top_k, arch.sparse_index.top_k)
+    rows.append(_attention_row(heads if sinks else 0, batch=step.batch, heads=heads, kv_heads=kv_heads,
+                               head_dim=d, q_len=step.q_len, kv_len=step.kv_len, dtype=act, kv_dtype=dtypes.kv_cache,
+                               causal=True, window=window, implementation=step.attention_implementation,
+                               **chunked, **values))
     if arch.attention_output_gate:  # sigmoid(gate) x output: 4 FLOPs the sigmoid, 1 the product
         rows.append(Row("attn_output_gate", "elementwise", 1,
                         _elementwise("sigmoid_mul", (tokens, heads * dv), act, 2, 5)))
@@ -512,7 +516,8 @@ def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step,
     selected = {}
     if arch.sparse_index is not None:
         if indexed:
-            rows += _indexer_rows(arch, arch.sparse_index, lat, step, dtypes)
+            rows += _indexer_rows(arch, arch.sparse_index, step, dtypes, lat.q_lora_rank or arch.hidden,
+                                  lat.qk_rope_head_dim)
         selected = {"window": arch.sparse_index.top_k}
     if step.q_len >= step.kv_len:  # a prompt with no cache before it
         kv_b = heads * (lat.qk_nope_head_dim + lat.v_head_dim)
@@ -543,26 +548,29 @@ def _latent_attention_rows(arch: Architecture, lat: LatentAttention, step: Step,
     return rows
 
 
-def _indexer_rows(arch: Architecture, index: SparseIndexer, lat: LatentAttention, step: Step,
-                  dtypes: ModelDTypes) -> list[Row]:
+def _indexer_rows(arch: Architecture, index: SparseIndexer, step: Step, dtypes: ModelDTypes, query_input: int,
+                  rotated: int) -> list[Row]:
     """The lightning indexer, whole on every device (it is small, and each device selects for its own heads): its
-    queries from the compressed query, one key a token (layer-normed, part of it rotated, cached), a weight per head,
-    and the scoring of every cached key."""
+    queries from `query_input` (DeepSeek's compressed query, MiniMax-M3's hidden state), one key a token (normed,
+    `rotated` of its dimensions rotated, cached), DeepSeek's weight per head, and the scoring of every cached key
+    (MiniMax-M3's max over a block counted as DeepSeek's relu and weighted sum, 3 FLOPs of a head's 2 x 128 + 3)."""
     tokens, h, act, d = step.tokens, arch.hidden, dtypes.activations, index.head_dim
-    query_input = lat.q_lora_rank or h
     params: dict = {"batch": step.batch, "heads": index.heads, "head_dim": d, "q_len": step.q_len, "kv_len": step.kv_len,
-              "top_k": index.top_k, "dtype": act, "kv_dtype": dtypes.kv_cache}
-    return [
-        Row("indexer_q_proj", "matmul", 1, linear_cost(tokens, index.heads * d, query_input, dtypes),
-            params=linear_params(index.heads * d, query_input)),
-        Row("indexer_k_proj", "matmul", 1, linear_cost(tokens, d, h, dtypes), params=linear_params(d, h)),
-        Row("indexer_k_norm", "layernorm", 1, layernorm_cost(shape=[tokens, d], dtype=act), params=2 * d),
-        Row("indexer_rope", "rope", 1, _rope(step.batch, step.q_len, index.heads + 1, lat.qk_rope_head_dim, act)),
-        Row("indexer_weights_proj", "matmul", 1, linear_cost(tokens, index.heads, h, dtypes),
-            params=linear_params(index.heads, h)),
-        Row("indexer_cache_write", "elementwise", 1, _cache_write(tokens, d, dtypes)),
-        Row("indexer", "sparse_index", 1, sparse_index_cost(**params), attention_params=params),
-    ]
+                    "top_k": index.top_k // index.block, "dtype": act, "kv_dtype": dtypes.kv_cache}
+    rows = [Row("indexer_q_proj", "matmul", 1, linear_cost(tokens, index.heads * d, query_input, dtypes),
+                params=linear_params(index.heads * d, query_input)),
+            Row("indexer_k_proj", "matmul", 1, linear_cost(tokens, d, h, dtypes), params=linear_params(d, h))]
+    if index.weighted:
+        rows.append(Row("indexer_k_norm", "layernorm", 1, layernorm_cost(shape=[tokens, d], dtype=act), params=2 * d))
+    else:
+        rows += [Row("indexer_q_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, index.heads, d], dtype=act), params=d),
+                 Row("indexer_k_norm", "rmsnorm", 1, rmsnorm_cost(shape=[tokens, d], dtype=act), params=d)]
+    rows.append(Row("indexer_rope", "rope", 1, _rope(step.batch, step.q_len, index.heads + 1, rotated, act)))
+    if index.weighted:
+        rows.append(Row("indexer_weights_proj", "matmul", 1, linear_cost(tokens, index.heads, h, dtypes),
+                        params=linear_params(index.heads, h)))
+    return rows + [Row("indexer_cache_write", "elementwise", 1, _cache_write(tokens, d, dtypes)),
+                   Row("indexer", "sparse_index", 1, sparse_index_cost(**params), attention_params=params)]
 
 
 def _mlp_rows(prefix: str, arch: Architecture, tokens: int, width: int, dtypes: ModelDTypes) -> list[Row]:

@@ -441,7 +441,7 @@ def test_gemma4_global_attention_flops_equal_flop_counter():
 @pytest.mark.parametrize("name, config", [(case[0], case[3]) for case in CASES if "vision_config" in case[3]]
                          + [("step3p7", {"model_type": "step3p7", "text_config": {
                              **TINY_TEXT, "intermediate_size": 96, "moe_intermediate_size": 32, "n_routed_experts": 8,
-                             "num_experts_per_tok": 2}, "vision_config": TINY_VISION})])
+                             "num_experts_per_tok": 2, "share_expert_dim": 24}, "vision_config": TINY_VISION})])
 def test_an_invalid_vision_key_is_refused_by_name(name, config):
     # The reader reads an invalid key as 0: a tower of width 0 was once counted as such, silently.
     broken = {**config, "vision_config": {**config["vision_config"], "hidden_size": -5}}

@@ -108,6 +108,9 @@ def test_what_it_cannot_count_is_refused():
                          ({"gating": False}, "gating")):
         with pytest.raises(ConfigError, match=field):
             from_hf_config({**TINY_TEXT, "model_type": "step3p5", **extra})
+    # An expert's width is a size: never a class default (Step3p7TextConfig's 1,280 would answer for a model not asked).
+    with pytest.raises(ConfigError, match="share_expert_dim"):
+        from_hf_config({k: v for k, v in TINY_TEXT.items() if k != "share_expert_dim"} | {"model_type": "step3p5"})
     with pytest.raises(ConfigError, match="mlp_ratio"):
         from_hf_config({"model_type": "step3p7", "text_config": dict(TINY_TEXT),
                         "vision_config": {**TINY_VISION, "mlp_ratio": -1}})
