@@ -177,3 +177,17 @@ def test_an_efficiency_no_timing_binds_is_held_at_the_roof_and_said_to_be_uniden
     gemv = 2 * 8192 * 8192, (8192 * 8192 + 2 * 8192) * 2
     assert calibration.outside(*cube, None) and not calibration.outside(*gemv, None)
     assert not KernelCalibration(**{**fields, "unidentified": []}).outside(*cube, None)
+
+
+def test_matmuls_expected_together_are_the_same_bits_as_one_by_one():
+    # A batch's matmuls are expected as arrays; each must be the float the single-operator path computes (the batch
+    # answers are byte for byte the operator endpoint's). 2,000 shapes over and beyond every shipped fit's span.
+    import random
+
+    rng = random.Random(7)
+    shapes = [(rng.randint(1, 1 << 17), rng.randint(1, 1 << 16), rng.randint(1, 1 << 16)) for _ in range(2_000)]
+    flops = [2.0 * m * n * k for m, n, k in shapes]
+    moved = [2.0 * (m * k + k * n + m * n) for m, n, k in shapes]
+    for calibration in gemm_calibrations().values():
+        together = calibration.expected_times_as_one_s(flops, moved, *map(list, zip(*shapes, strict=True))).tolist()
+        assert together == [calibration.expected_time_s(f, b, s) for f, b, s in zip(flops, moved, shapes, strict=True)]

@@ -13,7 +13,8 @@ from tests.conftest import assert_batch_answers_as_endpoint
 
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mistral-7b-v0.1", "gemma-2-9b", "qwen3-8b", "tinyllama-1.1b-chat",
           "phi-3-mini-4k-instruct", "mixtral-8x7b"]
-DEVICES = ["nvidia-h100-sxm", "nvidia-a100-80gb-sxm", "amd-mi300x", "nvidia-l40s", "google-tpu-v5e", "nvidia-a10g"]
+DEVICES = ["nvidia-h100-sxm", "nvidia-a100-80gb-sxm", "amd-mi300x", "nvidia-l40s", "google-tpu-v5e", "nvidia-a10g",
+           "nvidia-h200-sxm", "nvidia-b200"]
 
 
 def step_bodies(rng: random.Random, count: int) -> list[dict]:
@@ -38,6 +39,8 @@ def step_bodies(rng: random.Random, count: int) -> list[dict]:
                                 {"roofs": "measured"}])
         if rng.random() < 0.05:
             body["attention_implementation"] = "naive"
+        if rng.random() < 0.2:  # the expectation's kernel tables are chosen by engine; none at all when not asked
+            body |= rng.choice([{"engine": "vllm"}, {"engine": "sglang"}, {"calibration": "none"}])
         bodies.append(body)
     return bodies
 

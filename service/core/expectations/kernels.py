@@ -109,6 +109,19 @@ class KernelCalibration:
             return formula
         return formula * self.corrections(m, n, k)
 
+    def expected_times_as_one_s(self, flops: list[float], hbm_bytes: list[float], m: list[int], n: list[int],
+                                k: list[int]) -> np.ndarray:
+        """`expected_time_s` of each matmul, bit for bit, computed together: its logarithms taken one by one as the
+        scalar path takes them (numpy's may round apart), then the formula and the lattice read as arrays, the same
+        operations in the same order."""
+        formula = self.t0_s + np.maximum(np.array(flops) / (self.peak_flops_per_s * self.compute_efficiency),
+                                         np.array(hbm_bytes) / (self.hbm_bytes_per_s * self.memory_efficiency))
+        if not self.anchors:
+            return formula
+        log2 = math.log2
+        points = np.array([(log2(a), log2(b), log2(c)) for a, b, c in zip(m, n, k, strict=True)], dtype=float)
+        return formula * self._correction.at(points.reshape(-1, 3))
+
     @cached_property
     def _correction(self) -> ShapeCorrection:
         points = np.array(self.anchors, dtype=float)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial
@@ -49,7 +49,7 @@ from service.core.whatif import amdahl
 from service.persistence.catalog import DeviceCatalog
 from service.persistence.tables import ModelConfig
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
-from service.translation.models.step_expectations import CostedRow, costed, step_expected
+from service.translation.models.step_expectations import costed, step_expected
 from service.translation.plain_fields import json_bytes, json_bytes_around, plain_fields
 
 ROWS = TypeAdapter(list[RowOut])
@@ -317,21 +317,30 @@ def what_would_fit(request: ModelAnalysisRequest, arch: Architecture, device) ->
         f"fits neither at any tensor_parallel up to {node} (the node) nor with fp8 weights, nor at batch_size 1")
 
 
+class Unset:
+    """Not given: the expectation is worked out from the step's own rows."""
+
+
+UNSET = Unset()
+
+
 def _row_fields(row) -> dict:
     """A RowOut's fields from an evaluated row."""
     return dict(zip(ROW_FIELDS, row))
 
 
 def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog, analysed: tuple | None = None,
-                          costed_rows: Iterable[CostedRow] | None = None) -> dict:
+                          expected: dict | None | Unset = UNSET) -> dict:
     """The ModelAnalysis fields of a validated request, in the model's order (see operator_analyses); `rows`
     holds the evaluated rows themselves, for the caller to write as RowOut fields or as their JSON. `analysed`:
-    run_model_analysis's answer, where the caller has it already (a batch's steps costed together); `costed_rows`: its
-    rows as the expectation reads them, where `analysed` leaves its rows out."""
+    run_model_analysis's answer, where the caller has it already (a batch's steps costed together); `expected`: the
+    step's expectation, where the caller worked it out with others (`analysed` then leaves its rows out)."""
     name, arch, result, prefill = analysed or run_model_analysis(request, catalog)
-    expected = None if request.calibration == "none" else step_expected(
-        costed_rows if costed_rows is not None else costed(result.rows),
-        device_id=request.device_id, measured=catalog.measured(request.device_id), engine=request.engine)
+    if request.calibration == "none":
+        expected = None
+    elif isinstance(expected, Unset):
+        expected = step_expected(costed(result.rows), device_id=request.device_id,
+                                 measured=catalog.measured(request.device_id), engine=request.engine)
     memory, context, basis = step_memory_for(request, arch, catalog.get(request.device_id))
     memory_notes = [
         f"memory: weights + batch x KV({context} tokens, in blocks of {request.block_size}) + activations + workspace "
@@ -388,11 +397,10 @@ def analyze_model_request(request: ModelAnalysisRequest, catalog: DeviceCatalog)
 
 
 def model_answer_json(request: ModelAnalysisRequest, catalog: DeviceCatalog, analysed: tuple | None = None,
-                      rows_json: bytes | None = None, costed_rows: Iterable[CostedRow] | None = None) -> bytes:
-    """analyze_model_request's answer as its JSON, without building the model; `rows_json` and `costed_rows`: its rows
-    already written and as the expectation reads them (a batch's steps costed together), where `analysed` leaves
-    them out."""
-    fields = model_analysis_fields(request, catalog, analysed, costed_rows)
+                      rows_json: bytes | None = None, expected: dict | None | Unset = UNSET) -> bytes:
+    """analyze_model_request's answer as its JSON, without building the model; `rows_json` and `expected`: its rows
+    already written and its expectation (a batch's steps costed together), where `analysed` leaves its rows out."""
+    fields = model_analysis_fields(request, catalog, analysed, expected)
     if rows_json is not None:
         return json_bytes_around(fields, rows=rows_json)
     fields["rows"] = [_row_fields(row) for row in fields["rows"]]

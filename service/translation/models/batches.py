@@ -30,7 +30,7 @@ from service.translation.models.analyses import (
     model_answer_json,
     peak_context,
 )
-from service.translation.models.step_expectations import CostedRow
+from service.translation.models.step_expectations import RowKind, steps_expected
 from service.translation.plain_fields import json_bytes
 
 # Steps that agree on these (and on their dtypes) form one group; the arrays run over the steps' lengths and each
@@ -100,6 +100,8 @@ class _Group:
                                  dtypes=core_dtypes(first, self.arch), tensor_parallel=first.tensor_parallel,
                                  attention_implementation=first.attention_implementation)
         self.template = _rows_template(self.steps)
+        self._row_kinds = [RowKind(shape.kind, shape.compute_dtype, shape.instances) for shape in self.steps.shapes]
+        self._expectations: dict[tuple, dict[int, dict | None]] = {}
 
     def answer(self, at: int, catalog: DeviceCatalog) -> bytes | None:
         """Step `at`'s answer, or None where the per-step path must answer it."""
@@ -118,13 +120,20 @@ class _Group:
         numbers = json_bytes(steps.numbers[at, :, :WRITTEN].ravel(), numpy=True)[1:-1].split(b",")
         numbers[BOUND_AT::WRITTEN] = [BOUND_TEXTS[code] for code in numbers[BOUND_AT::WRITTEN]]
         return model_answer_json(request, catalog, analysed, rows_json=self.template % tuple(numbers),
-                                 costed_rows=self._costed(at))
+                                 expected=self._expected(at, catalog))
 
-    def _costed(self, at: int) -> list[CostedRow]:
-        """Step `at`'s rows as its expectation reads them, from the arrays."""
-        values = self.steps.numbers[at]
-        return [CostedRow(shape.kind, shape.compute_dtype, float(row[FLOPS_AT]), float(row[BYTES_AT]),
-                          float(row[TIME_AT]), shape.instances) for shape, row in zip(self.steps.shapes, values, strict=True)]
+    def _expected(self, at: int, catalog: DeviceCatalog) -> dict | None:
+        """Step `at`'s expectation, worked out with every step of the group on its device and engine."""
+        request = self.requests[at]
+        key = (request.device_id, request.engine)
+        if key not in self._expectations:
+            chosen = [i for i, other in enumerate(self.requests) if (other.device_id, other.engine) == key]
+            numbers = self.steps.numbers[chosen]
+            answers = steps_expected(self._row_kinds, numbers[:, :, FLOPS_AT], numbers[:, :, BYTES_AT],
+                                     numbers[:, :, TIME_AT], device_id=request.device_id,
+                                     measured=catalog.measured(request.device_id), engine=request.engine)
+            self._expectations[key] = dict(zip(chosen, answers, strict=True))
+        return self._expectations[key][at]
 
 
 class ModelStepAnswers:

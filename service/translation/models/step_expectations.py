@@ -4,8 +4,10 @@ carry no (m, n, k), so the calibration's formula answers without its nearest-sha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 from service.core.expectations.kernels import KernelCalibration
 from service.core.roofs import MeasuredRoofs
@@ -64,6 +66,38 @@ def step_expected(rows: Iterable[CostedRow], *, device_id: str, measured: Measur
         expected += max(calibration.expected_time_s(row.flops, row.hbm_bytes), row.time_s) * row.instances
         covered += total
         used[calibration.id] = calibration
+    return _expected_fields(expected, covered, bound, used)
+
+
+class RowKind(NamedTuple):
+    """What the steps of a batch's group share about one row: its kind, compute dtype and instances."""
+
+    kind: str
+    compute_dtype: str | None
+    instances: int
+
+
+def steps_expected(rows: Sequence[RowKind], flops: np.ndarray, hbm_bytes: np.ndarray, time_s: np.ndarray, *,
+                   device_id: str, measured: MeasuredRoofs, engine: str | None) -> list[dict | None]:
+    """`step_expected` of many steps of the same rows on one device, bit for bit (`flops`, `hbm_bytes`, `time_s`:
+    [steps, rows]): each row's terms as arrays over the steps, added up row after row as the loop adds them."""
+    expected, bound, covered = (np.zeros(len(time_s)) for _ in range(3))
+    used = {}
+    calibration_of = row_calibrations(device_id, measured, engine)
+    for at, row in enumerate(rows):
+        total = time_s[:, at] * row.instances
+        bound += total
+        calibration = calibration_of(row.kind, row.compute_dtype)
+        if calibration is None:
+            expected += total
+            continue
+        expected += np.maximum(calibration.expected_times_s(flops[:, at], hbm_bytes[:, at]), time_s[:, at]) * row.instances
+        covered += total
+        used[calibration.id] = calibration
+    return [_expected_fields(*sums, used) for sums in zip(expected.tolist(), covered.tolist(), bound.tolist(), strict=True)]
+
+
+def _expected_fields(expected: float, covered: float, bound: float, used: dict) -> dict | None:
     if not used:
         return None
     share = covered / bound if bound else 0.0

@@ -172,12 +172,9 @@ class _Group:
         # numpy's floats are written as Python's are (tests/translation/test_json_bytes.py).
         columns = {name: getattr(numbers, name) for name in plan.numeric if name != "expected_time_s"}
         if plan.calibration is not None:  # as roofline_fields puts it: the fit, or the bound where that is higher
-            # One by one, as roofline_fields computes it: the correction's logarithms would round apart in arrays.
-            expected = plan.calibration.expected_time_s
-            columns["expected_time_s"] = np.array([
-                max(expected(flops, moved, (m, n, k)), bound) for flops, moved, m, n, k, bound in zip(
-                    numbers.flops.tolist(), numbers.bytes_total.tolist(), shapes.m.tolist(), shapes.n.tolist(),
-                    shapes.k.tolist(), numbers.time_s.tolist(), strict=True)])
+            columns["expected_time_s"] = np.maximum(plan.calibration.expected_times_as_one_s(
+                numbers.flops.tolist(), numbers.bytes_total.tolist(), shapes.m.tolist(), shapes.n.tolist(),
+                shapes.k.tolist()), numbers.time_s)
         matrix = np.stack([columns[name] for name in plan.numeric], axis=1).astype(np.float64)
         self.number_texts = json_bytes(matrix, numpy=True)[2:-2].split(b"],[")
         self.tiles_texts = json_bytes(numbers.tiles, numpy=True)[1:-1].split(b",")
