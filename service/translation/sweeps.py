@@ -44,7 +44,7 @@ from service.translation.models.analyses import (
     step_memory_for,
     unprocessable,
 )
-from service.translation.models.step_expectations import costed, row_expectation, step_expected
+from service.translation.models.step_expectations import row_expectation, step_expected
 from service.translation.operators.analyses import analyze_operator
 from service.translation.serving.analyses import analyze_serving_request
 
@@ -203,7 +203,7 @@ def run_sweep(request: SweepRequest, catalog: DeviceCatalog) -> SweepResult:
             metrics = serving_metrics(point, result, prefill)
             fits = step_memory_for(point, arch, catalog.get(point.device_id))[0].fits
             expected = None if point.calibration == "none" else step_expected(
-                costed(result.rows),
+                result.rows,
                 device_id=point.device_id, measured=catalog.measured(point.device_id), engine=point.engine)
             row, margin = _model_row(value, result.totals, result.mfu, ttft_s=metrics["ttft_s"],
                                      tpot_s=metrics["tpot_s"], tokens_per_s=metrics["tokens_per_s"], fits=fits,
@@ -300,7 +300,7 @@ def _model_entry(point: Any, catalog: DeviceCatalog, device_id: str) -> Ranked |
     bound = _dominant({"memory": t.memory_bound_time_share, "compute": t.compute_bound_time_share,
                        "interconnect": t.interconnect_time_share})
     expected = None if point.calibration == "none" else step_expected(
-        costed(result.rows),
+        result.rows,
         device_id=device_id, measured=catalog.measured(device_id), engine=point.engine)
     return Ranked(device_id, t.time_s, bound, result.mfu, serving_metrics(point, result, prefill)["tokens_per_s"],
                   expected["time_s"] if expected else None, ", ".join(expected["calibrations"]) if expected else None)

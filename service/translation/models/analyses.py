@@ -49,7 +49,7 @@ from service.core.whatif import amdahl
 from service.persistence.catalog import DeviceCatalog
 from service.persistence.tables import ModelConfig
 from service.runtime.errors import Unprocessable, cost_model_error, invalid_nested
-from service.translation.models.step_expectations import costed, step_expected
+from service.translation.models.step_expectations import step_expected
 from service.translation.plain_fields import json_bytes, json_bytes_around, plain_fields
 
 ROWS = TypeAdapter(list[RowOut])
@@ -339,7 +339,7 @@ def model_analysis_fields(request: ModelAnalysisRequest, catalog: DeviceCatalog,
     if request.calibration == "none":
         expected = None
     elif isinstance(expected, Unset):
-        expected = step_expected(costed(result.rows), device_id=request.device_id,
+        expected = step_expected(result.rows, device_id=request.device_id,
                                  measured=catalog.measured(request.device_id), engine=request.engine)
     memory, context, basis = step_memory_for(request, arch, catalog.get(request.device_id))
     memory_notes = [

@@ -4,7 +4,7 @@ carry no (m, n, k), so the calibration's formula answers without its nearest-sha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -13,22 +13,6 @@ from service.core.expectations.kernels import KernelCalibration
 from service.core.roofs import MeasuredRoofs
 from service.core.transformer.analysis import RowExpectation, RowResult
 from service.translation.operators.analyses import calibration_for
-
-
-class CostedRow(NamedTuple):
-    """What the expectation reads of one evaluated row (an instance's figures, and how many instances)."""
-
-    kind: str
-    compute_dtype: str | None
-    flops: float
-    hbm_bytes: float
-    time_s: float
-    instances: int
-
-
-def costed(rows: Iterable[RowResult]) -> Iterator[CostedRow]:
-    """Evaluated rows as the expectation reads them."""
-    return (CostedRow(r.kind, r.compute_dtype, r.flops, r.bytes, r.time_s, r.instances) for r in rows)
 
 
 def row_calibrations(device_id: str, measured: MeasuredRoofs, engine: str | None):
@@ -50,7 +34,7 @@ def row_expectation(device_id: str, measured: MeasuredRoofs, engine: str | None)
     return expect
 
 
-def step_expected(rows: Iterable[CostedRow], *, device_id: str, measured: MeasuredRoofs,
+def step_expected(rows: Iterable[RowResult], *, device_id: str, measured: MeasuredRoofs,
                   engine: str | None) -> dict | None:
     """The answer's `expected`, or None where no row has a calibration."""
     expected = bound = covered = 0.0
@@ -63,7 +47,7 @@ def step_expected(rows: Iterable[CostedRow], *, device_id: str, measured: Measur
         if calibration is None:
             expected += total
             continue
-        expected += max(calibration.expected_time_s(row.flops, row.hbm_bytes), row.time_s) * row.instances
+        expected += max(calibration.expected_time_s(row.flops, row.bytes), row.time_s) * row.instances
         covered += total
         used[calibration.id] = calibration
     return _expected_fields(expected, covered, bound, used)
