@@ -1,7 +1,7 @@
 """Time to the first chart of each explorer page, in headless Chromium, and each page's weight: the model-step view
-(`/explore`, its roofline chart) beside the serving page (`/explore/serving`, its percentile chart) and the planning
-page (`/explore/plan`, its frontier with the chosen configuration). Loads
-alternate between the pages, each a fresh load of the page (its assets cached after the first, as a planner's
+(`/explore`, its roofline chart) beside the serving page (`/explore/serving`, its percentile chart), the planning
+page (`/explore/plan`, its frontier with the chosen configuration) and the comparison page (`/explore/compare`, its
+bars). Loads alternate between the pages, each a fresh load of the page (its assets cached after the first, as a planner's
 browser would), timed from the navigation to the chart's first element (selenium polling every 10 ms).
 
     .venv/bin/python bench/explorer_pages.py URL      (a running service, e.g. http://127.0.0.1:8000)
@@ -13,22 +13,28 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, as its usage line says
 
 from bench.explorer import browser
 
 LOADS = 10
 PAGES = {"model step (/explore)": ("/explore", "#chart svg"),
          "serving (/explore/serving)": ("/explore/serving", "#chart svg rect"),
-         "plan (/explore/plan)": ("/explore/plan", "#chart svg circle.chosen")}
+         "plan (/explore/plan)": ("/explore/plan", "#chart svg circle.chosen"),
+         "compare (/explore/compare)": ("/explore/compare", "#chart svg rect.device")}
 ASSETS = {"/explore": ["/explore/assets/explore.css", "/explore/assets/roofline.js", "/explore/assets/explore.js"],
           "/explore/serving": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/serving.js",
                                "/openapi.json"],
           "/explore/plan": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/plan.js",
-                            "/openapi.json"]}
+                            "/openapi.json"],
+          "/explore/compare": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/compare.js",
+                               "/openapi.json"]}
 
 
 def first_chart(driver, url: str, selector: str) -> float:

@@ -210,12 +210,16 @@ def test_explorer_draws_its_chart_from_the_apis_numbers(browser, live_server):  
 
 
 def seconds_as_the_page_writes_them(value: float) -> str:
-    """The page's seconds: three significant figures, in s, ms or µs."""
+    """The page's seconds: three significant figures as JavaScript's toPrecision(3) writes them (trailing zeros
+    kept: 42.0, not Python's 42), in s, ms or µs."""
+    def figures(number: float) -> str:
+        return f"{number:#.3g}".rstrip(".")
+
     if abs(value) >= 1:
-        return f"{value:.3g} s"
+        return f"{figures(value)} s"
     if abs(value) >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} µs"
+        return f"{figures(value * 1e3)} ms"
+    return f"{figures(value * 1e6)} µs"
 
 
 def screenshot(driver, name: str, height: int) -> None:
@@ -292,12 +296,12 @@ def test_serving_page_is_the_apis_request_and_answer(browser, live_server):  # n
 
 def test_the_explorer_pages_link_to_each_other(client):
     home = client.get("/explore").text
-    assert 'href="explore/serving"' in home and 'href="explore/plan"' in home
-    for path in ("/explore/serving", "/explore/plan"):
+    assert 'href="explore/serving"' in home and 'href="explore/plan"' in home and 'href="explore/compare"' in home
+    for path in ("/explore/serving", "/explore/plan", "/explore/compare"):
         page = client.get(path)
         assert page.status_code == 200 and 'href="../explore"' in page.text
-        assert 'href="serving"' in page.text and 'href="plan"' in page.text
-    for asset in ("form.js", "serving.js", "plan.js"):
+        assert 'href="serving"' in page.text and 'href="plan"' in page.text and 'href="compare"' in page.text
+    for asset in ("form.js", "serving.js", "plan.js", "compare.js"):
         assert client.get(f"/explore/assets/{asset}").status_code == 200
 
 
@@ -333,5 +337,48 @@ def test_plan_page_ranks_and_draws_what_the_api_answers(browser, live_server):  
     assert len(browser.find_elements(By.CSS_SELECTOR, "#configs tbody tr")) == len(tighter["configs"])
 
     screenshot(browser, "explorer-plan.png", height=1600)
+    requested = requested_urls(browser)
+    assert [url for url in requested if not url.startswith(live_server)] == []
+
+
+def test_compare_page_ranks_what_the_api_answers(browser, live_server):  # noqa: F811
+    """/explore/compare: the devices and the serving request each gets, both from the OpenAPI document; the table is
+    the API's ranking of the same comparison, row for row, and each device's bar its relative time; a device list
+    edited from the keyboard compares again; a device it could not be analysed on is listed with the API's reason;
+    nothing fetched from elsewhere."""
+    wait = WebDriverWait(browser, 120)
+    browser.get(f"{live_server}/explore/compare")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg rect.device"))
+    names = {field.get_attribute("name") for field in browser.find_elements(By.CSS_SELECTOR, "#fields [name]")}
+    assert {"device_ids", "model_id", "concurrency", "dtypes.scheme", "scheduler.recv_interval"} <= names
+    assert not {"device_id", "endpoint"} & names
+    request = {"model_id": "deepseek-v3", "input_len": 1024, "output_len": 1024, "concurrency": 64,
+               "tensor_parallel": 8, "engine": "sglang", "dtypes": {"scheme": "w8a8-fp8", "kv_cache": "fp8"}}
+    body = {"endpoint": "serving", "device_ids": ["nvidia-b200", "nvidia-h200-sxm", "amd-mi300x"], "request": request}
+    answer = httpx.post(f"{live_server}/v1/analyze/compare", json=body, timeout=120).json()
+    rows = browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")
+    assert [row.find_element(By.CSS_SELECTOR, "td").text for row in rows] == [e["device_id"] for e in answer["ranking"]]
+    for row, entry in zip(rows, answer["ranking"], strict=True):
+        assert seconds_as_the_page_writes_them(entry["expected_time_s"]) in row.text
+        assert f"{entry['relative_time']:.3f}" in row.text
+    bars = browser.find_elements(By.CSS_SELECTOR, "#chart svg rect.device")
+    assert [bar.get_attribute("data-device") for bar in bars] == [e["device_id"] for e in answer["ranking"]]
+    widths = [float(bar.get_attribute("width")) for bar in bars]
+    longest = max(e["relative_time"] for e in answer["ranking"])
+    for width, entry in zip(widths, answer["ranking"], strict=True):  # each bar its relative time, the longest full
+        assert width == pytest.approx(max(1, 360 * entry["relative_time"] / longest), abs=0.06)
+    assert "ranked by the expected" in browser.find_element(By.ID, "basis").text
+    screenshot(browser, "explorer-compare.png", height=1800)
+
+    # Keyboard only: the L40S added, which has no link to span 8 devices: it is listed with the API's reason.
+    devices = browser.find_element(By.ID, "f-device_ids")
+    devices.send_keys(Keys.END, ",nvidia-l40s", Keys.ENTER)
+    wait.until(lambda d: "nvidia-l40s" in d.current_url and d.find_element(By.ID, "left-out").is_displayed())
+    again = httpx.post(f"{live_server}/v1/analyze/compare", json=body | {
+        "device_ids": [*body["device_ids"], "nvidia-l40s"]}, timeout=120).json()
+    [refused] = again["errors"]
+    assert refused["device_id"] == "nvidia-l40s"
+    assert f"nvidia-l40s: not analysed ({refused['detail']})" in browser.find_element(By.ID, "left-out").text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")) == len(again["ranking"])
     requested = requested_urls(browser)
     assert [url for url in requested if not url.startswith(live_server)] == []

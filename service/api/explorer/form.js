@@ -66,11 +66,13 @@ window.explorerForm = (() => {
     return set;
   }
 
-  // schemaName's fields into container: `first` at the top in that order, `nested` objects a fieldset each.
-  function build(openapi, schemaName, container, { first = [], nested = [], legend = "Request" } = {}) {
+  // schemaName's fields into container: `first` at the top in that order, `nested` objects a fieldset each, `omit`
+  // left to the page.
+  function build(openapi, schemaName, container, { first = [], nested = [], omit = [], legend = "Request" } = {}) {
     components = openapi.components.schemas;
     const properties = components[schemaName].properties;
-    const names = [...first.filter((n) => n in properties), ...Object.keys(properties).filter((n) => !first.includes(n))];
+    const names = [...first.filter((n) => n in properties), ...Object.keys(properties).filter((n) => !first.includes(n))]
+      .filter((n) => !omit.includes(n));
     const top = [], sets = [];
     names.forEach((name) => {
       const schema = resolve(properties[name]);
@@ -149,8 +151,9 @@ window.explorerForm = (() => {
     return tr;
   }
 
-  // A page's submit: the address takes the form's state, the previous answer is cleared, the request posted; the
-  // answer goes to `show`, a refusal to the page's alert. `page`: { fields, path, working, clear, show, $ }.
+  // A page's submit: the address takes the form's state, the previous answer is cleared, the request posted (as
+  // `wrap` makes it the endpoint's body, where the page has one); the answer goes to `show`, a refusal to the page's
+  // alert. `page`: { fields, path, working, clear, show, $, wrap? }.
   async function submit(page, event) {
     if (event) event.preventDefault();
     const $ = page.$;
@@ -161,7 +164,7 @@ window.explorerForm = (() => {
     $("status").textContent = page.working;
     let answer;
     try {
-      answer = await post(page.path, request);
+      answer = await post(page.path, page.wrap ? page.wrap(request) : request);
     } catch (error) {
       $("error").textContent = error.message;
       $("error").hidden = false;

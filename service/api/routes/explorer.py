@@ -10,7 +10,8 @@ from fastapi import APIRouter, HTTPException, Response
 router = APIRouter(include_in_schema=False)
 FILES = Path(__file__).resolve().parents[1] / "explorer"
 ASSETS = {"explore.js": "application/javascript", "roofline.js": "application/javascript", "explore.css": "text/css",
-          "serving.js": "application/javascript", "form.js": "application/javascript", "plan.js": "application/javascript"}
+          "serving.js": "application/javascript", "form.js": "application/javascript", "plan.js": "application/javascript",
+          "compare.js": "application/javascript"}
 
 
 @lru_cache
@@ -31,6 +32,11 @@ async def explore_serving() -> Response:
 @router.get("/explore/plan")
 async def explore_plan() -> Response:
     return Response(_read("plan.html"), media_type="text/html; charset=utf-8")
+
+
+@router.get("/explore/compare")
+async def explore_compare() -> Response:
+    return Response(_read("compare.html"), media_type="text/html; charset=utf-8")
 
 
 @router.get("/explore/assets/{name}")
