@@ -34,6 +34,9 @@ from service.persistence.catalog import nominal_device
 from service.translation.kernels import aiter
 from service.translation.kernels.aiconfigurator import DEVICES, DTYPES, PACKAGE
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scripts.tabulate_gemm_lattices import tabulate
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_ROWS = 150  # per (device, dtype), kept in tests/data for the tests
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -146,6 +149,7 @@ def main(data: Path, configs: Path | None) -> None:
         writer = csv.writer(handle)
         writer.writerow(["device_id", "dtype", "m", "n", "k", "latency_s"])
         writer.writerows(sample)
+    tabulate()  # the lattices the service reads beside the fits
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
@@ -25,7 +26,7 @@ from sqlmodel import Session
 
 from service.core.dtypes import peak_dtype
 from service.core.expectations.engines import EngineCalibration
-from service.core.expectations.kernels import KernelCalibration
+from service.core.expectations.kernels import KernelCalibration, ShapeCorrection
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import (
     DEFAULT_COLLECTIVE_LATENCY_S,
@@ -53,6 +54,7 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 NOMINAL_CATALOG_PATH = DATA_DIR / "devices.json"
 MODEL_CATALOG_DIR = DATA_DIR / "models"
 GEMM_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "gemm.json"
+GEMM_LATTICES_PATH = DATA_DIR / "calibrations" / "gemm_lattices.npz"
 SERVING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "serving.json"
 ENGINE_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "engines.json"
 SCHEDULING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "scheduling.json"
@@ -66,9 +68,23 @@ def nominal_catalog() -> tuple[dict[str, Any], ...]:
 
 @lru_cache
 def gemm_calibrations() -> dict[tuple[str, str], KernelCalibration]:
-    """The GEMM calibrations shipped with the service (scripts/fit_gemm_calibration.py), by (device id, dtype)."""
+    """The GEMM calibrations shipped with the service (scripts/fit_gemm_calibration.py), by (device id, dtype), each
+    with its nearest-shapes lattice as tabulated when it was fitted (scripts/tabulate_gemm_lattices.py)."""
     entries = json.loads(GEMM_CALIBRATIONS_PATH.read_text())["calibrations"]
-    return {(entry["device_id"], entry["dtype"]): KernelCalibration(**entry) for entry in entries}
+    calibrations = {(entry["device_id"], entry["dtype"]): KernelCalibration(**entry) for entry in entries}
+    if GEMM_LATTICES_PATH.exists():
+        with np.load(GEMM_LATTICES_PATH) as tables:
+            for (device_id, dtype), calibration in calibrations.items():
+                key = lattice_key(device_id, dtype)
+                if f"{key}:values" in tables:
+                    calibration.use_lattice(ShapeCorrection.tabulated(
+                        tables[f"{key}:low"], float(tables[f"{key}:step"]), tables[f"{key}:values"]))
+    return calibrations
+
+
+def lattice_key(device_id: str, dtype: str) -> str:
+    """A shipped calibration's name among the tabulated lattices."""
+    return f"{device_id}:{dtype}"
 
 
 @lru_cache

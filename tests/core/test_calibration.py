@@ -191,3 +191,33 @@ def test_matmuls_expected_together_are_the_same_bits_as_one_by_one():
     for calibration in gemm_calibrations().values():
         together = calibration.expected_times_as_one_s(flops, moved, *map(list, zip(*shapes, strict=True))).tolist()
         assert together == [calibration.expected_time_s(f, b, s) for f, b, s in zip(flops, moved, shapes, strict=True)]
+
+
+def test_the_shipped_lattices_are_those_of_the_shipped_fits():
+    # gemm_lattices.npz is tabulated from gemm.json's fitted shapes (scripts/tabulate_gemm_lattices.py): the same
+    # lattice tabulated here from the same shapes (to the last bits of exp, which may round apart between CPUs).
+    import numpy as np
+
+    shipped = gemm_calibrations()
+    assert sum(calibration.anchors is not None for calibration in shipped.values()) >= 10
+    for key, calibration in shipped.items():
+        if not calibration.anchors:
+            continue
+        fresh = KernelCalibration(**{name: getattr(calibration, name) for name in KernelCalibration.__dataclass_fields__})
+        read, built = calibration.lattice(), fresh.lattice()
+        assert read is not built and read is not None and built is not None, key
+        assert read.step == built.step and read.low.tolist() == built.low.tolist(), key
+        assert read.values.shape == built.values.shape and np.allclose(read.values, built.values, rtol=1e-12), key
+
+
+def test_a_matmul_answer_needs_no_neighbour_search():
+    # A worker answering matmuls on a calibrated device reads the shipped lattice: scipy (40 MB a worker) stays out.
+    import subprocess
+    import sys
+
+    script = ("import sys; from service.persistence.catalog import gemm_calibrations; "
+              "c = gemm_calibrations()[('nvidia-h100-sxm', 'bf16')]; "
+              "t = c.expected_time_s(2 * 4096.0 ** 3, 3 * 4096.0 ** 2 * 2, (4096, 4096, 4096)); "
+              "assert t > 0; print(any(m.split('.')[0] == 'scipy' for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

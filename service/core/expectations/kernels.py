@@ -127,6 +127,15 @@ class KernelCalibration:
         points = np.array(self.anchors, dtype=float)
         return ShapeCorrection(points[:, :3], points[:, 3])
 
+    def use_lattice(self, correction: ShapeCorrection) -> None:
+        """Read the nearest shapes' correction from the lattice tabulated when it was fitted (shipped beside it), not
+        one tabulated here: no neighbour search (nor scipy, 40 MB a worker) on the first answer that needs it."""
+        self.__dict__["_correction"] = correction
+
+    def lattice(self) -> ShapeCorrection | None:
+        """The nearest shapes' correction, tabulated (None without fitted shapes)."""
+        return self._correction if self.anchors else None
+
     def corrections(self, m, n, k) -> np.ndarray:
         """measured / formula on the nearest fitted shapes, for each (m, n, k)."""
         return self._correction.at(np.log2(np.column_stack([m, n, k]).astype(float)))
@@ -183,7 +192,20 @@ class ShapeCorrection:
         axes = [self.low[i] + self.step * np.arange(self.size[i]) for i in range(3)]
         lattice = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
         self.values = np.exp(nearest_mean(cKDTree(shapes), residuals, lattice)).reshape(tuple(self.size))
-        self._low, self._size, self._table = self.low.tolist(), self.size.tolist(), self.values.tolist()
+
+    @classmethod
+    def tabulated(cls, low: np.ndarray, step: float, values: np.ndarray) -> ShapeCorrection:
+        """A lattice tabulated before (`low`, `step` and `values` as an instance holds them)."""
+        correction = cls.__new__(cls)
+        correction.step, correction.low, correction.values = float(step), np.asarray(low, dtype=float), values
+        correction.size = np.array(values.shape)
+        return correction
+
+    @cached_property
+    def _plain(self) -> tuple[list[float], list[int], list]:
+        """The lattice as Python numbers, for `at_one` (made at its first use: as floats a table is four times its
+        array's size, and a worker reads few of the shipped ones)."""
+        return self.low.tolist(), self.size.tolist(), self.values.tolist()
 
     def at(self, points: np.ndarray) -> np.ndarray:
         """Each point's (log2 m, log2 n, log2 k) factor."""
@@ -201,8 +223,9 @@ class ShapeCorrection:
 
     def at_one(self, x: float, y: float, z: float) -> float:
         """The same for one point, in plain Python, the same operations in the same order: bit for bit `at`'s."""
+        lows, sizes, table = self._plain
         bases, fractions = [], []
-        for value, low, size in zip((x, y, z), self._low, self._size, strict=True):
+        for value, low, size in zip((x, y, z), lows, sizes, strict=True):
             position = min(max((value - low) / self.step, 0.0), size - 1.0)
             base = min(math.floor(position), max(size - 2, 0))
             bases.append(base)
@@ -210,11 +233,11 @@ class ShapeCorrection:
         total = 0.0
         for corner in range(8):
             offsets = [(corner >> axis) & 1 for axis in range(3)]
-            i, j, k = (min(bases[axis] + offsets[axis], self._size[axis] - 1) for axis in range(3))
+            i, j, k = (min(bases[axis] + offsets[axis], sizes[axis] - 1) for axis in range(3))
             weight = 1.0
             for axis in range(3):
                 weight = weight * (fractions[axis] if offsets[axis] else 1 - fractions[axis])
-            total += weight * self._table[i][j][k]
+            total += weight * table[i][j][k]
         return total
 
 
