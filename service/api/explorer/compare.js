@@ -3,10 +3,7 @@
 // request each gets, both as the OpenAPI document describes them; the ranking as the API answers it, drawn as bars of
 // the ranked time relative to the first device's.
 (() => {
-  const $ = (id) => document.getElementById(id);
-  const root = new URL("../", window.location.href).pathname;
-  const api = (path) => root.replace(/\/$/, "") + path;
-  const form = window.explorerForm;
+  const form = window.explorerForm, $ = form.$, api = form.api;
   const NESTED = ["dtypes", "speculative", "scheduler", "workload"];
   const FIRST = ["model_id", "input_len", "output_len", "concurrency", "engine", "tensor_parallel", "expert_parallel",
     "attention_data_parallel", "calibration"];

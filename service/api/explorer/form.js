@@ -4,6 +4,10 @@
 // each; what a form cannot hold well stays the API's. The state is the page's address, to share.
 window.explorerForm = (() => {
   let components = {};
+  const $ = (id) => document.getElementById(id);
+  // The service's path from a page under /explore/ (the service may be mounted below a prefix).
+  const root = new URL("../", window.location.href).pathname;
+  const api = (path) => root.replace(/\/$/, "") + path;
 
   function resolve(schema) {
     if (!schema) return {};
@@ -174,5 +178,5 @@ window.explorerForm = (() => {
     page.show(answer, request);
   }
 
-  return { build, fill, read, seconds, number, post, row, submit };
+  return { $, api, build, fill, read, seconds, number, post, row, submit };
 })();

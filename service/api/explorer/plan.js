@@ -2,10 +2,7 @@
 // The planning page: POST /v1/plan/serving's request as the OpenAPI document describes it, its ranked table and the
 // frontier it searched, drawn from the same figures the table ranks by (the expectation where the plan went by it).
 (() => {
-  const $ = (id) => document.getElementById(id);
-  const root = new URL("../", window.location.href).pathname;
-  const api = (path) => root.replace(/\/$/, "") + path;
-  const form = window.explorerForm;
+  const form = window.explorerForm, $ = form.$, api = form.api;
   const FIRST = ["model_id", "device_ids", "total_devices", "input_len", "output_len", "engine", "top_n", "calibration"];
   const NESTED = ["slo", "dtypes", "speculative"];
   const DEFAULTS = { model_id: "deepseek-v3", device_ids: "nvidia-b200", total_devices: 8, input_len: 1024,

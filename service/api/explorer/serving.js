@@ -2,10 +2,7 @@
 // The serving page: its form is POST /v1/analyze/serving's request as this service's OpenAPI document describes
 // it, so a field the API gains appears here without a change to this page; every figure is the API's own answer.
 (() => {
-  const $ = (id) => document.getElementById(id);
-  const root = new URL("../", window.location.href).pathname;
-  const api = (path) => root.replace(/\/$/, "") + path;
-  const form = window.explorerForm;
+  const form = window.explorerForm, $ = form.$, api = form.api;
   const seconds = form.seconds, rate = form.number, row = (cells) => form.row(cells);
   // Nested objects shown as their own fieldset (one level); what a form cannot hold well (an inline config, pools
   // of a disaggregated deployment, lists) stays the API's (the documentation takes them).
