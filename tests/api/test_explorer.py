@@ -296,12 +296,13 @@ def test_serving_page_is_the_apis_request_and_answer(browser, live_server):  # n
 
 def test_the_explorer_pages_link_to_each_other(client):
     home = client.get("/explore").text
-    assert 'href="explore/serving"' in home and 'href="explore/plan"' in home and 'href="explore/compare"' in home
-    for path in ("/explore/serving", "/explore/plan", "/explore/compare"):
+    for page in ("serving", "plan", "compare", "calibrations"):
+        assert f'href="explore/{page}"' in home
+    for path in ("/explore/serving", "/explore/plan", "/explore/compare", "/explore/calibrations"):
         page = client.get(path)
         assert page.status_code == 200 and 'href="../explore"' in page.text
-        assert 'href="serving"' in page.text and 'href="plan"' in page.text and 'href="compare"' in page.text
-    for asset in ("form.js", "serving.js", "plan.js", "compare.js"):
+        assert all(f'href="{other}"' in page.text for other in ("serving", "plan", "compare", "calibrations"))
+    for asset in ("form.js", "serving.js", "plan.js", "compare.js", "calibrations.js"):
         assert client.get(f"/explore/assets/{asset}").status_code == 200
 
 
@@ -380,5 +381,50 @@ def test_compare_page_ranks_what_the_api_answers(browser, live_server):  # noqa:
     assert refused["device_id"] == "nvidia-l40s"
     assert f"nvidia-l40s: not analysed ({refused['detail']})" in browser.find_element(By.ID, "left-out").text
     assert len(browser.find_elements(By.CSS_SELECTOR, "#ranking tbody tr")) == len(again["ranking"])
+    requested = requested_urls(browser)
+    assert [url for url in requested if not url.startswith(live_server)] == []
+
+
+def test_calibrations_page_lists_shows_and_takes_timings(browser, live_server):  # noqa: F811
+    """/explore/calibrations: the table is GET /v1/calibrations; kernel timings pasted as CSV with a token are stored
+    and fitted, and the new calibration is chosen: its parameters the API's, a parity point pair a timing; a submission
+    without a valid token is refused with the API's words; nothing fetched from elsewhere."""
+    from tests.conftest import TOKEN
+
+    wait = WebDriverWait(browser, 60)
+    browser.get(f"{live_server}/explore/calibrations")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#calibrations tbody tr"))
+    listed = httpx.get(f"{live_server}/v1/calibrations", timeout=30).json()
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#calibrations tbody tr")) == len(listed)
+    Select(browser.find_element(By.ID, "device-filter")).select_by_value("nvidia-h100-sxm")
+    shown = browser.find_elements(By.CSS_SELECTOR, "#calibrations tbody tr")
+    assert len(shown) == sum(c["device_id"] == "nvidia-h100-sxm" for c in listed) and "device=nvidia-h100-sxm" in browser.current_url
+
+    # Eight bf16 matmuls timed on an A100 (at twice their bound, plus 5 us): pasted, with the token, from the keyboard.
+    shapes = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+              (8192, 8192, 8192), (16, 4096, 4096), (64, 8192, 8192)]
+    rows = [f"matmul,{m},{n},{k},bf16,{5e-6 + 2 * max(2 * m * n * k / 312e12, 2 * (m * k + k * n + m * n) / 2.039e12):.6e}"
+            for m, n, k in shapes]
+    for field, text in (("t-device", "nvidia-a100-80gb-sxm"), ("t-token", "not-the-token")):
+        browser.find_element(By.ID, field).send_keys(text)
+    csv = browser.find_element(By.ID, "t-csv")
+    csv.send_keys(Keys.END, "\n" + "\n".join(rows))
+    browser.find_element(By.ID, "t-submit").click()
+    wait.until(lambda d: d.find_element(By.ID, "t-error").is_displayed())
+    assert "token" in browser.find_element(By.ID, "t-error").text.lower()
+    token = browser.find_element(By.ID, "t-token")
+    token.send_keys(Keys.CONTROL, "a")
+    token.send_keys(TOKEN, Keys.ENTER)
+    fitted = "kernel:measured:nvidia-a100-80gb-sxm:cublas:bf16"
+    wait.until(lambda d: d.find_element(By.ID, "chosen-title").text == fitted)
+    detail = httpx.get(f"{live_server}/v1/calibrations/{fitted}", timeout=30).json()
+    assert len(detail["residuals"]) == len(shapes)
+    parameters = browser.find_element(By.CSS_SELECTOR, "#parameters tbody").text
+    for parameter in detail["parameters"]:
+        assert parameter["name"] in parameters
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#chart svg circle.expected")) == len(shapes)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#chart svg circle.bound")) == len(shapes)
+    assert f"id={fitted}" in browser.current_url.replace("%3A", ":")
+    screenshot(browser, "explorer-calibrations.png", height=1800)
     requested = requested_urls(browser)
     assert [url for url in requested if not url.startswith(live_server)] == []

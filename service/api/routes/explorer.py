@@ -11,7 +11,7 @@ router = APIRouter(include_in_schema=False)
 FILES = Path(__file__).resolve().parents[1] / "explorer"
 ASSETS = {"explore.js": "application/javascript", "roofline.js": "application/javascript", "explore.css": "text/css",
           "serving.js": "application/javascript", "form.js": "application/javascript", "plan.js": "application/javascript",
-          "compare.js": "application/javascript"}
+          "compare.js": "application/javascript", "calibrations.js": "application/javascript"}
 
 
 @lru_cache
@@ -37,6 +37,11 @@ async def explore_plan() -> Response:
 @router.get("/explore/compare")
 async def explore_compare() -> Response:
     return Response(_read("compare.html"), media_type="text/html; charset=utf-8")
+
+
+@router.get("/explore/calibrations")
+async def explore_calibrations() -> Response:
+    return Response(_read("calibrations.html"), media_type="text/html; charset=utf-8")
 
 
 @router.get("/explore/assets/{name}")

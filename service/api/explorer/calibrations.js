@@ -1,0 +1,131 @@
+"use strict";
+// The calibrations page: GET /v1/calibrations as a table, one calibration's parameters and (where its measurements are
+// stored) its residuals drawn as a parity chart, and kernel timings submitted as CSV. The address holds the device
+// shown and the calibration chosen.
+(() => {
+  const form = window.explorerForm, $ = form.$, api = form.api;
+  const percent = (value) => (value === null || value === undefined ? "–" : (100 * value).toFixed(1) + " %");
+  let all = [];
+
+  function state(changes) {
+    const query = new URLSearchParams(window.location.search);
+    Object.entries(changes).forEach(([key, value]) => (value ? query.set(key, value) : query.delete(key)));
+    window.history.replaceState(null, "", "?" + query.toString());
+    return query;
+  }
+
+  function list() {
+    const device = $("device-filter").value;
+    const shown = all.filter((c) => !device || c.device_id === device);
+    const tbody = $("calibrations").tBodies[0];
+    tbody.replaceChildren();
+    shown.forEach((c) => {
+      const tr = form.row(["", c.kind, c.origin, c.device_id, c.engine, c.fitted_on.toLocaleString("en-US"),
+        percent(c.median_error), percent(c.p90_error), percent(c.bound_median_error)]);
+      const button = Object.assign(document.createElement("button"), { type: "button", textContent: c.id });
+      button.className = "link";
+      button.addEventListener("click", () => choose(c.id, true));
+      tr.cells[0].appendChild(button);
+      tbody.appendChild(tr);
+    });
+    $("calibrations").hidden = false;
+    $("status").textContent = `${shown.length} of ${all.length} calibrations.`;
+  }
+
+  // Residuals as [measured, expected, bound] of each measurement, with the quantity they measure.
+  function points(detail) {
+    if (detail.residuals) return ["a matmul's time", detail.residuals.map((r) => [r.measured_time_s, r.expected_time_s, r.bound_time_s])];
+    if (detail.run_residuals) return ["TPOT", detail.run_residuals.map((r) => [r.measured_tpot_s, r.expected_tpot_s, r.bound_tpot_s])];
+    return [null, []];
+  }
+
+  function parity(quantity, rows) {
+    const W = 520, H = 420, L = 60, B = 40;
+    const values = rows.flat().filter((v) => v > 0);
+    const lo = Math.log10(Math.min(...values)) - 0.1, hi = Math.log10(Math.max(...values)) + 0.1;
+    const px = (v) => L + (W - L - 10) * (Math.log10(v) - lo) / (hi - lo);
+    const py = (v) => H - B - (H - B - 10) * (Math.log10(v) - lo) / (hi - lo);
+    const low = 10 ** lo, high = 10 ** hi;
+    const parts = [`<line x1="${px(low)}" y1="${py(low)}" x2="${px(high)}" y2="${py(high)}" stroke="#999" stroke-dasharray="4 3"/>`,
+      `<text x="${(W + L) / 2}" y="${H - 8}" font-size="12" text-anchor="middle">measured ${quantity} (log)</text>`,
+      `<text x="14" y="${(H - B) / 2}" font-size="12" transform="rotate(-90 14 ${(H - B) / 2})" text-anchor="middle">expected (filled) and bound (hollow)</text>`];
+    rows.forEach(([measured, expected, bound]) => {
+      parts.push(`<circle class="bound" cx="${px(measured).toFixed(1)}" cy="${py(bound).toFixed(1)}" r="3.5" fill="none" stroke="#777"><title>measured ${form.seconds(measured)}, bound ${form.seconds(bound)}</title></circle>`);
+      parts.push(`<circle class="expected" cx="${px(measured).toFixed(1)}" cy="${py(expected).toFixed(1)}" r="3.5" fill="#1f77b4"><title>measured ${form.seconds(measured)}, expected ${form.seconds(expected)}</title></circle>`);
+    });
+    $("chart").innerHTML = `<svg viewBox="0 0 ${W} ${H}" xmlns="http://www.w3.org/2000/svg">${parts.join("")}</svg>`;
+    $("chart-caption").textContent = `${rows.length} measurement(s): the expectation (filled) and the bound (hollow) ` +
+      "against what was measured; on the dashed diagonal a prediction is exact, below it faster than measured.";
+  }
+
+  async function choose(id, focus) {
+    state({ id });
+    const response = await fetch(api("/v1/calibrations/" + encodeURIComponent(id)));
+    const detail = await response.json();
+    if (!response.ok) {
+      $("error").textContent = detail.detail || response.statusText;
+      $("error").hidden = false;
+      return;
+    }
+    $("chosen-title").textContent = detail.id;
+    $("chosen-scope").textContent = `${detail.scope}. ${detail.model}. Fitted on ${detail.fitted_on.toLocaleString("en-US")} ` +
+      `measurement(s) (${detail.source}); checked on ${detail.checked_on.toLocaleString("en-US")} (${detail.checked_by}): ` +
+      `median error ${percent(detail.median_error)}, p90 ${percent(detail.p90_error)}, the bound's ${percent(detail.bound_median_error)}.`;
+    const tbody = $("parameters").tBodies[0];
+    tbody.replaceChildren();
+    detail.parameters.forEach((p) => tbody.appendChild(form.row([p.name,
+      p.value === null ? "not identified" : Number(p.value.toPrecision(4)).toString(), p.unit, p.meaning])));
+    const [quantity, rows] = points(detail);
+    $("parity").hidden = rows.length === 0;
+    if (rows.length) parity(quantity, rows);
+    $("no-points").textContent = rows.length ? "" : "Its measurements are not stored here (a shipped calibration's " +
+      "public tables are not shipped); GET /v1/calibrations/{id}/parity.svg draws a shipped serving calibration's runs.";
+    $("chosen").hidden = false;
+    if (focus) $("chosen").focus();
+  }
+
+  async function load() {
+    const response = await fetch(api("/v1/calibrations"));
+    all = await response.json();
+    const devices = [...new Set(all.map((c) => c.device_id))].sort();
+    const filter = $("device-filter");
+    filter.replaceChildren(new Option("(every device)", ""), ...devices.map((d) => new Option(d, d)));
+    const query = new URLSearchParams(window.location.search);
+    filter.value = query.get("device") || "";
+    list();
+    if (query.get("id")) await choose(query.get("id"), false);
+  }
+
+  async function submit(event) {
+    event.preventDefault();
+    $("t-error").hidden = true;
+    $("t-status").textContent = "Submitting…";
+    const device = $("t-device").value.trim();
+    const query = new URLSearchParams({ engine: $("t-engine").value.trim(), source: $("t-source").value.trim() });
+    const response = await fetch(api(`/v1/devices/${encodeURIComponent(device)}/kernel-timings/csv?${query}`), {
+      method: "POST", body: $("t-csv").value,
+      headers: { "Content-Type": "text/csv", Authorization: "Bearer " + $("t-token").value } });
+    const answer = await response.json();
+    if (!response.ok) {
+      const where = answer.fields && answer.fields.length ? " (" + answer.fields.map((f) => f.loc + ": " + f.msg).join("; ") + ")" : "";
+      $("t-error").textContent = (answer.detail || response.statusText) + where;
+      $("t-error").hidden = false;
+      $("t-status").textContent = "The service refused the timings.";
+      return;
+    }
+    const fitted = answer.calibrations || [];
+    $("t-status").textContent = `${answer.created.length} timing(s) stored; ` +
+      (fitted.length ? `fitted: ${fitted.map((c) => c.id).join(", ")}.` : "no calibration fitted: " +
+        (answer.not_fitted || []).map((n) => `${n.scope}: ${n.reason}`).join("; "));
+    state({ device });
+    await load();
+    if (fitted.length) await choose(fitted[0].id, true);
+  }
+
+  $("device-filter").addEventListener("change", () => { state({ device: $("device-filter").value }); list(); });
+  $("timings").addEventListener("submit", (event) => submit(event).catch((error) => {
+    $("t-error").textContent = String(error);
+    $("t-error").hidden = false;
+  }));
+  load().catch((error) => { $("error").textContent = String(error); $("error").hidden = false; });
+})();
