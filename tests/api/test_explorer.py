@@ -428,3 +428,35 @@ def test_calibrations_page_lists_shows_and_takes_timings(browser, live_server): 
     screenshot(browser, "explorer-calibrations.png", height=1800)
     requested = requested_urls(browser)
     assert [url for url in requested if not url.startswith(live_server)] == []
+
+
+# Each element with text of its own, outside the charts: its colour's WCAG 2 contrast against the first opaque
+# background behind it (https://www.w3.org/TR/WCAG21/#dfn-contrast-ratio), where it is below `least`.
+LOW_CONTRAST = """
+const least = arguments[0];
+const channel = (v) => { v /= 255; return v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+const luminance = (colour) => { const [r, g, b] = colour.match(/[\\d.]+/g).slice(0, 3).map(Number).map(channel);
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+const behind = (el) => { for (; el; el = el.parentElement) { const c = getComputedStyle(el).backgroundColor;
+  const alpha = c.match(/[\\d.]+/g)[3]; if (alpha === undefined || Number(alpha) > 0) return c; } return "rgb(255, 255, 255)"; };
+const low = [];
+for (const el of document.querySelectorAll("body *")) {
+  if (el.closest("svg") || !el.getClientRects().length) continue;
+  if (![...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())) continue;
+  const [a, b] = [luminance(getComputedStyle(el).color), luminance(behind(el))];
+  const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  if (ratio < least) low.push(`${el.tagName}#${el.id}.${el.className}: ${ratio.toFixed(2)}`);
+}
+return low;
+"""
+
+
+@pytest.mark.parametrize("page, ready", [("/explore", "#chart svg"), ("/explore/serving", "#chart svg rect"),
+                                         ("/explore/plan", "#chart svg circle.chosen"),
+                                         ("/explore/compare", "#chart svg rect.device"),
+                                         ("/explore/calibrations", "#calibrations tbody tr")])
+def test_every_page_text_meets_the_contrast_minimum(browser, live_server, page, ready):  # noqa: F811
+    # WCAG 2.1 AA: 4.5:1 for body text (the pages' help, captions, errors and links included), answered pages.
+    browser.get(f"{live_server}{page}")
+    WebDriverWait(browser, 120).until(lambda d: d.find_elements(By.CSS_SELECTOR, ready))
+    assert browser.execute_script(LOW_CONTRAST, 4.5) == []
