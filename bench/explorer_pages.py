@@ -1,8 +1,9 @@
 """Time to the first chart of each explorer page, in headless Chromium, and each page's weight: the model-step view
 (`/explore`, its roofline chart) beside the serving page (`/explore/serving`, its percentile chart), the planning
-page (`/explore/plan`, its frontier with the chosen configuration) and the comparison page (`/explore/compare`, its
-bars). Loads alternate between the pages, each a fresh load of the page (its assets cached after the first, as a planner's
-browser would), timed from the navigation to the chart's first element (selenium polling every 10 ms).
+page (`/explore/plan`, its frontier with the chosen configuration), the comparison page (`/explore/compare`, its
+bars) and the calibrations page (`/explore/calibrations`, its table). Loads alternate between the pages, each a fresh
+load of the page (its assets cached after the first, as a planner's browser would), timed from the navigation to the
+chart's first element (selenium polling every 10 ms).
 
     .venv/bin/python bench/explorer_pages.py URL      (a running service, e.g. http://127.0.0.1:8000)
 """
@@ -27,14 +28,17 @@ LOADS = 10
 PAGES = {"model step (/explore)": ("/explore", "#chart svg"),
          "serving (/explore/serving)": ("/explore/serving", "#chart svg rect"),
          "plan (/explore/plan)": ("/explore/plan", "#chart svg circle.chosen"),
-         "compare (/explore/compare)": ("/explore/compare", "#chart svg rect.device")}
+         "compare (/explore/compare)": ("/explore/compare", "#chart svg rect.device"),
+         "calibrations (/explore/calibrations)": ("/explore/calibrations", "#calibrations tbody tr")}
 ASSETS = {"/explore": ["/explore/assets/explore.css", "/explore/assets/roofline.js", "/explore/assets/explore.js"],
           "/explore/serving": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/serving.js",
                                "/openapi.json"],
           "/explore/plan": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/plan.js",
                             "/openapi.json"],
           "/explore/compare": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/compare.js",
-                               "/openapi.json"]}
+                               "/openapi.json"],
+          "/explore/calibrations": ["/explore/assets/explore.css", "/explore/assets/form.js",
+                                    "/explore/assets/calibrations.js", "/v1/calibrations"]}
 
 
 def first_chart(driver, url: str, selector: str) -> float:

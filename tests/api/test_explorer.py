@@ -1,6 +1,7 @@
 """The explorer in headless Chromium with the network closed: it loads from the service's own assets, draws
 the chart and the table, and follows a batch typed at the keyboard."""
 
+import json
 import os
 import re
 from pathlib import Path
@@ -396,25 +397,36 @@ def test_calibrations_page_lists_shows_and_takes_timings(browser, live_server): 
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#calibrations tbody tr"))
     listed = httpx.get(f"{live_server}/v1/calibrations", timeout=30).json()
     assert len(browser.find_elements(By.CSS_SELECTOR, "#calibrations tbody tr")) == len(listed)
-    Select(browser.find_element(By.ID, "device-filter")).select_by_value("nvidia-h100-sxm")
+    # A shipped serving calibration's device shown, the calibration chosen from the keyboard: its parameters, and its
+    # runs drawn by the service.
+    shipped = next(c for c in listed if c["kind"] == "serving" and c["origin"] == "shipped")
+    device = shipped["device_id"]
+    Select(browser.find_element(By.ID, "device-filter")).select_by_value(device)
     shown = browser.find_elements(By.CSS_SELECTOR, "#calibrations tbody tr")
-    assert len(shown) == sum(c["device_id"] == "nvidia-h100-sxm" for c in listed) and "device=nvidia-h100-sxm" in browser.current_url
+    assert len(shown) == sum(c["device_id"] == device for c in listed) and f"device={device}" in browser.current_url
+    button = next(b for b in browser.find_elements(By.CSS_SELECTOR, "#calibrations tbody button") if b.text == shipped["id"])
+    button.send_keys(Keys.ENTER)
+    wait.until(lambda d: d.find_element(By.ID, "chosen-title").text == shipped["id"])
+    image = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#no-points img.parity"))
+    assert wait.until(lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", image)) > 0
+    assert shipped["parameters"][0]["name"] in browser.find_element(By.CSS_SELECTOR, "#parameters tbody").text
 
     # Eight bf16 matmuls timed on an A100 (at twice their bound, plus 5 us): pasted, with the token, from the keyboard.
     shapes = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
               (8192, 8192, 8192), (16, 4096, 4096), (64, 8192, 8192)]
     rows = [f"matmul,{m},{n},{k},bf16,{5e-6 + 2 * max(2 * m * n * k / 312e12, 2 * (m * k + k * n + m * n) / 2.039e12):.6e}"
             for m, n, k in shapes]
-    for field, text in (("t-device", "nvidia-a100-80gb-sxm"), ("t-token", "not-the-token")):
+    for field, text in (("t-device", "nvidia-a100-80gb-sxm"), ("token", "not-the-token")):
         browser.find_element(By.ID, field).send_keys(text)
     csv = browser.find_element(By.ID, "t-csv")
     csv.send_keys(Keys.END, "\n" + "\n".join(rows))
     browser.find_element(By.ID, "t-submit").click()
     wait.until(lambda d: d.find_element(By.ID, "t-error").is_displayed())
     assert "token" in browser.find_element(By.ID, "t-error").text.lower()
-    token = browser.find_element(By.ID, "t-token")
+    token = browser.find_element(By.ID, "token")
     token.send_keys(Keys.CONTROL, "a")
-    token.send_keys(TOKEN, Keys.ENTER)
+    token.send_keys(TOKEN)
+    browser.find_element(By.ID, "t-submit").send_keys(Keys.ENTER)
     fitted = "kernel:measured:nvidia-a100-80gb-sxm:cublas:bf16"
     wait.until(lambda d: d.find_element(By.ID, "chosen-title").text == fitted)
     detail = httpx.get(f"{live_server}/v1/calibrations/{fitted}", timeout=30).json()
@@ -426,6 +438,32 @@ def test_calibrations_page_lists_shows_and_takes_timings(browser, live_server): 
     assert len(browser.find_elements(By.CSS_SELECTOR, "#chart svg circle.bound")) == len(shapes)
     assert f"id={fitted}" in browser.current_url.replace("%3A", ":")
     screenshot(browser, "explorer-calibrations.png", height=1800)
+
+    # Three vLLM benchmark result files (Llama-3.1-8B on one H100 at 4, 16 and 64 in flight, each 1.4 x its bound's
+    # TPOT + 2 ms), chosen as files: stored, a serving calibration fitted, opened with a point pair a run.
+    files = []
+    for concurrency in (4, 16, 64):
+        deployment = {"device_id": "nvidia-h100-sxm", "model_id": "llama-3.1-8b", "tensor_parallel": 1, "engine": "vllm",
+                      "input_len": 1024, "output_len": 1024, "concurrency": concurrency, "calibration": "none"}
+        bound = httpx.post(f"{live_server}/v1/analyze/serving", json=deployment, timeout=60).json()["bound"]
+        result = {"completed": 10 * concurrency, "total_input_tokens": 10 * concurrency * 1024,
+                  "total_output_tokens": 10 * concurrency * 1024, "max_concurrency": concurrency,
+                  "median_tpot_ms": 1e3 * (1.4 * bound["tpot_s"] + 0.002),
+                  "median_ttft_ms": 1e3 * (1.3 * bound["ttft_s"] + 0.02)}
+        path = ARTIFACTS / f"vllm-bench-{concurrency}.json"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result))
+        files.append(str(path))
+    for field, text in (("r-device", "nvidia-h100-sxm"), ("r-model", "llama-3.1-8b")):
+        browser.find_element(By.ID, field).send_keys(text)
+    browser.find_element(By.ID, "r-files").send_keys("\n".join(files))
+    browser.find_element(By.ID, "r-submit").send_keys(Keys.ENTER)
+    wait.until(lambda d: d.find_element(By.ID, "chosen-title").text.startswith("serving:measured:nvidia-h100-sxm:vllm"))
+    serving = browser.find_element(By.ID, "chosen-title").text
+    assert "fitted: " + serving in browser.find_element(By.ID, "r-status").text
+    detail = httpx.get(f"{live_server}/v1/calibrations/{serving}", timeout=30).json()
+    assert len(detail["run_residuals"]) == 3
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#chart svg circle.expected")) == 3
     requested = requested_urls(browser)
     assert [url for url in requested if not url.startswith(live_server)] == []
 

@@ -1,7 +1,7 @@
 "use strict";
 // The calibrations page: GET /v1/calibrations as a table, one calibration's parameters and (where its measurements are
-// stored) its residuals drawn as a parity chart, and kernel timings submitted as CSV. The address holds the device
-// shown and the calibration chosen.
+// stored) its residuals drawn as a parity chart, and measurements submitted: kernel timings as CSV, serving benchmark
+// result files. The address holds the device shown and the calibration chosen.
 (() => {
   const form = window.explorerForm, $ = form.$, api = form.api;
   const percent = (value) => (value === null || value === undefined ? "–" : (100 * value).toFixed(1) + " %");
@@ -78,8 +78,16 @@
     const [quantity, rows] = points(detail);
     $("parity").hidden = rows.length === 0;
     if (rows.length) parity(quantity, rows);
-    $("no-points").textContent = rows.length ? "" : "Its measurements are not stored here (a shipped calibration's " +
-      "public tables are not shipped); GET /v1/calibrations/{id}/parity.svg draws a shipped serving calibration's runs.";
+    const drawn = !rows.length && detail.kind === "serving" && detail.origin === "shipped";
+    $("no-points").replaceChildren();
+    if (drawn) {  // its InferenceX runs are shipped: the service draws them against today's bounds
+      $("no-points").appendChild(Object.assign(document.createElement("img"), {
+        src: api(`/v1/calibrations/${encodeURIComponent(detail.id)}/parity.svg`), className: "parity",
+        alt: `${detail.id}: expected and bound TPOT against the InferenceX runs it was fitted to, log-log` }));
+    } else if (!rows.length) {
+      $("no-points").textContent = "Its measurements are not stored here: a shipped kernel calibration's public " +
+        "tables are not shipped, only its fit and its held-out error.";
+    }
     $("chosen").hidden = false;
     if (focus) $("chosen").focus();
   }
@@ -96,36 +104,71 @@
     if (query.get("id")) await choose(query.get("id"), false);
   }
 
-  async function submit(event) {
-    event.preventDefault();
-    $("t-error").hidden = true;
-    $("t-status").textContent = "Submitting…";
-    const device = $("t-device").value.trim();
-    const query = new URLSearchParams({ engine: $("t-engine").value.trim(), source: $("t-source").value.trim() });
-    const response = await fetch(api(`/v1/devices/${encodeURIComponent(device)}/kernel-timings/csv?${query}`), {
-      method: "POST", body: $("t-csv").value,
-      headers: { "Content-Type": "text/csv", Authorization: "Bearer " + $("t-token").value } });
+  // POST a write with the token; the answer, or an Error in the API's words.
+  async function write(path, body, type) {
+    const response = await fetch(api(path), { method: "POST", body,
+      headers: { "Content-Type": type, Authorization: "Bearer " + $("token").value } });
     const answer = await response.json();
     if (!response.ok) {
       const where = answer.fields && answer.fields.length ? " (" + answer.fields.map((f) => f.loc + ": " + f.msg).join("; ") + ")" : "";
-      $("t-error").textContent = (answer.detail || response.statusText) + where;
-      $("t-error").hidden = false;
-      $("t-status").textContent = "The service refused the timings.";
-      return;
+      throw new Error((answer.detail || response.statusText) + where);
     }
+    return answer;
+  }
+
+  // A write's outcome: what was stored and fitted (each fit with its error), then the list again and the first fit.
+  async function stored(prefix, answer, what, device) {
     const fitted = answer.calibrations || [];
-    $("t-status").textContent = `${answer.created.length} timing(s) stored; ` +
-      (fitted.length ? `fitted: ${fitted.map((c) => c.id).join(", ")}.` : "no calibration fitted: " +
-        (answer.not_fitted || []).map((n) => `${n.scope}: ${n.reason}`).join("; "));
+    $(prefix + "-status").textContent = `${answer.created.length} ${what} stored; ` + (fitted.length
+      ? "fitted: " + fitted.map((c) => `${c.id} (median error ${percent(c.median_error)}, the bound's ` +
+        `${percent(c.bound_median_error)})`).join(", ") + "."
+      : "no calibration fitted: " + (answer.not_fitted || []).map((n) => `${n.scope}: ${n.reason}`).join("; "));
     state({ device });
     await load();
     if (fitted.length) await choose(fitted[0].id, true);
   }
 
+  function submitting(prefix, work) {
+    return (event) => {
+      event.preventDefault();
+      $(prefix + "-error").hidden = true;
+      $(prefix + "-status").textContent = "Submitting…";
+      work().catch((error) => {
+        $(prefix + "-error").textContent = error.message;
+        $(prefix + "-error").hidden = false;
+        $(prefix + "-status").textContent = "The service refused them.";
+      });
+    };
+  }
+
+  async function submitTimings() {
+    const device = $("t-device").value.trim();
+    const query = new URLSearchParams({ engine: $("t-engine").value.trim(), source: $("t-source").value.trim() });
+    const answer = await write(`/v1/devices/${encodeURIComponent(device)}/kernel-timings/csv?${query}`,
+      $("t-csv").value, "text/csv");
+    await stored("t", answer, "timing(s)", device);
+  }
+
+  async function submitRuns() {
+    const files = [...$("r-files").files];
+    const runs = await Promise.all(files.map(async (file) => {
+      try { return JSON.parse(await file.text()); } catch (error) { throw new Error(`${file.name}: not JSON (${error.message})`); }
+    }));
+    const device = $("r-device").value.trim();
+    const body = { format: "vllm-bench", device_id: device, model_id: $("r-model").value.trim(),
+      engine: $("r-engine").value.trim(), source: $("r-source").value.trim(),
+      deployment: { tensor_parallel: parseInt($("r-tp").value, 10) }, runs };
+    const answer = await write("/v1/serving-runs", JSON.stringify(body), "application/json");
+    await stored("r", answer, "run(s)", device);
+  }
+
+  // Files dropped on the field are its files, as if chosen.
+  const drop = $("r-files");
+  drop.addEventListener("dragover", (event) => event.preventDefault());
+  drop.addEventListener("drop", (event) => { event.preventDefault(); drop.files = event.dataTransfer.files; });
+
   $("device-filter").addEventListener("change", () => { state({ device: $("device-filter").value }); list(); });
-  $("timings").addEventListener("submit", (event) => submit(event).catch((error) => {
-    $("t-error").textContent = String(error);
-    $("t-error").hidden = false;
-  }));
+  $("timings").addEventListener("submit", submitting("t", submitTimings));
+  $("runs").addEventListener("submit", submitting("r", submitRuns));
   load().catch((error) => { $("error").textContent = String(error); $("error").hidden = false; });
 })();
