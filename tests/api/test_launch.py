@@ -29,7 +29,21 @@ LAYOUTS = {
 def flags_of(line: str) -> tuple[str, list[str]]:
     words = shlex.split(line)
     program = next(PROGRAMS[w] for w in words if w in PROGRAMS)
+    if program == "trtllm-serve" and "disaggregated" in words:  # the subcommand with options of its own
+        program = "trtllm-serve-disaggregated"
     return program, [w for w in words if w.startswith("--")]
+
+
+def yaml_keys(text: str) -> list[str]:
+    """Each key of a YAML file as its dotted path (list items skipped: they are values)."""
+    keys, parents = [], []
+    for row in text.splitlines():
+        if row.strip().startswith("- "):
+            continue
+        depth = (len(row) - len(row.lstrip())) // 2
+        parents[depth:] = [row.strip().split(":")[0]]
+        keys.append(".".join(parents))
+    return keys
 
 
 def launched(client, engine: str, layout: dict, **extra) -> dict:
@@ -43,22 +57,15 @@ def launched(client, engine: str, layout: dict, **extra) -> dict:
 def test_every_flag_is_one_the_engines_parser_defines(client, engine, layout):
     answer = launched(client, engine, LAYOUTS[layout])
     lines = [line for line in answer["command"].splitlines() if line] + ([answer["benchmark"]] if answer["benchmark"] else [])
-    if engine == "trt" and layout == "disaggregated":
-        assert lines == [] and any("not written here" in note for note in answer["notes"])
-        return
     assert lines
     for line in lines:
         program, flags = flags_of(line)
         unknown = set(flags) - set(FLAGS[program]["flags"])
         assert not unknown, (program, unknown)
     for name, text in answer["files"].items():
-        assert name == "config.yml"
-        keys, parents = [], []
-        for row in text.splitlines():
-            depth = (len(row) - len(row.lstrip())) // 2
-            parents[depth:] = [row.strip().split(":")[0]]
-            keys.append(".".join(parents))
-        assert set(keys) <= set(FLAGS["trtllm-serve"]["yaml_keys"]["keys"]), keys
+        known = (FLAGS["trtllm-serve-disaggregated"]["cluster_keys"] if name == "disagg.yml"
+                 else FLAGS["trtllm-serve"]["yaml_keys"]["keys"])
+        assert set(yaml_keys(text)) <= set(known), (name, yaml_keys(text))
 
 
 def test_sglang_attention_groups_and_the_scheduler_as_its_flags_say(client):
@@ -98,3 +105,23 @@ def test_tensorrt_llm_writes_its_yaml(client):
 def test_an_engine_the_service_does_not_know_gets_no_launch(client):
     response = client.post("/v1/analyze/serving", json=BASE | {"tensor_parallel": 8, "engine": "my-engine"})
     assert response.status_code == 200 and response.json()["launch"] is None
+
+
+def test_tensorrt_llm_disaggregated_pools_are_workers_and_a_router(client):
+    """Two context workers of 4 devices and one generation worker of 8: a trtllm-serve each on ports 8001-8003 (the
+    context ones with the overlap scheduler off, both sending KV caches), and trtllm-serve disaggregated on 8000 over
+    them, its cluster file naming the three addresses; the benchmark addresses the router."""
+    layout = {"disaggregated": {"prefill": {"workers": 2, "tensor_parallel": 4}, "decode": {"tensor_parallel": 8}}}
+    answer = launched(client, "trt", layout)
+    lines = answer["command"].splitlines()
+    assert [shlex.split(line)[shlex.split(line).index("--port") + 1] for line in lines[:3]] == ["8001", "8002", "8003"]
+    assert ["--extra_llm_api_options context.yml" in line for line in lines[:3]] == [True, True, False]
+    assert "--tp_size 4" in lines[0] and "--tp_size 8" in lines[2]
+    assert lines[3].startswith("trtllm-serve disaggregated --config_file disagg.yml")
+    cluster = answer["files"]["disagg.yml"]
+    assert "context_servers:\n  num_instances: 2\n  urls:\n    - \"localhost:8001\"\n    - \"localhost:8002\"" in cluster
+    assert "generation_servers:\n  num_instances: 1\n  urls:\n    - \"localhost:8003\"" in cluster
+    assert "disable_overlap_scheduler: true" in answer["files"]["context.yml"]
+    assert "disable_overlap_scheduler" not in answer["files"]["generation.yml"]
+    assert "cache_transceiver_config:\n  backend: DEFAULT\n  max_tokens_in_buffer: 2048" in answer["files"]["generation.yml"]
+    assert "--base-url http://localhost:8000" in answer["benchmark"]

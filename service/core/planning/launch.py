@@ -12,8 +12,9 @@ split by width):
 - vLLM: `--tensor-parallel-size a --data-parallel-size d` (an engine a group), `--enable-expert-parallel` for whole
   experts; `--max-num-seqs` a group; disaggregated pools as two servers with the NIXL connector;
 - TensorRT-LLM: `--tp_size t --ep_size` (t for whole experts, else 1), attention groups as `enable_attention_dp` in
-  the YAML, `--max_batch_size` a rank; disaggregated pools are not written (its disaggregated server takes a cluster
-  file of its own: the answer says so).
+  the YAML, `--max_batch_size` a rank; disaggregated pools as a `trtllm-serve` a worker (context workers with the
+  overlap scheduler off, both with a `cache_transceiver_config`) and `trtllm-serve disaggregated` over them, its
+  cluster file naming each worker's address (TensorRT-LLM's examples/disaggregated and llmapi/disagg_utils.py).
 """
 
 from __future__ import annotations
@@ -123,7 +124,9 @@ def _vllm(request: LaunchRequest, pool: PoolLayout, role: str | None, port: int)
     return _join(["vllm", "serve", request.model], flags)
 
 
-def _trtllm_yaml(request: LaunchRequest, pool: PoolLayout) -> str:
+def _trtllm_yaml(request: LaunchRequest, pool: PoolLayout, role: str | None = None) -> str:
+    """A worker's --extra_llm_api_options; `role` ("context", "generation") a disaggregated pool's: its KV caches
+    sent between the pools, a context worker's overlap scheduler off (not supported there)."""
     s = request.scheduler
     lines = ["enable_attention_dp: " + ("true" if pool.attention_data_parallel > 1 else "false"),
              f"stream_interval: {s.stream_interval}",
@@ -137,17 +140,40 @@ def _trtllm_yaml(request: LaunchRequest, pool: PoolLayout) -> str:
     if request.speculative is not None:
         _, k = request.speculative
         lines += ["speculative_config:", "  decoding_type: MTP", f"  num_nextn_predict_layers: {k}"]
+    if role is not None:
+        lines += ["cache_transceiver_config:", "  backend: DEFAULT", f"  max_tokens_in_buffer: {request.context_len}"]
+    if role == "context":
+        lines.append("disable_overlap_scheduler: true")
     return "\n".join(lines) + "\n"
 
 
-def _trtllm(request: LaunchRequest, pool: PoolLayout, port: int) -> str:
+def _trtllm_disaggregated(request: LaunchRequest, prefill: PoolLayout, decode: PoolLayout) -> tuple[str, dict[str, str]]:
+    """A context worker a prefill worker, a generation worker a decode worker (each on its own port), and the
+    disaggregated server over them on the benchmark's port, with the cluster file naming each worker."""
+    ports = {"context": [PORT + 1 + i for i in range(prefill.workers)],
+             "generation": [PORT + 1 + prefill.workers + i for i in range(decode.workers)]}
+    lines = [_trtllm(request, pool, port, f"{role}.yml")
+             for role, pool in (("context", prefill), ("generation", decode)) for port in ports[role]]
+    lines.append(_join(["trtllm-serve", "disaggregated"], [("--config_file", "disagg.yml"),
+                                                           ("--server_start_timeout", 1800),
+                                                           ("--request_timeout", 1800)]))
+    cluster = ["hostname: localhost", f"port: {PORT}", "backend: pytorch"]
+    for role, key in (("context", "context_servers"), ("generation", "generation_servers")):
+        cluster += [f"{key}:", f"  num_instances: {len(ports[role])}", "  urls:",
+                    *(f'    - "localhost:{port}"' for port in ports[role])]
+    files = {"context.yml": _trtllm_yaml(request, prefill, "context"),
+             "generation.yml": _trtllm_yaml(request, decode, "generation"), "disagg.yml": "\n".join(cluster) + "\n"}
+    return "\n".join(lines), files
+
+
+def _trtllm(request: LaunchRequest, pool: PoolLayout, port: int, options: str = "config.yml") -> str:
     s = request.scheduler
     flags: list[tuple[str, object | None]] = [
         ("--backend", "pytorch"), ("--tp_size", pool.tensor_parallel),
         ("--ep_size", pool.tensor_parallel if pool.expert_parallel > 1 else 1),
         ("--max_batch_size", s.max_running), ("--max_num_tokens", max(s.step_tokens, request.input_len)),
         ("--max_seq_len", request.context_len), ("--enable_chunked_prefill", s.chunked),
-        ("--extra_llm_api_options", "config.yml"), ("--trust_remote_code", True), ("--host", "0.0.0.0"),
+        ("--extra_llm_api_options", options), ("--trust_remote_code", True), ("--host", "0.0.0.0"),
         ("--port", port)]
     return _join(["trtllm-serve", request.model], flags)
 
@@ -190,8 +216,12 @@ def launch(request: LaunchRequest) -> Launch:
                      f"Dynamo) routes each request's prefill then its decode, on port {PORT}")
         return Launch(command, {}, benchmark_command(request, "vllm"), tuple(notes))
     if prefill is not None:
-        return Launch("", {}, "", (*notes, "disaggregated TensorRT-LLM serving (trtllm-serve disaggregated, or Dynamo) "
-                                          "takes a cluster description of its own: not written here"))
+        command, files = _trtllm_disaggregated(request, prefill, decode)
+        notes.append(f"disaggregated: {prefill.workers} context and {decode.workers} generation worker(s), one "
+                     f"trtllm-serve each on its own port, their KV caches sent between the pools; trtllm-serve "
+                     f"disaggregated routes each request's prefill then its decode, on port {PORT}, which the "
+                     "benchmark addresses")
+        return Launch(command, files, benchmark_command(request, "openai"), tuple(notes))
     if decode.workers > 1:
         notes.append("several workers: one such server each, behind a load balancer on the benchmark's port")
     return Launch(_trtllm(request, decode, PORT), {"config.yml": _trtllm_yaml(request, decode)},
