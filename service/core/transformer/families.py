@@ -439,11 +439,10 @@ def minimax_m3_index(r: ConfigReader) -> SparseIndexer:
         return (section.int(theirs) if theirs in section.config
                 else r.int(key, default, note=" (MiniMaxM3VLTextConfig's default)"))
 
-    block = size("index_block_size", "sparse_block_size", 128)
-    blocks = size("index_topk_blocks", "sparse_topk_blocks", 16)
-    section.fail_if_missing()
-    return SparseIndexer(size("index_n_heads", "sparse_num_index_heads", 4), size("index_head_dim", "sparse_index_dim", 128),
-                         blocks * block, block=block, weighted=False)
+    heads, width = size("index_n_heads", "sparse_num_index_heads", 4), size("index_head_dim", "sparse_index_dim", 128)
+    block, blocks = size("index_block_size", "sparse_block_size", 128), size("index_topk_blocks", "sparse_topk_blocks", 16)
+    section.fail_if_missing()  # after every read: an invalid size reads as 0
+    return SparseIndexer(heads, width, blocks * block, block=block, weighted=False)
 
 
 def minimax_m3_indexed(r: ConfigReader, layers: int) -> list[bool]:

@@ -81,11 +81,14 @@ def test_a_sparse_layer_attends_to_its_blocks_only():
     assert "indexer_weights_proj" not in sparse_rows
 
 
-def test_an_invalid_sparse_key_is_refused_by_name():
-    config = {**TINY, "sparse_attention_config": {**TINY["sparse_attention_config"], "sparse_block_size": 0}}
+@pytest.mark.parametrize("key", ["sparse_num_index_heads", "sparse_index_dim", "sparse_block_size",
+                                 "sparse_topk_blocks"])
+def test_an_invalid_sparse_key_is_refused_by_name(key):
+    # Each of the indexer's sizes (an invalid one reads as 0; the heads and width once slipped past the check).
+    config = {**TINY, "sparse_attention_config": {**TINY["sparse_attention_config"], key: 0}}
     with pytest.raises(ConfigError) as refused:
         from_hf_config(config)
-    assert refused.value.fields == ["model.sparse_attention_config.sparse_block_size"]
+    assert refused.value.fields == [f"model.sparse_attention_config.{key}"]
 
 
 @pytest.mark.crosscheck
