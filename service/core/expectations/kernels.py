@@ -114,8 +114,7 @@ class KernelCalibration:
         """`expected_time_s` of each matmul, bit for bit, computed together: its logarithms taken one by one as the
         scalar path takes them (numpy's may round apart), then the formula and the lattice read as arrays, the same
         operations in the same order."""
-        formula = self.t0_s + np.maximum(np.array(flops) / (self.peak_flops_per_s * self.compute_efficiency),
-                                         np.array(hbm_bytes) / (self.hbm_bytes_per_s * self.memory_efficiency))
+        formula = self.expected_times_s(np.array(flops), np.array(hbm_bytes))  # no sizes: the formula alone
         if not self.anchors:
             return formula
         log2 = math.log2

@@ -34,13 +34,11 @@ def kv_bytes_per_token_per_layer(arch: Architecture, dtypes: ModelDTypes, tensor
                                  group: LayerGroup | None = None) -> float:
     """One token's cache in one attention layer (`group`'s; else a layer that runs its own indexer)."""
     s = bytes_per_element(dtypes.kv_cache)
-    if arch.latent is not None:  # the compressed latent and the shared rope key (and an indexer's key), whole on every device
-        indexed = arch.sparse_index is not None and (group is None or group.indexed)
-        index = arch.sparse_index.head_dim if indexed and arch.sparse_index is not None else 0
+    # An indexer's key (DeepSeek-V3.2's layers, MiniMax-M3's sparse ones) is whole on every device.
+    index = arch.sparse_index.head_dim if arch.sparse_index is not None and (group is None or group.indexed) else 0
+    if arch.latent is not None:  # the compressed latent and the shared rope key, whole on every device
         return (arch.latent.kv_lora_rank + arch.latent.qk_rope_head_dim + index) * s
     widths = arch.head_dim_of(group) + arch.value_dim_of(group) if group else arch.head_dim + arch.value_dim
-    # An indexer's key (MiniMax-M3's sparse layers) is whole on every device, like the latent's.
-    index = arch.sparse_index.head_dim if arch.sparse_index is not None and (group is None or group.indexed) else 0
     return kv_heads_per_device(arch, tensor_parallel, group) * widths * s + index * s
 
 

@@ -43,6 +43,11 @@ class ConfigReader:
             return 0
         return value
 
+    def named(self, key: str, alias: str) -> str:
+        """The key a config writes a value under: `key`, unless only its `alias` is given (a model's own checkpoints
+        naming what transformers' class calls `key` another way)."""
+        return alias if alias in self.config and key not in self.config else key
+
     # Inside the class `int` names the method above: the annotations below spell the type as builtins.int.
     def optional_int(self, key: str, *, minimum: builtins.int = 1,
                      maximum: builtins.int | None = None) -> builtins.int | None:

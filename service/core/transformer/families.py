@@ -378,10 +378,9 @@ def step_experts(r: ConfigReader, layers: int, intermediate: int, config: Mappin
     hub's moe_layers_enum, else from first_k_dense_replace (AIConfigurator's copies), else from the fourth layer on
     (Step3p7TextConfig's default). Its experts count is n_routed_experts, which AIConfigurator's copies write
     num_experts."""
-    experts = r.int("n_routed_experts" if "n_routed_experts" in config or "num_experts" not in config
-                    else "num_experts")
-    moe = MoE(experts, r.int("num_experts_per_tok"), r.int("moe_intermediate_size"), shared_experts=1,
-              shared_intermediate=r.int("share_expert_dim"), router_bias=True)
+    moe = MoE(r.int(r.named("n_routed_experts", "num_experts")), r.int("num_experts_per_tok"),
+              r.int("moe_intermediate_size"), shared_experts=1, shared_intermediate=r.int("share_expert_dim"),
+              router_bias=True)
     listed = config.get("mlp_layer_types")
     if isinstance(listed, list) and len(listed) >= layers:  # a list may carry the MTP layers' after the model's
         return moe, [kind == "sparse" for kind in listed[:layers]]
@@ -453,9 +452,8 @@ def minimax_m3_experts(r: ConfigReader, layers: int, intermediate: int, config: 
     """MiniMax-M3's experts (intermediate_size wide; moe_intermediate_size is not read by its class) behind a sigmoid
     router with a score-correction bias, beside one shared expert shared_intermediate_size wide, on the layers
     mlp_layer_types or moe_layer_freq mark (else every layer); the dense layers are dense_intermediate_size wide."""
-    moe = MoE(r.int("num_local_experts" if "num_local_experts" in config or "num_experts" not in config else "num_experts"),
-              r.int("num_experts_per_tok"), r.int("intermediate_size"), shared_experts=1,
-              shared_intermediate=r.int("shared_intermediate_size"),
+    moe = MoE(r.int(r.named("num_local_experts", "num_experts")), r.int("num_experts_per_tok"),
+              r.int("intermediate_size"), shared_experts=1, shared_intermediate=r.int("shared_intermediate_size"),
               router_bias=True)
     return moe, _per_layer_flags(r, layers, "mlp_layer_types", "sparse", "moe_layer_freq", True)
 

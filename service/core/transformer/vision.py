@@ -26,6 +26,11 @@ def _refusing_invalid(count: Callable[..., int]) -> Callable[..., int]:
     return checked
 
 
+def _size(vision: ConfigReader, key: str, theirs: str, default: int) -> int:
+    """A size under transformers' name, else the model's own (`theirs`), else transformers' default."""
+    return vision.int(vision.named(key, theirs), default)
+
+
 def _layer_norm(width: int) -> int:
     return 2 * width  # a scale and a shift
 
@@ -103,17 +108,16 @@ def moonvit(vision: ConfigReader, text_hidden: int, projection_norm: int) -> int
     layers into the decoder's width. Moonshot's own checkpoints name the sizes vt_* and init_pos_emb_*; transformers'
     names are read first."""
 
-    def size(key: str, theirs: str, default: int) -> int:
-        return vision.int(key if key in vision.config or theirs not in vision.config else theirs, default)
-
-    h, i = size("hidden_size", "vt_hidden_size", 1152), size("intermediate_size", "vt_intermediate_size", 4304)
+    h = _size(vision, "hidden_size", "vt_hidden_size", 1152)
+    i = _size(vision, "intermediate_size", "vt_intermediate_size", 4304)
     patch = vision.int("patch_size", 14)
-    grid = size("pos_emb_height", "init_pos_emb_height", 64) * size("pos_emb_width", "init_pos_emb_width", 64)
+    grid = (_size(vision, "pos_emb_height", "init_pos_emb_height", 64)
+            * _size(vision, "pos_emb_width", "init_pos_emb_width", 64))
     merge = vision.config.get("merge_kernel_size", (2, 2))
     merged = h * (merge[0] * merge[1] if isinstance(merge, (list, tuple)) and len(merge) == 2
                   and all(isinstance(k, int) and k > 0 for k in merge) else 4)
     layer = 2 * _layer_norm(h) + 4 * _linear(h, h, True) + _linear(i, h, True) + _linear(h, i, True)
-    tower = 3 * patch * patch * h + h + grid * h + size("num_hidden_layers", "vt_num_hidden_layers", 27) * layer
+    tower = 3 * patch * patch * h + h + grid * h + _size(vision, "num_hidden_layers", "vt_num_hidden_layers", 27) * layer
     projector = _layer_norm(projection_norm) + _linear(merged, merged, True) + _linear(text_hidden, merged, True)
     return tower + _layer_norm(h) + projector
 
@@ -144,10 +148,7 @@ def step3p7(vision: ConfigReader, text_hidden: int, projector_bias: bool) -> int
     stored layer scales; two biased 3 x 3 convolutions doubling the width twice; then a [4 x vision, text] projector.
     StepFun's own configs name the sizes width and layers; transformers' names are read first."""
 
-    def size(key: str, theirs: str, default: int) -> int:
-        return vision.int(key if key in vision.config or theirs not in vision.config else theirs, default)
-
-    h = size("hidden_size", "width", 1536)
+    h = _size(vision, "hidden_size", "width", 1536)
     ratio = vision.config.get("mlp_ratio", 8960 / 1536)
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 64:
         vision.missing.append("mlp_ratio (must be a number above 0, at most 64)")
@@ -156,6 +157,6 @@ def step3p7(vision: ConfigReader, text_hidden: int, projector_bias: bool) -> int
     patch, image, channels = vision.int("patch_size", 14), vision.int("image_size", 728), vision.int("num_channels", 3)
     layer = 2 * _layer_norm(h) + 2 * h + 4 * _linear(h, h, True) + _linear(i, h, True) + _linear(h, i, True)
     tower = (channels * patch * patch * h + (image // patch) ** 2 * h + _layer_norm(h)
-             + size("num_hidden_layers", "layers", 47) * layer
+             + _size(vision, "num_hidden_layers", "layers", 47) * layer
              + _linear(2 * h, h * 9, True) + _linear(4 * h, 2 * h * 9, True))
     return tower + _linear(text_hidden, 4 * h, projector_bias)

@@ -30,7 +30,7 @@ from service.translation.models.analyses import (
     model_answer_json,
     peak_context,
 )
-from service.translation.models.step_expectations import RowKind, steps_expected
+from service.translation.models.step_expectations import steps_expected
 from service.translation.plain_fields import json_bytes
 
 # Steps that agree on these (and on their dtypes) form one group; the arrays run over the steps' lengths and each
@@ -100,7 +100,6 @@ class _Group:
                                  dtypes=core_dtypes(first, self.arch), tensor_parallel=first.tensor_parallel,
                                  attention_implementation=first.attention_implementation)
         self.template = _rows_template(self.steps)
-        self._row_kinds = [RowKind(shape.kind, shape.compute_dtype, shape.instances) for shape in self.steps.shapes]
         self._expectations: dict[tuple, dict[int, dict | None]] = {}
 
     def answer(self, at: int, catalog: DeviceCatalog) -> bytes | None:
@@ -129,7 +128,7 @@ class _Group:
         if key not in self._expectations:
             chosen = [i for i, other in enumerate(self.requests) if (other.device_id, other.engine) == key]
             numbers = self.steps.numbers[chosen]
-            answers = steps_expected(self._row_kinds, numbers[:, :, FLOPS_AT], numbers[:, :, BYTES_AT],
+            answers = steps_expected(self.steps.shapes, numbers[:, :, FLOPS_AT], numbers[:, :, BYTES_AT],
                                      numbers[:, :, TIME_AT], device_id=request.device_id,
                                      measured=catalog.measured(request.device_id), engine=request.engine)
             self._expectations[key] = dict(zip(chosen, answers, strict=True))

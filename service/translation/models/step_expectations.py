@@ -5,13 +5,13 @@ carry no (m, n, k), so the calibration's formula answers without its nearest-sha
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
 
 import numpy as np
 
 from service.core.expectations.kernels import KernelCalibration
 from service.core.roofs import MeasuredRoofs
 from service.core.transformer.analysis import RowExpectation, RowResult
+from service.core.transformer.batched_steps import RowShape
 from service.translation.operators.analyses import calibration_for
 
 
@@ -53,15 +53,7 @@ def step_expected(rows: Iterable[RowResult], *, device_id: str, measured: Measur
     return _expected_fields(expected, covered, bound, used)
 
 
-class RowKind(NamedTuple):
-    """What the steps of a batch's group share about one row: its kind, compute dtype and instances."""
-
-    kind: str
-    compute_dtype: str | None
-    instances: int
-
-
-def steps_expected(rows: Sequence[RowKind], flops: np.ndarray, hbm_bytes: np.ndarray, time_s: np.ndarray, *,
+def steps_expected(rows: Sequence[RowShape], flops: np.ndarray, hbm_bytes: np.ndarray, time_s: np.ndarray, *,
                    device_id: str, measured: MeasuredRoofs, engine: str | None) -> list[dict | None]:
     """`step_expected` of many steps of the same rows on one device, bit for bit (`flops`, `hbm_bytes`, `time_s`:
     [steps, rows]): each row's terms as arrays over the steps, added up row after row as the loop adds them."""
