@@ -157,14 +157,16 @@ def test_a_moe_plan_costs_what_a_dense_one_does_and_answers_the_steps_exactly(cl
 
 
 def test_a_batch_charges_a_plan_what_it_runs(client):
-    # A Mixtral plan on 10 devices within 8: tensor parallelism at 1, 2, 4, 8, expert parallelism without attention
-    # groups at 2, 4, 8 and wide expert parallelism at 2, 4, 8, 10 layouts of 2 analyses a device: 200 units; 101 of
-    # them cost 20,200, over a batch's 20,000, refused before any runs. 40 dense plans on one H100 cost 40 x 4 x 2 =
-    # 320 (Llama-3.1-8B's 32/8 heads: 4 sizes).
+    # A Mixtral plan on 10 devices within 8 devices: tensor parallelism alone at 1, 2, 4, 8 (a prefill and two decode
+    # steps each: 4 x 3 = 12), experts over a worker without attention groups at 2, 4, 8 (a prefill and up to 3t - 1
+    # steps of rounded shares: 6 + 12 + 24 = 42), wide expert parallelism at 2, 4, 8 (3 x 3 = 9): 63 a device, twice
+    # over with the kernel tables' composition (calibration "auto"): 126 x 10 = 1,260 units; 16 of them cost 20,160,
+    # over a batch's 20,000, refused before any runs. 40 dense plans on one H100 cost 40 x 4 x 3 x 2 = 960
+    # (Llama-3.1-8B's 32/8 heads: 4 sizes).
     moe = {**PLAN, "model_id": "mixtral-8x7b", "device_ids": MOE_DEVICES}
     refused = client.post("/v1/analyze/batch", json={"items": [
-        {"id": str(i), "analysis": "plan-serving", "request": moe} for i in range(101)]})
-    assert refused.status_code == 422 and "20,200 units" in refused.json()["detail"]
+        {"id": str(i), "analysis": "plan-serving", "request": moe} for i in range(16)]})
+    assert refused.status_code == 422 and "20,160 units" in refused.json()["detail"]
     dense = client.post("/v1/analyze/batch", json={"items": [
         {"id": str(i), "analysis": "plan-serving", "request": {**PLAN, "top_n": 1, "input_len": 1000 + i}}
         for i in range(40)]})

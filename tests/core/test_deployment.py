@@ -114,3 +114,28 @@ def test_the_decode_curve_is_the_step_at_every_batch(pool):
     assert step.curve_is_exact()
     assert step.decode_curve(batches, kv_len=2049) == pytest.approx(
         [step.time_s(batch=b, q_len=1, kv_len=2049) for b in batches], rel=1e-12)
+
+
+MIXTRAL = from_hf_config(json.loads((MODEL_CATALOG_DIR / "mistralai__Mixtral-8x7B-v0.1.json").read_text()))
+
+
+@pytest.mark.parametrize("model", [DEEPSEEK, MIXTRAL], ids=["deepseek-v3 top-8 of 256", "mixtral top-2 of 8"])
+@pytest.mark.parametrize("pool", [Pool(1, 8, 8, 1), Pool(1, 4, 4, 1), Pool(1, 8, 8, 2), Pool(1, 2, 2, 1)])
+@pytest.mark.parametrize("q_len", [1, 3])
+def test_the_rounded_decode_curve_is_the_step_at_every_batch(model, pool, q_len):
+    """Experts over fewer attention groups than devices: a device's share of the tokens rounds down (at least 1),
+    so the curve is drawn through two steps of each class of batches a period apart. Hand-worked for Pool(1, 8, 8,
+    1) at q_len 1: a batch of b dispatches max(1, b // 8) tokens a device, constant over 1-7 then stepping every 8
+    batches, so the classes are b mod 8 from b = 8 on. Over every batch from 1 to 70 the curve equals each step
+    analysed, with a verification step of 3 tokens too (its period 8 / gcd(8, 3) = 8, from b = 3)."""
+    step = WorkerStep(model, Evaluator(nominal_device("nvidia-b200")), worker("nvidia-b200", pool).topology, pool,
+                      FP8)
+    assert not step.curve_is_exact()
+    batches = list(range(1, 71))
+    analysed = [step.time_s(batch=b, q_len=q_len, kv_len=2049, scored_tokens=q_len) for b in batches]
+    assert step.decode_curve(batches, kv_len=2049, q_len=q_len, scored_tokens=q_len) == pytest.approx(analysed,
+                                                                                                    rel=1e-12)
+    # The rounding is real: one curve through the steps at 1 and 2, as for the layouts that do not round, misses.
+    through_one_and_two = step._curve(batches, (1, 2), {"q_len": q_len, "kv_len": 2049, "scored_tokens": q_len,
+                                                        "layers": None})
+    assert through_one_and_two != pytest.approx(analysed, rel=1e-6)

@@ -33,6 +33,7 @@ The scheduling model: continuous batching at a fixed concurrency c, in steady st
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -166,16 +167,44 @@ class WorkerStep:
 
     def decode_curve(self, batches: Sequence[int], *, kv_len: int, q_len: int = 1, scored_tokens: int = 1,
                      layers: tuple[LayerGroup, ...] | None = None) -> list[float]:
-        """The step of `q_len` new tokens a sequence at each of `batches` sequences per group, from the steps at 1
-        and 2 (exactly, where curve_is_exact; else each step analysed)."""
+        """The step of `q_len` new tokens a sequence at each of `batches` sequences per group, exactly, from a few
+        steps analysed: those at 1 and 2 where curve_is_exact, else those of each rounding class (_rounded_curve)."""
         step = {"q_len": q_len, "kv_len": kv_len, "scored_tokens": scored_tokens, "layers": layers}
         # Two values or fewer cost no more stepped than the curve's two steps (a serving analysis asks for one).
-        if (len(batches) <= 2 or not self.curve_is_exact()
-                or max(batches) * self.pool.attention_data_parallel * q_len >= self.arch.vocab):
+        if len(batches) <= 2 or max(batches) * self.pool.attention_data_parallel * q_len >= self.arch.vocab:
             return [self.time_s(batch=b, **step) for b in batches]
-        one, two = (self.evaluate(batch=b, **step) for b in (1, 2))
-        return curve_from_two(one, two, batches, bandwidth=self.evaluator.hbm.bytes_per_s, moe=self.arch.moe,
-                              routed_tokens_per_value=self.pool.attention_data_parallel * q_len)
+        if not self.curve_is_exact():
+            return self._rounded_curve(batches, step)
+        return self._curve(batches, (1, 2), step)
+
+    def _curve(self, batches: Sequence[int], at: tuple[int, int], step: dict) -> list[float]:
+        low, high = (self.evaluate(batch=b, **step) for b in at)
+        return curve_from_two(low, high, batches, bandwidth=self.evaluator.hbm.bytes_per_s, moe=self.arch.moe,
+                              routed_tokens_per_value=self.pool.attention_data_parallel * step["q_len"], at=at)
+
+    def _rounded_curve(self, batches: Sequence[int], step: dict) -> list[float]:
+        """Experts over a worker with fewer attention groups than devices: a device's share of the worker's tokens
+        (what it dispatches, the token rows of its experts) is rounded down, and at least 1. Past the batch where
+        every device has a token, the rounding repeats every `period` batches, so along each class of batches
+        `period` apart the step is affine but for the experts hit: a curve through two of its steps. Below that
+        batch, and in a class holding two batches or fewer, each step is analysed."""
+        t, tokens_per_batch = self.pool.tensor_parallel, self.pool.attention_data_parallel * step["q_len"]
+        period = t // math.gcd(t, tokens_per_batch)
+        every_device = -(-t // tokens_per_batch)
+        times: dict[int, float] = {}
+        classes: dict[int, list[int]] = {}
+        for b in dict.fromkeys(batches):
+            if b < every_device:
+                times[b] = self.time_s(batch=b, **step)
+            else:
+                classes.setdefault(b % period, []).append(b)
+        for members in classes.values():
+            low = min(members)
+            if len(members) <= 2:
+                times.update((b, self.time_s(batch=b, **step)) for b in members)
+            else:
+                times.update(zip(members, self._curve(members, (low, low + period), step), strict=True))
+        return [times[b] for b in batches]
 
 
 def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int) -> Callable[[Architecture, LayerGroup, Step,

@@ -451,20 +451,22 @@ def batch_time_curve(arch: Architecture, evaluator: Evaluator, *, values: Sequen
 
 
 def curve_from_two(one: Sequence[RowResult], two: Sequence[RowResult], values: Sequence[int], *, bandwidth: float,
-                   moe: MoE | None, routed_tokens_per_value: int) -> list[float]:
-    """A step's time at each value of a parameter from its rows at 1 and at 2: every row's compute and memory times
-    are lines through those, but a routed row's weight reads, which follow the experts hit by the tokens the
-    routing sees (`routed_tokens_per_value` per unit of the parameter)."""
+                   moe: MoE | None, routed_tokens_per_value: int, at: tuple[int, int] = (1, 2)) -> list[float]:
+    """A step's time at each value of a parameter from its rows at the two values `at` (1 and 2 unless told): every
+    row's compute and memory times are lines through those, but a routed row's weight reads, which follow the experts
+    hit by the tokens the routing sees (`routed_tokens_per_value` per unit of the parameter)."""
     import numpy as np  # here, not at the top: only the serving planner needs it, and it is 20 MB a worker
 
-    x = np.asarray(values, dtype=float) - 1
+    low, high = at
+    x = (np.asarray(values, dtype=float) - low) / (high - low)
     total = np.zeros_like(x)
     experts_hit = None
     if moe is not None:
         tokens = np.asarray(values, dtype=float) * routed_tokens_per_value
-        # The expected experts hit at each value, over those at 1 (a routed row's weights scale with them).
+        # The expected experts hit at each value, over those at the lower anchor (a routed row's weights scale with
+        # them).
         miss = 1 - moe.top_k / moe.experts
-        experts_hit = (1 - miss**tokens) / (1 - miss**routed_tokens_per_value)
+        experts_hit = (1 - miss**tokens) / (1 - miss ** (low * routed_tokens_per_value))
     for r1, r2 in zip(one, two, strict=True):
         c0, c1 = r1.compute_time_s, r2.compute_time_s - r1.compute_time_s
         if r1.kind == "grouped_matmul" and experts_hit is not None:

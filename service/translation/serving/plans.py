@@ -1,9 +1,9 @@
 """POST /v1/plan/serving: the contract mapped into the core once (the model, each device with its roofs, the
 dtypes, each size's memory budget), the core's replica models and search composed, the answer mapped out once.
 
-Per candidate device and tensor-parallel size this costs one prefill analysis and one exact sweep of the decode
-step over every concurrency (two analyses, MoE models included), so a search over one device's sizes and 512
-concurrencies costs a handful of analyses, not thousands.
+Per candidate device and layout this costs one prefill analysis and one exact sweep of the decode step over every
+concurrency (a few analyses, MoE models included: plan_work counts them), so a search over one device's layouts and
+512 concurrencies costs tens of analyses, not thousands.
 """
 
 from __future__ import annotations
@@ -121,12 +121,19 @@ def layouts(arch: Architecture, total_devices: int) -> list[deployment.Pool]:
 
 
 def plan_work(request: ServingPlanRequest, arch: Architecture) -> int:
-    """The step analyses the search will run, worked out before it runs (a batch charges a plan for them): per
-    candidate device and layout one prefill and one exact sweep of the decode step over every concurrency (two
-    analyses; MoE routing too, its experts hit at each concurrency in closed form). At most 16 devices x the
-    layouts: a few hundred."""
+    """The step analyses the search will run at most, worked out before it runs (a batch charges a plan for them).
+    Per candidate device and layout: one prefill and an exact sweep of the decode step over every concurrency, two
+    steps where the step is affine but for the experts hit (those in closed form), and where experts split over a
+    worker with fewer attention groups than devices, up to t - 1 steps below the batch where every device has a token
+    and two for each of the t classes of rounding past it (WorkerStep._rounded_curve). Speculative decoding sweeps a
+    verification and a draft step; unless calibration is "none", the kernel tables' composition may run it all again
+    beside the bound. At most 16 devices x the layouts: a few thousand."""
     devices = len(dict.fromkeys(request.device_ids))
-    return devices * len(layouts(arch, request.total_devices)) * 2
+    sweeps = 2 if request.speculative is not None else 1
+    per_device = sum(1 + sweeps * (3 * pool.tensor_parallel - 1 if pool.expert_parallel > pool.attention_data_parallel
+                                   else 2)
+                     for pool in layouts(arch, request.total_devices))
+    return devices * per_device * (1 if request.calibration == "none" else 2)
 
 
 def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> ServingPlan:
