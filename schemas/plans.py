@@ -78,7 +78,8 @@ class ServingConfigExpected(BaseModel):
     ttft_s: float = Field(description="Expected time to first token, seconds")
     tpot_s: float = Field(description="Expected time per output token, seconds")
     e2e_latency_s: float = Field(description="ttft_s + (output_len - 1) x tpot_s, seconds")
-    requests_per_s: float = Field(description="The bound's requests/s slowed as TPOT is (the same requests in flight)")
+    requests_per_s: float = Field(description="The bound's requests/s slowed as TPOT is (the same requests in flight), "
+                                              "or the simulated run's where percentiles are given")
     tokens_per_s: float = Field(description="Expected output tokens per second of the whole deployment")
     tokens_per_s_per_device: float = Field(description="tokens_per_s / devices_used")
     tokens_per_s_per_user: float = Field(description="1 / tpot_s")
@@ -91,9 +92,10 @@ class ServingConfigExpected(BaseModel):
                     "tables, and the engine's costs fitted over the devices it was measured on")
     percentiles: ServingPercentiles | None = Field(
         None, description="Median, p90 and p99 of TTFT, TPOT and end-to-end time from the scheduling simulation of this "
-                          "configuration (POST /v1/analyze/serving's; its medians may differ from ttft_s and tpot_s, "
-                          "which come from the steady-state line the search ranks by); null where no scheduling "
-                          "calibration applies or beyond the configurations simulated")
+                          "configuration (POST /v1/analyze/serving's, on the device's own scheduling calibration or, "
+                          "basis kernels, the engine's carried over to its kernel tables): where present, ttft_s, "
+                          "tpot_s and the rates are the simulation's and the configuration was ranked again on them; "
+                          "null where no scheduling calibration applies or beyond the configurations simulated")
 
 
 class ServingConfig(BaseModel):

@@ -39,6 +39,7 @@ from service.core.hardware import (
     Unit,
 )
 from service.core.roofs import NO_MEASUREMENTS, MeasuredRoofs, aggregate
+from service.core.simulation.carried_over import CarriedSchedulingCalibration
 from service.core.simulation.fit import SchedulingCalibration
 from service.persistence import repository
 from service.persistence.change_probe import SqliteCommitProbe
@@ -58,6 +59,7 @@ GEMM_LATTICES_PATH = DATA_DIR / "calibrations" / "gemm_lattices.npz"
 SERVING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "serving.json"
 ENGINE_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "engines.json"
 SCHEDULING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "scheduling.json"
+CARRIED_SCHEDULING_PATH = DATA_DIR / "calibrations" / "scheduling_carried.json"
 
 
 @lru_cache
@@ -118,6 +120,17 @@ def scheduling_calibrations() -> dict[tuple[str, str, str, str], SchedulingCalib
     entries = json.loads(SCHEDULING_CALIBRATIONS_PATH.read_text())["calibrations"]
     return {(c.device_id, c.engine, c.precision, c.speculative): c
             for c in (SchedulingCalibration(**entry) for entry in entries)}
+
+
+@lru_cache
+def carried_scheduling_calibrations() -> dict[tuple[str, str, str], CarriedSchedulingCalibration]:
+    """The scheduling simulation's fits carried over to devices without runs (scripts/fit_carried_scheduling.py), by
+    (engine, precision, speculative method)."""
+    if not CARRIED_SCHEDULING_PATH.exists():
+        return {}
+    entries = json.loads(CARRIED_SCHEDULING_PATH.read_text())["calibrations"]
+    return {(c.engine, c.precision, c.speculative): c
+            for c in (CarriedSchedulingCalibration(**entry) for entry in entries)}
 
 
 def serving_calibration_of(fields: dict[str, Any]) -> ServingCalibration:

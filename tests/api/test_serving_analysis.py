@@ -331,6 +331,32 @@ def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(clie
         assert [row[0] for row in calibration.per_device] == [row[0] for row in shipped[key].per_device]
 
 
+@pytest.mark.dialect_free
+def test_the_shipped_carried_scheduling_calibrations_are_fitted_to_todays_kernel_tables(client):
+    """A carried scheduling calibration is a fit to the runs simulated on their kernel tables' steps: where the
+    bounds, the tables or the simulation change, scripts/fit_carried_scheduling.py must run again. Re-fitting here
+    gives the shipped numbers and held-out errors (to a millionth), and keeps the same scopes: SGLang without
+    speculative decoding in fp8 and fp4, whose devices left out it predicted no worse than the steady-state line
+    (with MTP it did worse: those are not shipped)."""
+    from schemas.serving import ServingAnalysisRequest
+    from service.persistence.catalog import carried_scheduling_calibrations, engine_calibrations
+    from service.translation.serving.analyses import unit_run
+    from service.translation.serving.inferencex import carried_scheduling_calibrations as fit
+
+    shipped = carried_scheduling_calibrations()
+    again = {(c.engine, c.precision, c.speculative): c for c in fit(RUNS, lambda body: unit_run(
+        ServingAnalysisRequest.model_validate(body), client.app.state.catalog, on_kernels=True), engine_calibrations())}
+    assert set(again) == set(shipped) == {("sglang", "fp8", "none"), ("sglang", "fp4", "none")}
+    for key, calibration in again.items():
+        assert calibration.devices == shipped[key].devices == ("amd-mi355x", "nvidia-b200", "nvidia-b300"), key
+        for name in ("decode_scale", "prefill_scale", "step_overhead_s", "request_overhead_s", "tpot_median_error",
+                     "ttft_median_error"):
+            assert getattr(calibration, name) == pytest.approx(getattr(shipped[key], name), rel=1e-6, abs=1e-9), key
+        line = engine_calibrations()[key]
+        assert calibration.tpot_median_error <= line.tpot_median_error
+        assert calibration.ttft_median_error <= line.ttft_median_error
+
+
 def test_an_answer_says_where_its_all_reduces_are_bounded_in_the_switch(client):
     """The H200's NVSwitch reduces in the network (its all-reduces bounded at half a ring's bytes,
     tests/core/test_collective_bounds.py) and the answer says so; the MI300X's xGMI mesh does not, and it says

@@ -221,8 +221,9 @@ def test_a_plan_over_devices_nobody_has_run_ranks_on_their_kernels(client):
     """DeepSeek-V3 in fp8 on 8 devices of the H200, MI300X or MI325X, SGLang, TPOT within 50 ms: none has a serving
     run shipped. On bounds the MI325X ranks first (the most bandwidth); on expectations (each replica composed from
     its device's kernel tables, SGLang's line carried over from the B200, B300 and MI355X) the H200 does, as
-    InferenceX measured it (issue 44). Every expectation is the bound's or slower, and a configuration's expected
-    rate is its bound's slowed as TPOT is."""
+    InferenceX measured it (issue 44). Every expectation is the bound's or slower; a configuration's expected rate is
+    its bound's slowed as TPOT is, but where the scheduling simulation (SGLang's calibration carried over to kernel
+    tables) re-ranked the best: there the medians are the simulation's and its rate at most the bound's."""
     body = {"model_id": "deepseek-v3", "device_ids": UNMEASURED, "total_devices": 8, "input_len": 1024,
             "output_len": 1024, "dtypes": FP8_BLOCKS, "engine": "sglang", "slo": {"tpot_s": 0.05}, "top_n": 20}
     bound = plan(client, **body, calibration="none").json()
@@ -235,7 +236,12 @@ def test_a_plan_over_devices_nobody_has_run_ranks_on_their_kernels(client):
         assert e["basis"] == "kernels" and e["calibration_id"] == "engine:sglang:fp8:none"
         assert e["tpot_s"] >= config["tpot_s"] * (1 - 1e-12) and e["ttft_s"] >= config["ttft_s"] * (1 - 1e-12)
         assert e["tpot_s"] <= 0.05
-        assert e["requests_per_s"] == pytest.approx(config["requests_per_s"] * config["tpot_s"] / e["tpot_s"])
+        if e["percentiles"] is None:
+            assert e["requests_per_s"] == pytest.approx(config["requests_per_s"] * config["tpot_s"] / e["tpot_s"])
+        else:
+            assert e["percentiles"]["tpot_s"]["p50"] == e["tpot_s"] and e["percentiles"]["ttft_s"]["p50"] == e["ttft_s"]
+            assert e["requests_per_s"] <= config["requests_per_s"] * (1 + 1e-12)
+    assert sum(c["expected"]["percentiles"] is not None for c in expected["configs"]) == 12  # MAX_SIMULATED
     assert "kernel fits of amd-mi300x's tables at amd-mi325x's roofs" in expected["assumptions"][-1]
 
 

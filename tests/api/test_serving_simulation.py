@@ -92,11 +92,34 @@ def test_a_bad_scheduler_field_is_named(client, scheduler, field):
     assert response.json()["fields"][0]["loc"] == field
 
 
-def test_without_a_scheduling_calibration_there_are_no_percentiles_and_the_answer_says_why(client):
-    """The H200 has no InferenceX runs: its expectation comes from its kernel tables, without percentiles."""
-    body = b200_sglang_fp8(4) | {"device_id": "nvidia-h200-sxm"}
-    expected = analyze(client, body)["expected"]
-    assert expected is None or expected["percentiles"] is None
+def test_a_device_without_runs_is_simulated_on_its_kernel_tables_with_the_carried_calibration(client):
+    """The H200 has no InferenceX runs: its expectation comes from its kernel tables, and SGLang's scheduling
+    calibration carried over from the devices it was measured on (fitted on each run's steps as its own device's
+    tables compose them) simulates it: the medians are the percentiles' p50, none below the bound, and the account
+    names the carried calibration and how wrong it was on the devices left out of it."""
+    answer = analyze(client, b200_sglang_fp8(4) | {"device_id": "nvidia-h200-sxm"})
+    expected, bound = answer["expected"], answer["bound"]
+    assert expected["basis"] == "kernels"
+    percentiles = expected["percentiles"]
+    assert percentiles["ttft_s"]["p50"] == expected["ttft_s"] and percentiles["tpot_s"]["p50"] == expected["tpot_s"]
+    for name, floor in (("ttft_s", bound["ttft_s"]), ("tpot_s", bound["tpot_s"])):
+        p50, p90, p99 = (percentiles[name][q] for q in ("p50", "p90", "p99"))
+        assert floor <= p50 <= p90 <= p99
+    simulation = expected["simulation"]
+    assert simulation["calibration"].startswith("scheduling:kernels:sglang:fp8:none")
+    assert "fitted without each device in turn" in simulation["basis"]
+    assert "amd-mi355x" in simulation["basis"] and "nvidia-b200" in simulation["basis"]
+
+
+def test_where_the_carried_simulation_missed_there_are_no_percentiles_and_the_answer_says_why(client):
+    """SGLang with MTP: simulated on their kernel tables, the devices left out were predicted worse than by the
+    steady-state line (scripts/fit_carried_scheduling.py keeps no such calibration), so the H200's answer keeps the
+    line, without percentiles, and says why."""
+    row = next(r for r in RUNS if (r["hardware"], r["framework"], r["precision"], r["spec_method"], r["disagg"])
+               == ("b200", "sglang", "fp8", "mtp", False))
+    answer = analyze(client, simulated_request(row) | {"device_id": "nvidia-h200-sxm"})
+    assert answer["expected"]["basis"] == "kernels" and answer["expected"]["percentiles"] is None
+    assert any("no scheduling calibration is carried over" in note for note in answer["assumptions"])
 
 
 def test_disaggregated_pools_keep_the_steady_state_line_and_say_why(client):

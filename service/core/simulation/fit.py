@@ -73,32 +73,36 @@ def _ttft_columns(run: MeasuredRun) -> np.ndarray:
     return np.column_stack([f.ttft_decode_s, f.ttft_prefill_s, f.ttft_steps, f.ttft_fixed_s])
 
 
-def _decode_numbers(rows: np.ndarray, measured: np.ndarray, prefill: float, start: Timing) -> tuple[float, float]:
+def _decode_numbers(rows: np.ndarray, measured: np.ndarray, prefill: float, start: Timing,
+                    lowest: float) -> tuple[float, float]:
     """(decode scale, step overhead) for the median requests' TPOT features `rows` at this prefill scale."""
     def residuals(x: np.ndarray) -> np.ndarray:
         return (rows @ np.array([x[0], prefill, x[1]])) / measured - 1
 
-    decode, step = _robust(residuals, [start.decode_scale, start.step_overhead_s], [1.0, 0.0], [1.0, 1e-3])
+    decode, step = _robust(residuals, [max(lowest, start.decode_scale), start.step_overhead_s], [lowest, 0.0],
+                           [1.0, 1e-3])
     return float(decode), float(step)
 
 
 def _first_token_numbers(rows: np.ndarray, measured: np.ndarray, decode: float, step: float, prefill: float | None,
-                         start: Timing) -> tuple[float, float]:
+                         start: Timing, lowest: float = 1.0) -> tuple[float, float]:
     """(request overhead, prefill scale) for the median requests' TTFT features `rows`; `prefill` None: fitted, else
     held at that value."""
     def residuals(x: np.ndarray) -> np.ndarray:
         scales = np.array([decode, x[1] if prefill is None else prefill, step, 1.0])
         return (rows @ scales + x[0]) / measured - 1
 
-    request, fitted = _robust(residuals, [start.request_overhead_s, start.prefill_scale], [0.0, 1.0], [1e-2, 1.0])
+    request, fitted = _robust(residuals, [start.request_overhead_s, max(lowest, start.prefill_scale)], [0.0, lowest],
+                              [1e-2, 1.0])
     return float(request), float(fitted if prefill is None else prefill)
 
 
-def fit_scheduling(runs: Sequence[MeasuredRun], prefill_prior: float) -> SchedulingFit:
+def fit_scheduling(runs: Sequence[MeasuredRun], prefill_prior: float, lowest_scale: float = 1.0) -> SchedulingFit:
     """The decode scale and the step overhead from the runs' median TPOTs, then the request overhead (and the
     prefill scale, where two prompt lengths were run; else `prefill_prior`) from their median TTFTs, each
     minimising the soft-L1 loss of the relative errors. Each run's median is linear in the numbers but for which
-    request is the median: the fit is solved on the median requests' features and repeated until they stay."""
+    request is the median: the fit is solved on the median requests' features and repeated until they stay.
+    `lowest_scale`: the least a scale may be (1 on bounds: no step faster than its bound)."""
     if len(runs) < 3:
         raise ValueError("a scheduling calibration needs at least three runs")
     free_prefill = len({run.input_len for run in runs}) >= 2
@@ -110,11 +114,11 @@ def fit_scheduling(runs: Sequence[MeasuredRun], prefill_prior: float) -> Schedul
     for _ in range(MAX_ROUNDS):
         weights = np.array([timing.decode_scale, timing.prefill_scale, timing.step_overhead_s])
         tpot_rows = np.array([_at_median(c @ weights, c) for c in tpot_columns])
-        decode, step = _decode_numbers(tpot_rows, measured_tpot, timing.prefill_scale, timing)
+        decode, step = _decode_numbers(tpot_rows, measured_tpot, timing.prefill_scale, timing, lowest_scale)
         weights = np.array([decode, timing.prefill_scale, step, 1.0])
         ttft_rows = np.array([_at_median(c @ weights, c) for c in ttft_columns])
         request, prefill = _first_token_numbers(ttft_rows, measured_ttft, decode, step,
-                                                None if free_prefill else prefill_prior, timing)
+                                                None if free_prefill else prefill_prior, timing, lowest_scale)
         settled = Timing(decode, prefill, step, request)
         if np.allclose(list(vars(settled).values()), list(vars(timing).values()), rtol=1e-9, atol=1e-12):
             break
@@ -181,12 +185,18 @@ class SchedulingCalibration:
 FIT_SHAPE = (1024, 1024)
 
 
-def _errors(fit: SchedulingFit, runs: Sequence[MeasuredRun]) -> dict[str, float | None]:
-    timing = fit.timing
+def run_errors(timing: Timing, runs: Sequence[MeasuredRun]) -> tuple[list[float], list[float], list[float]]:
+    """Each run's relative error at `timing` of its median TPOT, its median TTFT and (where measured) its 99th
+    percentile TTFT."""
     tpot = [abs(float(np.median(run.features.tpot(timing))) / run.tpot_s - 1) for run in runs]
     ttft = [abs(float(np.median(run.features.ttft(timing))) / run.ttft_s - 1) for run in runs]
     tail = [abs(float(np.percentile(run.features.ttft(timing), 99)) / run.p99_ttft_s - 1) for run in runs
             if run.p99_ttft_s]
+    return tpot, ttft, tail
+
+
+def _errors(fit: SchedulingFit, runs: Sequence[MeasuredRun]) -> dict[str, float | None]:
+    tpot, ttft, tail = run_errors(fit.timing, runs)
     return {"tpot_median_error": float(np.median(tpot)), "tpot_p90_error": float(np.percentile(tpot, 90)),
             "ttft_median_error": float(np.median(ttft)), "ttft_p90_error": float(np.percentile(ttft, 90)),
             "ttft_p99_median_error": float(np.median(tail)) if tail else None}

@@ -15,6 +15,7 @@ from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
 from service.core.planning import deployment
+from service.core.simulation.carried_over import CarriedSchedulingCalibration
 from service.core.simulation.engine_loop import MAX_EVENTS, Run, simulate
 from service.core.simulation.fit import SchedulingCalibration
 from service.core.training.collectives import Link, Topology, in_network_reduction_note
@@ -22,7 +23,12 @@ from service.core.transformer.analysis import Evaluator, first_matmul, step_rows
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
 from service.core.transformer.layers import ModelDTypes, Step
-from service.persistence.catalog import DeviceCatalog, engine_calibrations, scheduling_calibrations
+from service.persistence.catalog import (
+    DeviceCatalog,
+    carried_scheduling_calibrations,
+    engine_calibrations,
+    scheduling_calibrations,
+)
 from service.translation.kernels.tables import kernel_evaluator, kernel_tables
 from service.translation.models.analyses import (
     SERVING_UTILIZATION,
@@ -287,22 +293,31 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
                      f"no serving calibration exists for {device.id} with engine {request.engine} in these weights "
                      "and speculative method (POST /v1/serving-runs calibrates it), and ")
         return None, f"expected: null, {runs_note}{' and '.join(missing)}"
-    composed = composed_on(setup, tables)
+    composer = kernel_evaluator(device, tables)
+    composed = setup.deployment_on(composer)
     expectation = expect(engine, bound, basis=composed)
     kernels = {"tables": tables.ids, "stand_in_for": tables.stand_in_for, "basis": tables.describe(),
                **{name: getattr(composed, name) for name in COMPOSED_FIELDS}}
-    return ({**vars(expectation), "basis": "kernels", "kernels": kernels,
-             "calibration": calibration_fields(engine, expectation.extrapolated)},
-            f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}; the bound is "
+    answer = {**vars(expectation), "basis": "kernels", "kernels": kernels,
+              "calibration": calibration_fields(engine, expectation.extrapolated)}
+    note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}; the bound is "
             "unchanged by it")
+    return with_simulation(request, catalog, setup, bound, carried_scheduling_calibrations().get(
+        (request.engine, precision, method)), answer, note, composer)
 
 
 def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: ServingSetup,
-                    bound: deployment.ServingBound, scheduling: SchedulingCalibration | None, answer: dict,
-                    note: str) -> tuple[dict, str]:
+                    bound: deployment.ServingBound, scheduling: SchedulingCalibration | CarriedSchedulingCalibration | None,
+                    answer: dict, note: str, composer: Evaluator | None = None) -> tuple[dict, str]:
     """The steady-state expectation `answer` with the scheduling simulation's figures and percentiles in its place
-    where a scheduling calibration applies (and its note saying why not where none does)."""
+    where a scheduling calibration applies (and its note saying why not where none does); `composer`: the kernel
+    tables' evaluator whose steps a carried calibration times (None: the bound's, which a device's own times)."""
     if scheduling is None:
+        if composer is not None:
+            return answer, (f"{note}; percentiles: null, no scheduling calibration is carried over for this engine, "
+                            "weights' type and speculative method (where its runs on two devices or more were "
+                            "simulated on their kernel tables, the devices left out were predicted worse than by the "
+                            "steady-state line, or no such runs exist)")
         return answer, (f"{note}; percentiles: null, no scheduling calibration exists for this device, engine, "
                         "weights' type and speculative method (the shipped InferenceX ones)")
     if request.disaggregated is not None:
@@ -311,7 +326,8 @@ def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, set
                         "it does not answer for them")
     try:
         figures, percentiles, account = simulated_expectation(request, setup, bound, scheduling,
-                                                              speculative_of(request, catalog))
+                                                              speculative_of(request, catalog),
+                                                              composer or setup.evaluator)
     except SimulationTooLarge as big:
         reason = (f"the scheduling simulation would take about {big.args[0]:,} events, over its limit of "
                   f"{MAX_EVENTS:,}")
@@ -327,11 +343,18 @@ def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, set
             f"{scheduling.basis}")
 
 
-def unit_run(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> Run:
-    """The request's benchmark simulated at unit timing (every step its bound): what a scheduling fit reads."""
+def unit_run(request: ServingAnalysisRequest, catalog: DeviceCatalog, *, on_kernels: bool = False) -> Run | None:
+    """The request's benchmark simulated at unit timing (every step its bound, or with `on_kernels` as its device's
+    kernel tables compose it: None where the device has none): what a scheduling fit reads."""
     setup = serving_setup(request, catalog)
     bound = setup.deployment_on(setup.evaluator)
-    simulation = simulation_of(request, setup, bound, setup.evaluator, scheduler_of(request, setup.device),
+    evaluator = setup.evaluator
+    if on_kernels:
+        tables = kernel_tables(setup.device, catalog.measured(setup.device.id))
+        if tables is None:
+            return None
+        evaluator = kernel_evaluator(setup.device, tables)
+    simulation = simulation_of(request, setup, bound, evaluator, scheduler_of(request, setup.device),
                                traffic_of(request), speculative_of(request, catalog))
     return simulate(simulation)
 

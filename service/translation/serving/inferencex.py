@@ -21,11 +21,12 @@ How a row's fields are read (docs/serving.md says why):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from service.core.expectations.engines import EngineCalibration, EnginePoint, fit_engine_calibration
 from service.core.expectations.serving_runs import ServingCalibration, ServingPoint, fit_serving_calibration
+from service.core.simulation.carried_over import CarriedSchedulingCalibration, calibrate_carried
 from service.core.simulation.engines import GiB, engine_preset, sglang_graph_sizes
 from service.core.simulation.fit import MeasuredRun, SchedulingCalibration, calibrate
 from service.translation.serving.analyses import layout_of_body
@@ -205,7 +206,33 @@ def scheduling_calibrations(rows: Iterable[dict[str, Any]], run_of: Callable[[di
     each run simulated at unit timing by `run_of(its simulated request)`."""
     groups: dict[tuple[str, str, str, str], list[MeasuredRun]] = defaultdict(list)
     for row in rows:
-        run, metrics = run_of(simulated_request(row)), row["metrics"]
-        groups[scope(row)].append(MeasuredRun(run.features, row["isl"], row["osl"], metrics["median_tpot"],
-                                              metrics["median_ttft"], metrics.get("p99_tpot"), metrics.get("p99_ttft")))
+        groups[scope(row)].append(_measured(row, run_of(simulated_request(row))))
     return calibrate(groups, source)
+
+
+def _measured(row: dict[str, Any], run) -> MeasuredRun:
+    metrics = row["metrics"]
+    return MeasuredRun(run.features, row["isl"], row["osl"], metrics["median_tpot"], metrics["median_ttft"],
+                       metrics.get("p99_tpot"), metrics.get("p99_ttft"))
+
+
+def carried_scheduling_calibrations(rows: Iterable[dict[str, Any]], run_of: Callable[[dict[str, Any]], Any],
+                                    lines: Mapping[tuple[str, str, str], Any],
+                                    source: str = SOURCE) -> list[CarriedSchedulingCalibration]:
+    """One scheduling calibration per engine, precision and speculative method over the devices with kernel tables,
+    each aggregated run simulated at unit timing on its device's kernel tables by `run_of(its simulated request)` (None
+    where the device has none: the run is left out). Disaggregated runs are left out: the simulation does not answer
+    for disaggregated pools (docs/serving.md). Kept only where, on the devices left out, its median TPOT and TTFT
+    errors are no worse than those of the scope's steady-state line (`lines`: the engine calibrations, by scope; the
+    expectation on kernel tables needs one), which answers on its own elsewhere."""
+    groups: dict[tuple[str, str, str], list[tuple[str, MeasuredRun]]] = defaultdict(list)
+    for row in rows:
+        if row["disagg"]:
+            continue
+        run = run_of(simulated_request(row))
+        if run is not None:
+            device, engine, precision, method = scope(row)
+            groups[(engine, precision, method)].append((device, _measured(row, run)))
+    return [c for c in calibrate_carried(groups, source)
+            if (line := lines.get((c.engine, c.precision, c.speculative))) is not None
+            and c.tpot_median_error <= line.tpot_median_error and c.ttft_median_error <= line.ttft_median_error]

@@ -15,7 +15,7 @@ from schemas.plans import ServingPlanRequest
 from schemas.serving import ServingAnalysisRequest
 from service.core.planning import serving
 from service.core.simulation.engines import engine_family
-from service.persistence.catalog import DeviceCatalog, scheduling_calibrations
+from service.persistence.catalog import DeviceCatalog, carried_scheduling_calibrations, scheduling_calibrations
 from service.runtime.errors import Unprocessable
 from service.translation.serving.analyses import analyze_serving_request, serving_setup, speculative_of
 from service.translation.serving.simulation import launch_of
@@ -45,10 +45,15 @@ def _deployment(request: ServingPlanRequest, config: serving.Config) -> ServingA
 
 def simulable(request: ServingPlanRequest, config: serving.Config, precision: str) -> bool:
     """Whether the configuration's analysis will simulate it: aggregated, on a device and engine (in these weights,
-    `precision` as the plan resolved them, with this speculative method) with a shipped scheduling calibration."""
+    `precision` as the plan resolved them, with this speculative method) with a shipped scheduling calibration, or
+    expected from its kernel tables where the engine's scheduling calibration is carried over to them."""
     method = request.speculative.method if request.speculative else "none"
-    key = (config.device_id, request.engine or "", precision, method)
-    return config.mode == "aggregated" and key in scheduling_calibrations()
+    engine = request.engine or ""
+    if config.mode != "aggregated":
+        return False
+    if config.expected is not None and config.expected.basis == "kernels":
+        return (engine, precision, method) in carried_scheduling_calibrations()
+    return (config.device_id, engine, precision, method) in scheduling_calibrations()
 
 
 def simulated(request: ServingPlanRequest, config: serving.Config,

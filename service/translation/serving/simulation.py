@@ -8,6 +8,7 @@ import numpy as np
 
 from service.core.planning import deployment
 from service.core.planning.launch import Launch, LaunchRequest, PoolLayout, launch
+from service.core.simulation.carried_over import CarriedSchedulingCalibration
 from service.core.simulation.engine_loop import MAX_EVENTS, Disaggregation, Run, Simulation, estimated_events, simulate
 from service.core.simulation.engines import Scheduler, engine_family, engine_preset, overridden
 from service.core.simulation.fit import SchedulingCalibration
@@ -111,14 +112,16 @@ def _limited_by(run: Run) -> str:
     return "prefill" if run.busy_prefill_s > run.busy_decode_s else "decode"
 
 
-def simulated_expectation(request, setup, bound: deployment.ServingBound, calibration: SchedulingCalibration,
-                          speculative: deployment.Speculative | None) -> tuple[dict, dict, dict]:
+def simulated_expectation(request, setup, bound: deployment.ServingBound,
+                          calibration: SchedulingCalibration | CarriedSchedulingCalibration,
+                          speculative: deployment.Speculative | None, evaluator: Evaluator) -> tuple[dict, dict, dict]:
     """(the expected figures, their percentiles, the simulation's account) of the request's benchmark simulated with
-    its engine's scheduler and the calibration's timing: medians for TTFT and TPOT, the mean for the end-to-end time,
-    the rates of the simulated run; none below the bound's times nor above its rates. SimulationTooLarge where it
-    would take more events than it may; `speculative`: the request's, its draft model resolved."""
+    its engine's scheduler, `evaluator`'s steps (the bound's for a device's own calibration, its kernel tables' for
+    a carried one) and the calibration's timing: medians for TTFT and TPOT, the mean for the end-to-end time, the
+    rates of the simulated run; none below the bound's times nor above its rates. SimulationTooLarge where it would
+    take more events than it may; `speculative`: the request's, its draft model resolved."""
     scheduler = scheduler_of(request, setup.device)
-    simulation = simulation_of(request, setup, bound, setup.evaluator, scheduler, traffic_of(request), speculative)
+    simulation = simulation_of(request, setup, bound, evaluator, scheduler, traffic_of(request), speculative)
     events = estimated_events(simulation)
     if events > MAX_EVENTS:
         raise SimulationTooLarge(events)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from service.core.errors import CostModelError
+from service.core.simulation.carried_over import LOWEST_SCALE, calibrate_carried
 from service.core.simulation.engine_loop import Simulation, Timing, simulate
 from service.core.simulation.engines import Scheduler, engine_family, engine_preset, overridden, sglang_graph_sizes
 from service.core.simulation.fit import MeasuredRun, fit_scheduling
@@ -100,3 +101,35 @@ def test_lengths_are_drawn_as_the_benchmark_draws_them():
     drawn = Lengths(1000, 0.8).draw(np.random.default_rng(0), 20_000)
     assert drawn.min() >= 800 and drawn.max() <= 1000
     assert drawn.mean() == pytest.approx(900, rel=0.01)
+
+
+def test_a_fit_on_kernel_tables_may_scale_a_step_down_to_half():
+    """A composed step is an expectation, not a floor: runs made at 0.7 of it come back at 0.7 (a fit on bounds, whose
+    scales are at least 1, would stop at 1), and runs made at 0.3 stop at the floor of 0.5."""
+    truth = Timing(decode_scale=0.7, prefill_scale=1.0, step_overhead_s=0.004, request_overhead_s=0.05)
+    runs = measured_runs(truth, [(1024, 1024)], (1, 4, 16, 64))
+    assert fit_scheduling(runs, 1.0, LOWEST_SCALE).timing.decode_scale == pytest.approx(0.7, rel=0.02)
+    assert fit_scheduling(runs, 1.0).timing.decode_scale == pytest.approx(1.0)
+    slower = measured_runs(Timing(0.3, 1.0, 0.004, 0.05), [(1024, 1024)], (1, 4, 16, 64))
+    assert fit_scheduling(slower, 1.0, LOWEST_SCALE).timing.decode_scale == pytest.approx(LOWEST_SCALE)
+
+
+def test_a_carried_calibration_is_checked_on_each_device_left_out():
+    """Two devices' runs made under the same engine timing (what differs between them is in their steps, which the
+    kernel tables carry): fitted without either, the other's runs come back within the fit's tolerance, so every
+    held-out error is small; a third device's runs made at twice the decode time are missed by about half, and that
+    shows in its own line and in the pooled p90 (the median is the two agreeing devices'). One device alone cannot be
+    checked on a device it never saw: no calibration."""
+    same = Timing(decode_scale=0.8, prefill_scale=2.0, step_overhead_s=0.003, request_overhead_s=0.02)
+    shapes = [(1024, 1024), (8192, 1024)]
+    a, b = measured_runs(same, shapes, (1, 8, 32)), measured_runs(same, shapes, (2, 16, 64))
+    c = measured_runs(Timing(1.6, 2.0, 0.003, 0.02), shapes, (4, 16))
+    runs = [("a", r) for r in a] + [("b", r) for r in b] + [("c", r) for r in c]
+    (carried,) = calibrate_carried({("sglang", "fp8", "none"): runs}, "synthetic")
+    assert carried.devices == ("a", "b", "c") and carried.fitted_on == 16 and carried.checked_on == 16
+    per_device = {device: (tpot, ttft, count) for device, tpot, ttft, count in carried.per_device}
+    assert per_device["a"][0] < 0.1 and per_device["b"][0] < 0.1
+    # Fitted on a and b (decode x0.8), c's TPOTs at x1.6 (plus the same overhead) are read about half as long.
+    assert 0.3 < per_device["c"][0] < 0.55 and per_device["c"][2] == 4
+    assert carried.tpot_median_error < 0.1 < carried.tpot_p90_error
+    assert calibrate_carried({("sglang", "fp8", "none"): [("a", r) for r in a]}, "synthetic") == []
