@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.core.simulation.engine_loop import Timing
-from service.core.simulation.fit import MeasuredRun, fit_scheduling, run_errors
+from service.core.simulation.fit import FittedTiming, MeasuredRun, fit_scheduling, run_errors
 
 LOWEST_SCALE = 0.5
 # The prefill scale where the runs cover one prompt length: the composed prefill as the tables expect it.
@@ -30,22 +29,10 @@ EngineScope = tuple[str, str, str]  # engine, precision, speculative method
 
 
 @dataclass(frozen=True)
-class CarriedSchedulingCalibration:
+class CarriedSchedulingCalibration(FittedTiming):
     """A scheduling fit of one engine, weights' type and speculative method over several devices' kernel tables, with
     how wrong it was on each device left out of it."""
 
-    id: str
-    engine: str
-    precision: str
-    speculative: str
-    source: str
-    decode_scale: float
-    prefill_scale: float
-    step_overhead_s: float
-    request_overhead_s: float
-    fitted: tuple[str, ...]
-    prior: tuple[str, ...]
-    fitted_on: int
     devices: tuple[str, ...]
     checked_on: int  # held-out runs, over every device left out in turn
     tpot_median_error: float
@@ -56,13 +43,9 @@ class CarriedSchedulingCalibration:
     per_device: tuple[tuple[str, float, float, int], ...]  # (device left out, TPOT and TTFT median errors, runs)
 
     def __post_init__(self):
-        for name in ("fitted", "prior", "devices"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+        super().__post_init__()
+        object.__setattr__(self, "devices", tuple(self.devices))
         object.__setattr__(self, "per_device", tuple(map(tuple, self.per_device)))
-
-    @property
-    def timing(self) -> Timing:
-        return Timing(self.decode_scale, self.prefill_scale, self.step_overhead_s, self.request_overhead_s)
 
     @property
     def address(self) -> str:

@@ -132,12 +132,11 @@ MAX_ROUNDS = 6
 
 
 @dataclass(frozen=True)
-class SchedulingCalibration:
-    """A scheduling fit of one device, engine, weights' type and speculative method, with how wrong it was on the
-    workload shapes a fit to 1,024 / 1,024 runs alone never saw (its prefill prior then leaving this device out)."""
+class FittedTiming:
+    """What every scheduling calibration holds: its engine, weights' type and speculative method, the four numbers
+    (Timing) and which of them the runs fitted."""
 
     id: str
-    device_id: str
     engine: str
     precision: str
     speculative: str
@@ -149,12 +148,6 @@ class SchedulingCalibration:
     fitted: tuple[str, ...]
     prior: tuple[str, ...]
     fitted_on: int
-    checked_on: int  # runs of other shapes (0: not checked, too few runs of either)
-    tpot_median_error: float | None
-    tpot_p90_error: float | None
-    ttft_median_error: float | None
-    ttft_p90_error: float | None
-    ttft_p99_median_error: float | None  # of each run's 99th percentile TTFT, median over the runs
 
     def __post_init__(self):
         for name in ("fitted", "prior"):
@@ -163,6 +156,20 @@ class SchedulingCalibration:
     @property
     def timing(self) -> Timing:
         return Timing(self.decode_scale, self.prefill_scale, self.step_overhead_s, self.request_overhead_s)
+
+
+@dataclass(frozen=True)
+class SchedulingCalibration(FittedTiming):
+    """A scheduling fit of one device, engine, weights' type and speculative method, with how wrong it was on the
+    workload shapes a fit to 1,024 / 1,024 runs alone never saw (its prefill prior then leaving this device out)."""
+
+    device_id: str
+    checked_on: int  # runs of other shapes (0: not checked, too few runs of either)
+    tpot_median_error: float | None
+    tpot_p90_error: float | None
+    ttft_median_error: float | None
+    ttft_p90_error: float | None
+    ttft_p99_median_error: float | None  # of each run's 99th percentile TTFT, median over the runs
 
     @property
     def address(self) -> str:
