@@ -1,6 +1,7 @@
 """A serving analysis's `launch`: the deployment as the commands that start it and benchmark it. Every flag is held
 to the flags the engine's own argument parser defines (tests/data/engine_flags.json, read from each engine's source:
-SGLang 0.5.5, vLLM 0.11.0, TensorRT-LLM's trtllm-serve, InferenceX's benchmark client)."""
+SGLang 0.5.5, vLLM 0.11.0, TensorRT-LLM's trtllm-serve, Dynamo's frontend and workers, InferenceX's benchmark
+client)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ import pytest
 
 FLAGS = json.loads((Path(__file__).resolve().parent.parent / "data" / "engine_flags.json").read_text())
 PROGRAMS = {"sglang.launch_server": "sglang", "vllm": "vllm", "trtllm-serve": "trtllm-serve",
-            "utils/bench_serving/benchmark_serving.py": "inferencex-bench"}
+            "utils/bench_serving/benchmark_serving.py": "inferencex-bench", "dynamo.frontend": "dynamo-frontend",
+            "dynamo.sglang": "dynamo-sglang", "dynamo.trtllm": "dynamo-trtllm"}
+# A Dynamo worker's parser: its backend's flags (SGLang's own ServerArgs for dynamo.sglang) and the runtime's.
+KNOWN = {program: set(entry["flags"]) for program, entry in FLAGS.items() if isinstance(entry, dict) and "flags" in entry}
+KNOWN["dynamo-sglang"] = KNOWN["sglang"] | KNOWN["dynamo-runtime"]
+KNOWN["dynamo-trtllm"] |= KNOWN["dynamo-runtime"]
 FP8 = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 16384, "weight_scale_bytes": 4}
 BASE = {"model_id": "deepseek-v3", "device_id": "nvidia-b200", "input_len": 1024, "output_len": 1024,
         "concurrency": 64, "dtypes": FP8}
@@ -52,7 +58,7 @@ def launched(client, engine: str, layout: dict, **extra) -> dict:
     return response.json()["launch"]
 
 
-@pytest.mark.parametrize("engine", ["sglang", "vllm", "trt"])
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trt", "dynamo-sglang", "dynamo-trt"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_flag_is_one_the_engines_parser_defines(client, engine, layout):
     answer = launched(client, engine, LAYOUTS[layout])
@@ -60,7 +66,7 @@ def test_every_flag_is_one_the_engines_parser_defines(client, engine, layout):
     assert lines
     for line in lines:
         program, flags = flags_of(line)
-        unknown = set(flags) - set(FLAGS[program]["flags"])
+        unknown = set(flags) - KNOWN[program]
         assert not unknown, (program, unknown)
     for name, text in answer["files"].items():
         known = (FLAGS["trtllm-serve-disaggregated"]["cluster_keys"] if name == "disagg.yml"
@@ -125,3 +131,39 @@ def test_tensorrt_llm_disaggregated_pools_are_workers_and_a_router(client):
     assert "disable_overlap_scheduler" not in answer["files"]["generation.yml"]
     assert "cache_transceiver_config:\n  backend: DEFAULT\n  max_tokens_in_buffer: 2048" in answer["files"]["generation.yml"]
     assert "--base-url http://localhost:8000" in answer["benchmark"]
+
+
+@pytest.mark.parametrize("engine", ["dynamo-sglang", "dynamo-trt"])
+def test_dynamo_runs_a_frontend_and_a_worker_a_pools_worker(client, engine):
+    """Dynamo (as InferenceX's dynamo-sglang and dynamo-trt rows ran): its frontend on the benchmark's port, then two
+    prefill workers of 4 devices and one decode worker of 8, a process each with its disaggregation mode; SGLang's
+    move KV caches over NIXL, TensorRT-LLM's take the context and generation YAML (the context one with the overlap
+    scheduler off); the notes say what else must run (etcd, NATS)."""
+    layout = {"disaggregated": {"prefill": {"workers": 2, "tensor_parallel": 4}, "decode": {"tensor_parallel": 8}}}
+    answer = launched(client, engine, layout)
+    lines = answer["command"].splitlines()
+    assert lines[0] == "python3 -m dynamo.frontend --http-port 8000" and len(lines) == 4
+    words = [shlex.split(line) for line in lines[1:]]
+    assert [w[w.index("--disaggregation-mode") + 1] for w in words] == ["prefill", "prefill", "decode"]
+    assert not any("--port" in w for w in words)  # workers register with Dynamo; only the frontend serves HTTP
+    if engine == "dynamo-sglang":
+        assert all(w[:3] == ["python3", "-m", "dynamo.sglang"] for w in words)
+        assert [w[w.index("--tp-size") + 1] for w in words] == ["4", "4", "8"]
+        assert all(w[w.index("--disaggregation-transfer-backend") + 1] == "nixl" for w in words)
+        assert answer["files"] == {}
+    else:
+        assert all(w[:3] == ["python3", "-m", "dynamo.trtllm"] for w in words)
+        assert [w[w.index("--tensor-parallel-size") + 1] for w in words] == ["4", "4", "8"]
+        assert [w[w.index("--extra-engine-args") + 1] for w in words] == ["context.yml", "context.yml", "generation.yml"]
+        assert "disable_overlap_scheduler: true" in answer["files"]["context.yml"]
+        assert "cache_transceiver_config:" in answer["files"]["generation.yml"]
+    assert any("etcd and NATS" in note for note in answer["notes"])
+    assert "--base-url http://localhost:8000" in answer["benchmark"]
+
+
+def test_dynamo_aggregated_is_the_frontend_and_one_worker(client):
+    answer = launched(client, "dynamo-trt", LAYOUTS["ep8 dp-attention"])
+    lines = answer["command"].splitlines()
+    assert lines[0] == "python3 -m dynamo.frontend --http-port 8000" and len(lines) == 2
+    assert "--enable-attention-dp" in lines[1] and "--expert-parallel-size 8" in lines[1]
+    assert "--disaggregation-mode" not in lines[1] and set(answer["files"]) == {"config.yml"}

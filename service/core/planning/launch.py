@@ -14,14 +14,17 @@ split by width):
 - TensorRT-LLM: `--tp_size t --ep_size` (t for whole experts, else 1), attention groups as `enable_attention_dp` in
   the YAML, `--max_batch_size` a rank; disaggregated pools as a `trtllm-serve` a worker (context workers with the
   overlap scheduler off, both with a `cache_transceiver_config`) and `trtllm-serve disaggregated` over them, its
-  cluster file naming each worker's address (TensorRT-LLM's examples/disaggregated and llmapi/disagg_utils.py).
+  cluster file naming each worker's address (TensorRT-LLM's examples/disaggregated and llmapi/disagg_utils.py);
+- Dynamo (`dynamo-sglang`, `dynamo-trt`): `python -m dynamo.frontend` on the benchmark's port and a `python -m
+  dynamo.sglang` (SGLang's own flags) or `python -m dynamo.trtllm` (Dynamo's, the YAML as `--extra-engine-args`)
+  process a worker, `--disaggregation-mode prefill` or `decode` for disaggregated pools.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from service.core.simulation.engines import Scheduler, engine_family
 
@@ -78,7 +81,13 @@ def _join(program: list[str], flags: list[tuple[str, object | None]]) -> str:
     return shlex.join(words)
 
 
-def _sglang(request: LaunchRequest, pool: PoolLayout, mode: str | None, port: int) -> str:
+SGLANG = ("python3", "-m", "sglang.launch_server")
+
+
+def _sglang(request: LaunchRequest, pool: PoolLayout, mode: str | None, port: int | None,
+            program: tuple[str, ...] = SGLANG, transfer: str | None = None) -> str:
+    """`port` None: a Dynamo worker (`program` dynamo.sglang), which registers with Dynamo's discovery and serves no
+    HTTP of its own; `transfer`: the KV transfer backend of a disaggregated pool where it is not SGLang's default."""
     s = request.scheduler
     groups = pool.attention_data_parallel
     replicas = pool.workers if groups == 1 and pool.workers > 1 else None
@@ -93,14 +102,15 @@ def _sglang(request: LaunchRequest, pool: PoolLayout, mode: str | None, port: in
         ("--stream-interval", s.stream_interval if s.stream_interval > 1 else None),
         ("--enable-mixed-chunk", s.batching == "mixed"),
         ("--kv-cache-dtype", "fp8_e4m3" if request.kv_cache_fp8 else None),
-        ("--context-length", request.context_len), ("--disaggregation-mode", mode), ("--trust-remote-code", True),
-        ("--host", "0.0.0.0"), ("--port", port)]
+        ("--context-length", request.context_len), ("--disaggregation-mode", mode),
+        ("--disaggregation-transfer-backend", transfer if mode else None), ("--trust-remote-code", True),
+        ("--host", "0.0.0.0" if port is not None else None), ("--port", port)]
     if request.speculative is not None:
         _, k = request.speculative
         # SGLang runs MTP and EAGLE drafts as its EAGLE algorithm: k steps, one candidate each, k + 1 verified.
         flags += [("--speculative-algorithm", "EAGLE"), ("--speculative-num-steps", k),
                   ("--speculative-eagle-topk", 1), ("--speculative-num-draft-tokens", k + 1)]
-    return _join(["python3", "-m", "sglang.launch_server"], flags)
+    return _join(list(program), flags)
 
 
 VLLM_SPECULATIVE = {"mtp": "deepseek_mtp", "eagle": "eagle", "draft": "draft_model"}
@@ -124,9 +134,10 @@ def _vllm(request: LaunchRequest, pool: PoolLayout, role: str | None, port: int)
     return _join(["vllm", "serve", request.model], flags)
 
 
-def _trtllm_yaml(request: LaunchRequest, pool: PoolLayout, role: str | None = None) -> str:
+def _trtllm_yaml(request: LaunchRequest, pool: PoolLayout, role: str | None = None, chunked_in_yaml: bool = False) -> str:
     """A worker's --extra_llm_api_options; `role` ("context", "generation") a disaggregated pool's: its KV caches
-    sent between the pools, a context worker's overlap scheduler off (not supported there)."""
+    sent between the pools, a context worker's overlap scheduler off (not supported there); `chunked_in_yaml`: chunked
+    prefill as the YAML's key (Dynamo's worker has no flag for it)."""
     s = request.scheduler
     lines = ["enable_attention_dp: " + ("true" if pool.attention_data_parallel > 1 else "false"),
              f"stream_interval: {s.stream_interval}",
@@ -140,6 +151,8 @@ def _trtllm_yaml(request: LaunchRequest, pool: PoolLayout, role: str | None = No
     if request.speculative is not None:
         _, k = request.speculative
         lines += ["speculative_config:", "  decoding_type: MTP", f"  num_nextn_predict_layers: {k}"]
+    if chunked_in_yaml and s.chunked:
+        lines.append("enable_chunked_prefill: true")
     if role is not None:
         lines += ["cache_transceiver_config:", "  backend: DEFAULT", f"  max_tokens_in_buffer: {request.context_len}"]
     if role == "context":
@@ -178,6 +191,45 @@ def _trtllm(request: LaunchRequest, pool: PoolLayout, port: int, options: str = 
     return _join(["trtllm-serve", request.model], flags)
 
 
+# Dynamo's flags as ai-dynamo/dynamo spells them (tests/data/engine_flags.json names the commits read).
+DYNAMO_SGLANG = ("python3", "-m", "dynamo.sglang")
+
+
+def _dynamo_trtllm(request: LaunchRequest, pool: PoolLayout, mode: str | None, options: str) -> str:
+    s = request.scheduler
+    flags: list[tuple[str, object | None]] = [
+        ("--model", request.model), ("--tensor-parallel-size", pool.tensor_parallel),
+        ("--expert-parallel-size", pool.tensor_parallel if pool.expert_parallel > 1 else None),
+        ("--enable-attention-dp", pool.attention_data_parallel > 1), ("--max-batch-size", s.max_running),
+        ("--max-num-tokens", max(s.step_tokens, request.input_len)), ("--max-seq-len", request.context_len),
+        ("--extra-engine-args", options), ("--disaggregation-mode", mode)]
+    return _join(["python3", "-m", "dynamo.trtllm"], flags)
+
+
+def _dynamo(request: LaunchRequest, family: str) -> Launch:
+    """Dynamo's deployment: its frontend (the OpenAI server and the router) on the benchmark's port, and a worker
+    process a pool's worker, each registering with Dynamo's discovery; disaggregated pools as prefill and decode
+    workers (SGLang's moving KV caches over NIXL, TensorRT-LLM's with its cache transceiver)."""
+    decode, prefill = request.decode, request.prefill
+    pools = [(decode, None)] if prefill is None else [(prefill, "prefill"), (decode, "decode")]
+    one = [(replace(pool, workers=1), mode) for pool, mode in pools for _ in range(pool.workers)]
+    files: dict[str, str] = {}
+    if family == "sglang":
+        workers = [_sglang(request, pool, mode, None, DYNAMO_SGLANG, "nixl") for pool, mode in one]
+    else:
+        names = {None: "config.yml", "prefill": "context.yml", "decode": "generation.yml"}
+        roles = {None: None, "prefill": "context", "decode": "generation"}
+        workers = [_dynamo_trtllm(request, pool, mode, names[mode]) for pool, mode in one]
+        files = {names[mode]: _trtllm_yaml(request, pool, roles[mode], chunked_in_yaml=True) for pool, mode in pools}
+    frontend = _join(["python3", "-m", "dynamo.frontend"], [("--http-port", PORT)])
+    notes = (f"scheduler: {request.scheduler.source}",
+             f"Dynamo: its frontend on port {PORT} routes each request to a worker (a prefill worker first where "
+             "disaggregated), each worker a process on its own devices; every process reaches etcd and NATS, "
+             "Dynamo's default discovery backend and event plane (ETCD_ENDPOINTS, NATS_SERVER)")
+    return Launch("\n".join([frontend, *workers]), files,
+                  benchmark_command(request, "vllm" if family == "sglang" else "openai"), notes)
+
+
 def benchmark_command(request: LaunchRequest, backend: str, port: int = PORT) -> str:
     """InferenceX's client (utils/bench_serving/benchmark_serving.py) at the workload: a closed loop at the
     concurrency, 10 prompts a request in flight, lengths from [range_ratio x L, L], every output to its length."""
@@ -194,6 +246,8 @@ def launch(request: LaunchRequest) -> Launch:
     """The commands that start the deployment and benchmark it (module docstring), or a Launch with no command and
     the reason in its notes where the engine's disaggregated serving is not written here."""
     family = engine_family(request.engine)
+    if request.engine.lower().startswith("dynamo-") and family in ("sglang", "trt"):
+        return _dynamo(request, family)
     decode, prefill = request.decode, request.prefill
     notes = [f"scheduler: {request.scheduler.source}"]
     if family == "sglang":
