@@ -70,14 +70,18 @@ class NotFitted(BaseModel):
 class CalibrationPublic(BaseModel):
     id: str = Field(description="kernel:<origin>:<device>:<engine>:<dtype>, serving:<device>:<engine>:<precision>:"
                                 "<speculative> (shipped), serving:measured:<device>:<engine>:<model>:<precision>:"
-                                "<speculative> or engine:<engine>:<precision>:<speculative>")
-    kind: Literal["kernel", "serving", "engine"] = Field(
+                                "<speculative>, engine:<engine>:<precision>:<speculative>, "
+                                "scheduling:<device>:<engine>:<precision>:<speculative> or "
+                                "scheduling:kernels:<engine>:<precision>:<speculative>")
+    kind: Literal["kernel", "serving", "engine", "scheduling"] = Field(
         description="What it expects: one matmul's time, a deployment's TPOT and TTFT from its own device's runs "
-                    "(serving), or from its kernel tables and an engine's costs carried over (engine)")
+                    "(serving), or from its kernel tables and an engine's costs carried over (engine), or the "
+                    "timing of the scheduling simulation behind an answer's percentiles (scheduling)")
     origin: Literal["shipped", "measured"] = Field(
         description="'shipped': fitted to public measurements and shipped with the service; 'measured': fitted to the "
                     "timings or runs submitted for the device, refitted whenever they change")
-    device_id: str
+    device_id: str = Field(description="The device it was fitted to; for one carried over several devices (engine, "
+                                       "scheduling:kernels), their ids joined by ', '")
     engine: str = Field(description="The engine whose measurements it was fitted to")
     scope: str = Field(description="What requests it applies to")
     model: str = Field(description="The fitted formula")
@@ -85,8 +89,10 @@ class CalibrationPublic(BaseModel):
     fitted_on: int = Field(description="Measurements fitted")
     checked_on: int = Field(description="Measurements its error was checked on")
     checked_by: str = Field(description="How: held out of the fit, cross-validated, or the other workload shapes")
-    median_error: float = Field(description="|expected / measured - 1| on those, median")
-    p90_error: float = Field(description="The same, 90th percentile")
+    median_error: float | None = Field(description="|expected / measured - 1| on those (TPOT for serving, engine "
+                                                   "and scheduling ones), median; null where it could not be checked "
+                                                   "(a scheduling calibration with too few runs of other shapes)")
+    p90_error: float | None = Field(description="The same, 90th percentile")
     bound_median_error: float | None = Field(description="The bare bound's median error on the same, where known")
     source: str
     shapes: list[list[int]] | None = Field(

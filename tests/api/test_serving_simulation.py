@@ -151,3 +151,23 @@ def test_length_histograms_are_drawn_and_bounded_by_the_lengths(client):
                            json=body | {"workload": {"input_histogram": [[4096, 1]]}})
     assert too_long.status_code == 422
     assert "input_histogram" in too_long.json()["fields"][0]["msg"]
+
+
+def test_the_scheduling_calibration_an_answer_names_is_listed_with_how_it_was_checked(client):
+    """An answer's simulation names its calibration (its id, then its numbers): GET /v1/calibrations/{id} has it, for
+    a device's own (the B200's, checked on its other shapes) and for one carried to kernel tables (the H200's answer;
+    fitted over three devices, each left out in turn), each with its four numbers; its parity chart is not drawn (422).
+    A device's calibration whose runs cover one shape could not be checked: its errors are null, not invented."""
+    for body in (b200_sglang_fp8(4), b200_sglang_fp8(4) | {"device_id": "nvidia-h200-sxm"}):
+        named = analyze(client, body)["expected"]["simulation"]["calibration"].split(": ")[0]
+        calibration = client.get(f"/v1/calibrations/{named}").json()
+        assert calibration["kind"] == "scheduling" and calibration["id"] == named
+        assert [p["name"] for p in calibration["parameters"]] == ["decode_scale", "prefill_scale", "step_overhead",
+                                                                  "request_overhead"]
+        assert 0 <= calibration["median_error"] <= calibration["p90_error"] and calibration["checked_on"] > 0
+        assert client.get(f"/v1/calibrations/{named}/parity.svg").status_code == 422
+    carried = client.get("/v1/calibrations/scheduling:kernels:sglang:fp8:none").json()
+    assert carried["device_id"] == "amd-mi355x, nvidia-b200, nvidia-b300" and carried["checked_on"] == 169
+    listed = [c for c in client.get("/v1/calibrations").json() if c["kind"] == "scheduling"]
+    unchecked = [c for c in listed if c["checked_on"] == 0]
+    assert unchecked and all(c["median_error"] is None and c["p90_error"] is None for c in unchecked)

@@ -16,10 +16,14 @@ from service.core.expectations.kernels import MIN_POINTS, KernelCalibration, fit
 from service.core.expectations.serving_runs import MIN_SPREAD, ServingCalibration
 from service.core.hardware import DeviceSpec
 from service.core.operators import operator_cost
+from service.core.simulation.carried_over import CarriedSchedulingCalibration
+from service.core.simulation.fit import SchedulingCalibration
 from service.persistence.catalog import (
     DeviceCatalog,
+    carried_scheduling_calibrations,
     engine_calibrations,
     gemm_calibrations,
+    scheduling_calibrations,
     serving_calibrations,
     shipped_runs,
 )
@@ -191,13 +195,56 @@ ENGINE_MODEL = ("TPOT = tpot_scale x (composed TPOT + composed prefill share) + 
                 "efficiencies; never below the bound")
 
 
+SCHEDULING_MODEL = ("each simulated step = decode_scale x its decode + prefill_scale x its prefill + step_overhead; "
+                    "each request's TTFT + request_overhead; steps at the bound (a device's own runs) or as the "
+                    "device's kernel tables compose them (carried over); never below the bound")
+
+
+def scheduling_public(calibration: SchedulingCalibration | CarriedSchedulingCalibration) -> dict:
+    """A scheduling simulation's calibration: a device's own (fitted on its 1,024 / 1,024 runs alone and checked on
+    its other shapes) or an engine's carried to kernel tables (checked on each device left out)."""
+    steps = "its composed" if isinstance(calibration, CarriedSchedulingCalibration) else "its bound"
+    parameters = [
+        {"name": "decode_scale", "value": calibration.decode_scale, "unit": "1",
+         "meaning": f"a simulated step's decode time per {steps} decode"},
+        {"name": "prefill_scale", "value": calibration.prefill_scale, "unit": "1",
+         "meaning": f"a simulated step's prefill time per {steps} prefill"
+                    + ("" if "prefill_scale" in calibration.fitted else " (a prior: " + "; ".join(calibration.prior)
+                                                                         + ")")},
+        {"name": "step_overhead", "value": calibration.step_overhead_s, "unit": "s",
+         "meaning": "the engine's cost per step (scheduling, launches, sampling)"},
+        {"name": "request_overhead", "value": calibration.request_overhead_s, "unit": "s",
+         "meaning": "a request's cost before its first token beyond its steps (tokenising, the HTTP path)"}]
+    if isinstance(calibration, CarriedSchedulingCalibration):
+        device_id = ", ".join(calibration.devices)  # as an engine calibration names the devices it was fitted over
+        scope = (f"basis 'kernels' deployments of {calibration.engine} in {calibration.precision}, speculative "
+                 f"decoding {calibration.speculative}, on any device with kernel tables; fitted on "
+                 f"{', '.join(calibration.devices)}")
+        checked_by = "each device left out of the fit in turn, its runs predicted from the others'"
+    else:
+        device_id = calibration.device_id
+        scope = (f"deployments of weights in {calibration.precision} on {calibration.device_id} with "
+                 f"{calibration.engine}, speculative decoding {calibration.speculative} (basis 'runs', the shipped runs)")
+        checked_by = "fitted to its 1,024 / 1,024 runs alone, checked on its runs of other shapes"
+    return {
+        "id": calibration.address, "kind": "scheduling", "origin": "shipped",
+        "device_id": device_id, "engine": calibration.engine, "scope": scope,
+        "model": SCHEDULING_MODEL, "parameters": parameters, "fitted_on": calibration.fitted_on,
+        "checked_on": calibration.checked_on, "checked_by": checked_by,
+        "median_error": calibration.tpot_median_error, "p90_error": calibration.tpot_p90_error,
+        "bound_median_error": None, "source": calibration.source, "shapes": None}
+
+
 def all_calibrations(catalog: DeviceCatalog) -> list[dict]:
-    """Shipped kernel, measured kernel, shipped serving, measured serving and engine calibrations, in that order."""
+    """Shipped kernel, measured kernel, shipped serving, measured serving, engine and scheduling (a device's own, then
+    those carried to kernel tables) calibrations, in that order."""
     return ([kernel_public(c) for c in gemm_calibrations().values()]
             + [kernel_public(c) for c in sorted(catalog.kernel_calibrations(), key=lambda c: c.id)]
             + [serving_public(c) for c in serving_calibrations().values()]
             + [serving_public(c) for c in catalog.measured_serving_calibrations()]
-            + [engine_public(c) for c in engine_calibrations().values()])
+            + [engine_public(c) for c in engine_calibrations().values()]
+            + [scheduling_public(c) for c in scheduling_calibrations().values()]
+            + [scheduling_public(c) for c in carried_scheduling_calibrations().values()])
 
 
 def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_of) -> dict:
@@ -252,9 +299,9 @@ def parity_points(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_
                                for r in detail["run_residuals"]]
     if detail["kind"] == "serving":
         return title, "TPOT", _shipped_serving_points(calibration_id, catalog)
-    if detail["kind"] == "engine":
-        reason = ("an engine calibration's runs are each device's left out in turn: their errors are in GET "
-                  "/v1/calibrations/{id} (scope); its chart is not drawn yet")
+    if detail["kind"] in ("engine", "scheduling"):
+        reason = (f"a{'n' if detail['kind'] == 'engine' else ''} {detail['kind']} calibration's chart is not drawn "
+                  "yet: its errors where it was checked are in GET /v1/calibrations/{id}")
         raise Unprocessable(reason, [{"loc": "path.calibration_id", "msg": reason}])
     reason = ("a shipped kernel calibration's timings are not shipped with the service: its errors on them are in "
               "GET /v1/calibrations/{id}; submit timings to chart a fit of your own")
