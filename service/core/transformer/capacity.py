@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
@@ -247,6 +248,17 @@ def activation_bytes(arch: Architecture, dtypes: ModelDTypes, *, tokens: int, ba
     stream plus the widest buffer of one layer (the fused QKV output, the MLP's gate and up halves of the k
     experts a token visits) for every token in the step, and the LM head's fp32 logits for the last token of
     each sequence. A floor for planning, not a profile: frameworks add workspaces of their own."""
+    return _activations(tokens, batch, *activation_widths(arch, dtypes, tensor_parallel))
+
+
+def _activations(tokens: int, batch: int, stream: float, element_bytes: float, vocab: int, tensor_parallel: int) -> float:
+    return tokens * stream * element_bytes + batch * vocab / tensor_parallel * 4
+
+
+def activation_widths(arch: Architecture, dtypes: ModelDTypes,
+                      tensor_parallel: int = 1) -> tuple[float, float, int, int]:
+    """What activation_bytes multiplies by the step's tokens and sequences: (the residual stream and the widest
+    buffer of a token, the activations' bytes an element, the vocabulary, the tensor-parallel size)."""
     t = tensor_parallel
     s = bytes_per_element(dtypes.activations)
     qkv = max((arch.heads * arch.head_dim_of(g) + arch.kv_heads_of(g) * (arch.head_dim_of(g) + arch.value_dim_of(g))
@@ -258,7 +270,7 @@ def activation_bytes(arch: Architecture, dtypes: ModelDTypes, *, tokens: int, ba
     if arch.moe is not None:
         widths.append(arch.moe.top_k * arch.moe.expert_intermediate + arch.moe.shared_intermediate)
     widest = max(arch.hidden, qkv, 2 * max(widths) / t)
-    return tokens * (arch.hidden + widest) * s + batch * arch.vocab / t * 4
+    return arch.hidden + widest, s, arch.vocab, t
 
 
 @dataclass(frozen=True)
@@ -292,13 +304,40 @@ class MemoryBudget:
     weights_bytes: float
     reserved_activation_bytes: float = 0.0  # the profiling step's peak an engine holds back before its KV cache
 
+    @cached_property
+    def _cache_layers(self) -> tuple[tuple[int, int | None, float], ...] | None:
+        """(layers, window or chunk, one token's bytes in one layer) of each attending group, and None where a
+        layer's cache is not tokens x bytes (DeepSeek-V4's compressed entries): what kv_bytes_per_request walks
+        for every request, worked out once a budget (a sweep or a batch asks `at` thousands of times)."""
+        arch, t = self.arch, self.tensor_parallel
+        if arch.compressed is not None:
+            return None
+        return tuple((g.count, g.sliding_window or g.chunk or None, kv_bytes_per_token_per_layer(arch, self.dtypes, t, g))
+                     for g in arch.groups if g.attends)
+
+    @cached_property
+    def _fixed_state_bytes(self) -> float:
+        return recurrent_state_bytes(self.arch, self.dtypes, self.tensor_parallel)
+
+    @cached_property
+    def _activation_widths(self) -> tuple[float, float, int, int]:
+        return activation_widths(self.arch, self.dtypes, self.tensor_parallel)
+
+    def kv_bytes_per_request(self, context: int) -> float:
+        """kv_bytes_per_request at this budget's model, dtypes, parallelism and blocks, in the same arithmetic."""
+        layers = self._cache_layers
+        if layers is None:
+            return kv_bytes_per_request(self.arch, self.dtypes, context, self.tensor_parallel, self.block_size)
+        block = self.block_size
+        return (sum(count * (cached_tokens(min(context, window or context), block) * per_token)
+                    for count, window, per_token in layers)
+                + self._fixed_state_bytes)
+
     def at(self, *, batch: int, context: int, step_tokens: int) -> StepMemory:
         """Per device: weights + batch x kv(context) + activations + workspace against the usable memory; the
         activations are the step's own or the engine's reserve for its profiling step, whichever is larger."""
-        t = self.tensor_parallel
-        kv = batch * kv_bytes_per_request(self.arch, self.dtypes, context, t, self.block_size)
-        activations = max(activation_bytes(self.arch, self.dtypes, tokens=step_tokens, batch=batch, tensor_parallel=t),
-                          self.reserved_activation_bytes)
+        kv = batch * self.kv_bytes_per_request(context)
+        activations = max(_activations(step_tokens, batch, *self._activation_widths), self.reserved_activation_bytes)
         required = self.weights_bytes + kv + activations + self.workspace_bytes
         spare = self.usable_bytes - required
         return StepMemory(self.capacity_bytes, self.usable_bytes, self.weights_bytes, kv, activations,
