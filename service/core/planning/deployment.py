@@ -88,6 +88,17 @@ class Pool:
     def devices(self) -> int:
         return self.workers * self.tensor_parallel
 
+    @property
+    def rounds_expert_shares(self) -> bool:
+        """Whether its experts split over a worker whose groups hold fewer devices' worth of tokens than it has
+        devices: a device's share of the tokens then rounds, and a decode step is not affine in the batch."""
+        return self.expert_parallel > 1 and self.attention_data_parallel < self.tensor_parallel
+
+    def decode_curve_steps(self) -> int:
+        """The most steps WorkerStep.decode_curve analyses for a curve over any batches: 2, or where shares round,
+        t - 1 below the batch where every device has a token and two for each of at most t classes past it."""
+        return 3 * self.tensor_parallel - 1 if self.rounds_expert_shares else 2
+
 
 @dataclass(frozen=True)
 class Speculative:
@@ -160,10 +171,8 @@ class WorkerStep:
         return sum(r.total_time_s for r in self.evaluate(**step))
 
     def curve_is_exact(self) -> bool:
-        """Whether the step is affine in the group's batch but for the experts hit: every layout but experts split
-        over a worker whose groups hold fewer devices' worth of tokens than it has devices (rows then round)."""
-        pool = self.pool
-        return pool.expert_parallel == 1 or pool.attention_data_parallel == pool.tensor_parallel
+        """Whether the step is affine in the group's batch but for the experts hit (Pool.rounds_expert_shares)."""
+        return not self.pool.rounds_expert_shares
 
     def decode_curve(self, batches: Sequence[int], *, kv_len: int, q_len: int = 1, scored_tokens: int = 1,
                      layers: tuple[LayerGroup, ...] | None = None) -> list[float]:

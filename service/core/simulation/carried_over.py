@@ -56,10 +56,7 @@ class CarriedSchedulingCalibration(FittedTiming):
         held = ", ".join(f"{device} {tpot:.1%} / {ttft:.1%} ({runs} runs)" for device, tpot, ttft, runs in self.per_device)
         return (f"a scheduling simulation of {self.fitted_on} {self.engine} runs on {', '.join(self.devices)} "
                 f"({self.precision}, speculative {self.speculative}; {self.source}), every step as its device's kernel "
-                f"tables compose it: each step {self.decode_scale:.3g} x its composed decode + {self.prefill_scale:.3g} "
-                f"x its composed prefill + {self.step_overhead_s * 1e3:.3g} ms, each request "
-                f"{self.request_overhead_s * 1e3:.3g} ms more to its first token; fitted: {', '.join(self.fitted)}"
-                + (f"; prior: {', '.join(self.prior)}" if self.prior else "")
+                f"tables compose it: {self.timing_sentence('its composed decode', 'its composed prefill')}"
                 + f"; fitted without each device in turn and held to its {self.checked_on} runs in all: TPOT off by "
                 f"{self.tpot_median_error:.1%} in the median ({self.tpot_p90_error:.1%} p90), TTFT by "
                 f"{self.ttft_median_error:.1%} ({self.ttft_p90_error:.1%} p90)"

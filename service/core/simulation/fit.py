@@ -157,6 +157,13 @@ class FittedTiming:
     def timing(self) -> Timing:
         return Timing(self.decode_scale, self.prefill_scale, self.step_overhead_s, self.request_overhead_s)
 
+    def timing_sentence(self, decode: str, prefill: str) -> str:
+        """What the four numbers do to a step (`decode`, `prefill`: what they scale, e.g. "its decode bound") and a
+        request, and which the runs fitted."""
+        return (f"each step {self.decode_scale:.3g} x {decode} + {self.prefill_scale:.3g} x {prefill} + "
+                f"{self.step_overhead_s * 1e3:.3g} ms, each request {self.request_overhead_s * 1e3:.3g} ms more to its "
+                f"first token; fitted: {', '.join(self.fitted)}" + (f"; prior: {', '.join(self.prior)}" if self.prior else ""))
+
 
 @dataclass(frozen=True)
 class SchedulingCalibration(FittedTiming):
@@ -183,10 +190,8 @@ class SchedulingCalibration(FittedTiming):
                    f"{self.ttft_median_error:.1%} ({self.ttft_p90_error:.1%} p90), p99 TTFT by "
                    f"{self.ttft_p99_median_error:.1%}")
         return (f"a scheduling simulation of {self.fitted_on} {self.engine} runs on {self.device_id} ({self.precision}, "
-                f"speculative {self.speculative}; {self.source}): each step {self.decode_scale:.3g} x its decode bound + "
-                f"{self.prefill_scale:.3g} x its prefill bound + {self.step_overhead_s * 1e3:.3g} ms, each request "
-                f"{self.request_overhead_s * 1e3:.3g} ms more to its first token; fitted: {', '.join(self.fitted)}"
-                + (f"; prior: {', '.join(self.prior)}" if self.prior else "") + f"; {checked}")
+                f"speculative {self.speculative}; {self.source}): "
+                f"{self.timing_sentence('its decode bound', 'its prefill bound')}; {checked}")
 
 
 FIT_SHAPE = (1024, 1024)

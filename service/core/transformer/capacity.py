@@ -68,8 +68,13 @@ def layer_cache_bytes(arch: Architecture, dtypes: ModelDTypes, group: LayerGroup
     if arch.compressed is not None:  # its window of one K=V head, and an entry every `compress` tokens
         entries = context // group.compress * compressed.entry_width(arch, arch.compressed, group) if group.compress else 0
         return _window_bytes(arch, dtypes, context, block_size) + entries * bytes_per_element(dtypes.kv_cache)
-    return (cached_tokens(min(context, group.sliding_window or group.chunk or context), block_size)
-            * kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, group))
+    return windowed_cache_bytes(context, group.sliding_window or group.chunk or None, block_size,
+                                kv_bytes_per_token_per_layer(arch, dtypes, tensor_parallel, group))
+
+
+def windowed_cache_bytes(context: int, window: int | None, block_size: int, per_token: float) -> float:
+    """One layer's cache of a request's `context` tokens: at most its `window` (None: every token), in whole blocks."""
+    return cached_tokens(min(context, window or context), block_size) * per_token
 
 
 def kv_bytes_per_request(arch: Architecture, dtypes: ModelDTypes, context: int, tensor_parallel: int = 1,
@@ -329,8 +334,7 @@ class MemoryBudget:
         if layers is None:
             return kv_bytes_per_request(self.arch, self.dtypes, context, self.tensor_parallel, self.block_size)
         block = self.block_size
-        return (sum(count * (cached_tokens(min(context, window or context), block) * per_token)
-                    for count, window, per_token in layers)
+        return (sum(count * windowed_cache_bytes(context, window, block, per_token) for count, window, per_token in layers)
                 + self._fixed_state_bytes)
 
     def at(self, *, batch: int, context: int, step_tokens: int) -> StepMemory:

@@ -293,8 +293,7 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
                      f"no serving calibration exists for {device.id} with engine {request.engine} in these weights "
                      "and speculative method (POST /v1/serving-runs calibrates it), and ")
         return None, f"expected: null, {runs_note}{' and '.join(missing)}"
-    composer = kernel_evaluator(device, tables)
-    composed = setup.deployment_on(composer)
+    composed = composed_on(setup, tables)
     expectation = expect(engine, bound, basis=composed)
     kernels = {"tables": tables.ids, "stand_in_for": tables.stand_in_for, "basis": tables.describe(),
                **{name: getattr(composed, name) for name in COMPOSED_FIELDS}}
@@ -302,8 +301,9 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
               "calibration": calibration_fields(engine, expectation.extrapolated)}
     note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}; the bound is "
             "unchanged by it")
+    # kernel_evaluator is memoised: the evaluator composed_on used, whose steps the simulation then times.
     return with_simulation(request, catalog, setup, bound, carried_scheduling_calibrations().get(
-        (request.engine, precision, method)), answer, note, composer)
+        (request.engine, precision, method)), answer, note, kernel_evaluator(device, tables))
 
 
 def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: ServingSetup,

@@ -122,17 +122,13 @@ def layouts(arch: Architecture, total_devices: int) -> list[deployment.Pool]:
 
 def plan_work(request: ServingPlanRequest, arch: Architecture) -> int:
     """The step analyses the search will run at most, worked out before it runs (a batch charges a plan for them).
-    Per candidate device and layout: one prefill and an exact sweep of the decode step over every concurrency, two
-    steps where the step is affine but for the experts hit (those in closed form), and where experts split over a
-    worker with fewer attention groups than devices, up to t - 1 steps below the batch where every device has a token
-    and two for each of the t classes of rounding past it (WorkerStep._rounded_curve). Speculative decoding sweeps a
-    verification and a draft step; unless calibration is "none", the kernel tables' composition may run it all again
-    beside the bound. At most 16 devices x the layouts: a few thousand."""
+    Per candidate device and layout: one prefill and an exact sweep of the decode step over every concurrency
+    (Pool.decode_curve_steps: two steps, more where experts split over a worker round their shares). Speculative
+    decoding sweeps a verification and a draft step; unless calibration is "none", the kernel tables' composition may
+    run it all again beside the bound. At most 16 devices x the layouts: a few thousand."""
     devices = len(dict.fromkeys(request.device_ids))
     sweeps = 2 if request.speculative is not None else 1
-    per_device = sum(1 + sweeps * (3 * pool.tensor_parallel - 1 if pool.expert_parallel > pool.attention_data_parallel
-                                   else 2)
-                     for pool in layouts(arch, request.total_devices))
+    per_device = sum(1 + sweeps * pool.decode_curve_steps() for pool in layouts(arch, request.total_devices))
     return devices * per_device * (1 if request.calibration == "none" else 2)
 
 
