@@ -3,7 +3,10 @@ kernel tables and the engine's costs fitted over the other devices (basis 'kerne
 carried over on the bare bounds (no kernel tables); per device, the median and p90 TPOT and TTFT errors; how often
 two devices measured at least 10 % apart (same engine, precision, speculative method, lengths and concurrency) are
 ordered as measured; and what an answer with expectations costs beside one without (side by side, round by round,
-every request a distinct body).
+every request a distinct body). The fits are made to the newest run of each configuration (what the shipped engine
+calibrations are fitted to: inferencex.newest_runs), and checked on those and on every run. Then the serving
+planner on each SGLang device, every fit made without its runs, against the best output tokens/s per GPU measured
+within the same TPOT target.
 
     .venv/bin/python bench/unmeasured.py      (make bench-unmeasured)
 """
@@ -28,16 +31,16 @@ PER_ROUND = 60
 GAP = 1.1  # two devices measured at least this far apart are "ordered"
 
 
-def held_out(groups):
-    """(device, run key, predicted TPOT, measured TPOT, predicted TTFT, measured TTFT) of every run of an engine
-    scope with two devices or more, each predicted by the fit to the other devices' runs, as the engine
-    calibration's own check predicts it (engines.left_out, engines.predicted)."""
+def held_out(groups, checked=None):
+    """(device, run key, predicted TPOT, measured TPOT, predicted TTFT, measured TTFT) of every run in `checked` (by
+    default `groups`) of an engine scope with two devices or more, each predicted by the fit to the other devices'
+    runs in `groups`, as the engine calibration's own check predicts it (engines.left_out, engines.predicted)."""
     from service.core.expectations.engines import left_out, predicted
 
     out = []
-    for (engine, precision, method), points in sorted(groups.items()):
+    for (engine, precision, method), points in sorted((checked or groups).items()):
         for device, own in left_out(points):
-            others = [p for p in points if p.device_id != device]
+            others = [p for p in groups.get((engine, precision, method), []) if p.device_id != device]
             if len(others) < 3:
                 continue
             for p, tpot, ttft in zip(own, *predicted(others, own), strict=True):
@@ -97,6 +100,122 @@ def costs(client, bodies) -> tuple[float, float, float]:
     return statistics.median(ratios), statistics.median(with_), statistics.median(without)
 
 
+INTERACTIVITY = (20, 40, 60)  # output tokens/s per user the planner is asked for: TPOT at most 1/x
+
+
+def sglang_runs(rows, device: str, precision: str, shape: tuple[int, int]) -> list[dict]:
+    """The newest aggregated SGLang runs of the device without speculative decoding at that precision and shape."""
+    from service.translation.serving.inferencex import DEVICE_IDS
+
+    return [r for r in rows if DEVICE_IDS[r["hardware"]] == device and r["framework"] == "sglang" and not r["disagg"]
+            and r["precision"] == precision and r["spec_method"] == "none" and (r["isl"], r["osl"]) == shape
+            and "output_tput_per_gpu" in r["metrics"]]
+
+
+def without(device: str, groups, rows, run_of):
+    """The engine lines and carried scheduling calibrations as the shipped fits would be without the device's runs."""
+    from service.core.expectations.engines import fit_engine_calibration
+    from service.translation.serving.inferencex import DEVICE_IDS, SOURCE, carried_scheduling_calibrations
+
+    lines = {key: fit_engine_calibration(others, engine=key[0], precision=key[1], speculative=key[2], source=SOURCE)
+             for key, points in groups.items() if len(others := [p for p in points if p.device_id != device]) >= 3}
+    carried = carried_scheduling_calibrations([r for r in rows if DEVICE_IDS[r["hardware"]] != device], run_of, lines)
+    return lines, {(c.engine, c.precision, c.speculative): c for c in carried}
+
+
+def planned_best(catalog, device: str, precision_of: dict, shape: tuple[int, int], per_user: float,
+                 concurrency: int | None = None) -> float:
+    """The serving planner's best expected output tokens/s per device on 8 devices at TPOT <= 1 / per_user
+    (calibration 'kernels'), at a fixed concurrency per replica where given; 0 where nothing met it."""
+    from schemas.plans import ServingPlanRequest
+    from service.runtime.errors import Unprocessable
+    from service.translation.serving.plans import plan_serving
+
+    try:
+        plan = plan_serving(ServingPlanRequest.model_validate({
+            "model_id": "deepseek-v3", "device_ids": [device], "total_devices": 8, "input_len": shape[0],
+            "output_len": shape[1], "engine": "sglang", "dtypes": precision_of, "slo": {"tpot_s": 1 / per_user},
+            "calibration": "kernels", "top_n": 1, "concurrency": concurrency}), catalog)
+    except Unprocessable:  # no configuration meets the target (the planner's 422)
+        return 0.0
+    return plan.configs[0].expected.tokens_per_s_per_device
+
+
+def planner_against_measured(rows, groups, catalog, run_of) -> None:
+    """Per device with SGLang runs: the serving planner (8 devices, calibration 'kernels', the engine's fits made
+    without this device's runs) against the best measured output tokens/s per GPU at the same TPOT target: searching
+    every concurrency up to 512 and only those the device's runs measured (InferenceX sweeps 4 to 64 in flight, so
+    the best measured at a loose target is often its largest concurrency, not the device's best)."""
+    from unittest import mock
+
+    from service.translation.serving.inferencex import serving_request
+
+    print("## The planner's best at an interactivity target against the best measured (the device's runs left out of "
+          "every fit)\n")
+    print("| device | precision | input / output | tokens/s per user | best measured (output tokens/s per GPU) | "
+          "planner, measured concurrencies | planner, any concurrency |")
+    print("|---|---|---|---|---|---|---|")
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for device in ("amd-mi355x", "nvidia-b200", "nvidia-b300"):
+        lines, carried = without(device, groups, rows, run_of)
+        patches = [mock.patch(f"service.translation.serving.{module}.{name}", return_value=value)
+                   for module, name, value in (("plans", "engine_calibrations", lines),
+                                               ("analyses", "engine_calibrations", lines),
+                                               ("analyses", "carried_scheduling_calibrations", carried),
+                                               ("plan_tails", "carried_scheduling_calibrations", carried))]
+        for patch in patches:
+            patch.start()
+        try:
+            for precision in ("fp8", "fp4"):
+                for shape in ((1024, 1024), (1024, 8192), (8192, 1024)):
+                    runs = sglang_runs(rows, device, precision, shape)
+                    if not runs:
+                        continue
+                    dtypes = serving_request(runs[0])["dtypes"]
+                    for per_user in INTERACTIVITY:
+                        met = [r["metrics"]["output_tput_per_gpu"] for r in runs
+                               if r["metrics"]["median_tpot"] <= 1 / per_user]
+                        if not met:
+                            continue
+                        best = max(met)
+                        in_range = max(planned_best(catalog, device, dtypes, shape, per_user, c)
+                                       for c in sorted({r["conc"] for r in runs}))
+                        anywhere = planned_best(catalog, device, dtypes, shape, per_user)
+                        for precisions in (precision, "fp8 and fp4"):
+                            ratios[("measured", precisions)].append(in_range / best)
+                            ratios[("any", precisions)].append(anywhere / best)
+                        print(f"| {device} | {precision} | {shape[0]:,} / {shape[1]:,} | {per_user} | {best:,.0f} | "
+                              f"{in_range:,.0f} ({in_range / best:.2f}x) | {anywhere:,.0f} ({anywhere / best:.2f}x) |")
+        finally:
+            for patch in patches:
+                patch.stop()
+    for (name, precisions), values in sorted(ratios.items()):
+        within = sum(1 / 1.5 <= r <= 1.5 for r in values)
+        print(f"\nplanner at {name} concurrency, {precisions}: {within} of {len(values)} within 1.5x of the best measured; "
+              f"planner / measured median {statistics.median(values):.2f}, from {min(values):.2f} to "
+              f"{max(values):.2f}")
+    print()
+
+
+def report(checked_on: str, predicted: dict[str, list]) -> None:
+    print(f"## Each device's runs predicted from the other devices' (engine scopes with two devices or more), checked "
+          f"on {checked_on}\n")
+    print("| device | runs | basis | TPOT error median | p90 | TTFT error median | p90 |")
+    print("|---|---|---|---|---|---|---|")
+    tables = {name: per_device(p) for name, p in predicted.items()}
+    for device in tables["kernels"]:
+        for name, table in tables.items():
+            runs, tm, tp, fm, fp = table[device]
+            print(f"| {device} | {runs} | {name} | {tm:.1%} | {tp:.1%} | {fm:.1%} | {fp:.1%} |")
+    for name, p in predicted.items():
+        errors = [abs(t / m - 1) for _, _, t, m, _, _ in p]
+        pairs, right = orderings(p)
+        print(f"\n{name}: all {len(errors)} held-out runs, TPOT {np.median(errors):.1%} median, "
+              f"{np.percentile(errors, 90):.1%} p90; pairs of devices measured >= {GAP - 1:.0%} apart: "
+              f"{right} of {pairs} ordered as measured")
+    print()
+
+
 def main() -> None:
     os.environ.setdefault("ROOFLINE_LOG_LEVEL", "WARNING")
     from fastapi.testclient import TestClient
@@ -105,8 +224,8 @@ def main() -> None:
     from service.main import create_app
     from service.persistence.catalog import DATA_DIR
     from service.runtime.config import Settings
-    from service.translation.serving.analyses import bound_and_composed
-    from service.translation.serving.inferencex import engine_points
+    from service.translation.serving.analyses import bound_and_composed, unit_run
+    from service.translation.serving.inferencex import engine_points, newest_runs
 
     rows = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
     with tempfile.TemporaryDirectory() as folder:
@@ -121,23 +240,15 @@ def main() -> None:
                     deployments[key] = bound_and_composed(ServingAnalysisRequest.model_validate(body), catalog)
                 return deployments[key]
 
-            kernels = engine_points(rows, of)
-            bounds = engine_points(rows, of, on_bounds=True)
-            predicted = {"kernels": held_out(kernels), "bounds only": held_out(bounds)}
-            print("## Each device's runs predicted from the other devices' (engine scopes with two devices or more)\n")
-            print("| device | runs | basis | TPOT error median | p90 | TTFT error median | p90 |")
-            print("|---|---|---|---|---|---|---|")
-            tables = {name: per_device(p) for name, p in predicted.items()}
-            for device in tables["kernels"]:
-                for name, table in tables.items():
-                    runs, tm, tp, fm, fp = table[device]
-                    print(f"| {device} | {runs} | {name} | {tm:.1%} | {tp:.1%} | {fm:.1%} | {fp:.1%} |")
-            for name, p in predicted.items():
-                errors = [abs(t / m - 1) for _, _, t, m, _, _ in p]
-                pairs, right = orderings(p)
-                print(f"\n{name}: all {len(errors)} held-out runs, TPOT {np.median(errors):.1%} median, "
-                      f"{np.percentile(errors, 90):.1%} p90; pairs of devices measured >= {GAP - 1:.0%} apart: "
-                      f"{right} of {pairs} ordered as measured")
+            newest = newest_runs(rows)
+            fitted = {"kernels": engine_points(newest, of), "bounds only": engine_points(newest, of, on_bounds=True)}
+            every = {"kernels": engine_points(rows, of), "bounds only": engine_points(rows, of, on_bounds=True)}
+            report(f"the newest run of each configuration ({len(newest)} of {len(rows)} rows: what the shipped fits "
+                   "are fitted to)", {name: held_out(groups) for name, groups in fitted.items()})
+            report(f"every run ({len(rows)} rows: older engines' runs of the same configurations too), by the same "
+                   "fits", {name: held_out(fitted[name], every[name]) for name in fitted})
+            planner_against_measured(newest, fitted["kernels"], catalog, lambda body: unit_run(
+                ServingAnalysisRequest.model_validate(body), catalog, on_kernels=True))
             h200 = [serving_body(device, c) for c in range(1, 1 + ROUNDS * PER_ROUND)
                     for device in ("nvidia-h200-sxm",)]
             ratio, with_, without = costs(client, h200)

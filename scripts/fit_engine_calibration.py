@@ -1,6 +1,7 @@
 """Fit the engines' costs shipped in service/data/calibrations/engines.json from the measured runs shipped in
-service/data/serving-runs/inferencex-dsr1.json (SemiAnalysis InferenceX): one per engine, precision and speculative
-method with at least three runs, each run against its deployment as its device's kernel tables compose it
+service/data/serving-runs/inferencex-dsr1.json (SemiAnalysis InferenceX), the newest run of each configuration
+(inferencex.newest_runs: today's engine): one per engine, precision and speculative method with at least three runs,
+each run against its deployment as its device's kernel tables compose it
 (service/core/expectations/kernel_steps.py), over every device with tables.
 
     .venv/bin/python scripts/fit_engine_calibration.py > service/data/calibrations/engines.json
@@ -21,11 +22,11 @@ def main() -> None:
     from schemas.serving import ServingAnalysisRequest
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.translation.serving.analyses import bound_and_composed
-    from service.translation.serving.inferencex import engine_calibrations, engine_points
+    from service.translation.serving.inferencex import engine_calibrations, engine_points, newest_runs
 
     with shipped_runs_app() as (rows, app, _):
-        groups = engine_points(rows, lambda body: bound_and_composed(ServingAnalysisRequest.model_validate(body),
-                                                                     app.state.catalog))
+        groups = engine_points(newest_runs(rows), lambda body: bound_and_composed(
+            ServingAnalysisRequest.model_validate(body), app.state.catalog))
     fitted = engine_calibrations(groups)
     for calibration in fitted:
         held = ", ".join(f"{device} {tpot:.1%} / {ttft:.1%} ({runs})" for device, tpot, ttft, runs in calibration.per_device)

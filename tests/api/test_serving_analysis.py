@@ -309,6 +309,22 @@ def test_a_devices_own_calibration_weighs_the_layout_too(client):
 
 
 @pytest.mark.dialect_free
+def test_the_engines_costs_are_fitted_to_the_newest_run_of_each_configuration():
+    """InferenceX reruns a configuration nightly: the newest run of each stands for today's engine. Three runs of one
+    configuration (dates 01, 03, 02) keep the one of the 3rd; a run differing in one field (its concurrency) is a
+    configuration of its own; the rows keep their order. Over the shipped file: 1,057 runs, 401 configurations."""
+    from service.translation.serving.inferencex import newest_runs
+
+    base = {**RUNS[0], "conc": 4}
+    runs = [base | {"date": "2026-01-01", "metrics": {"median_tpot": 0.030}},
+            base | {"conc": 8, "date": "2026-01-01", "metrics": {"median_tpot": 0.040}},
+            base | {"date": "2026-01-03", "metrics": {"median_tpot": 0.010}},
+            base | {"date": "2026-01-02", "metrics": {"median_tpot": 0.020}}]
+    assert [(r["conc"], r["date"]) for r in newest_runs(runs)] == [(8, "2026-01-01"), (4, "2026-01-03")]
+    assert (len(RUNS), len(newest_runs(RUNS))) == (1057, 401)
+
+
+@pytest.mark.dialect_free
 def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(client):
     """An engine calibration is a fit to the deployments the kernel tables compose: where the bounds or the tables
     change, scripts/fit_engine_calibration.py must run again. Re-fitting here from the shipped runs gives the
@@ -317,11 +333,12 @@ def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(clie
     from service.persistence.catalog import engine_calibrations
     from service.translation.serving.analyses import bound_and_composed
     from service.translation.serving.inferencex import engine_calibrations as fit
-    from service.translation.serving.inferencex import engine_points
+    from service.translation.serving.inferencex import engine_points, newest_runs
 
     shipped = engine_calibrations()
-    again = {(c.engine, c.precision, c.speculative): c for c in fit(engine_points(RUNS, lambda body: bound_and_composed(
-        ServingAnalysisRequest.model_validate(body), client.app.state.catalog)))}
+    again = {(c.engine, c.precision, c.speculative): c for c in fit(engine_points(
+        newest_runs(RUNS), lambda body: bound_and_composed(ServingAnalysisRequest.model_validate(body),
+                                                           client.app.state.catalog)))}
     assert set(again) == set(shipped) and len(shipped) >= 20
     for key, calibration in again.items():
         assert calibration.devices == shipped[key].devices and calibration.layouts == shipped[key].layouts, key
@@ -335,18 +352,20 @@ def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(clie
 def test_the_shipped_carried_scheduling_calibrations_are_fitted_to_todays_kernel_tables(client):
     """A carried scheduling calibration is a fit to the runs simulated on their kernel tables' steps: where the
     bounds, the tables or the simulation change, scripts/fit_carried_scheduling.py must run again. Re-fitting here
-    gives the shipped numbers and held-out errors (to a millionth), and keeps the same scopes: SGLang without
-    speculative decoding in fp8 and fp4, whose devices left out it predicted no worse than the steady-state line
-    (with MTP it did worse: those are not shipped)."""
+    gives the shipped numbers and held-out errors (to a millionth), and keeps the same scope: SGLang in fp8 without
+    speculative decoding, whose devices left out it predicted no worse than the steady-state line in the median and
+    within a tenth of it at the 90th percentile (fp4 did worse in the TPOT median, 27.0 % against 26.6 %; fp8 with
+    MTP at the 90th percentile, TPOT 80 % against 61 %: those are not shipped)."""
     from schemas.serving import ServingAnalysisRequest
     from service.persistence.catalog import carried_scheduling_calibrations, engine_calibrations
     from service.translation.serving.analyses import unit_run
     from service.translation.serving.inferencex import carried_scheduling_calibrations as fit
+    from service.translation.serving.inferencex import newest_runs
 
     shipped = carried_scheduling_calibrations()
-    again = {(c.engine, c.precision, c.speculative): c for c in fit(RUNS, lambda body: unit_run(
+    again = {(c.engine, c.precision, c.speculative): c for c in fit(newest_runs(RUNS), lambda body: unit_run(
         ServingAnalysisRequest.model_validate(body), client.app.state.catalog, on_kernels=True), engine_calibrations())}
-    assert set(again) == set(shipped) == {("sglang", "fp8", "none"), ("sglang", "fp4", "none")}
+    assert set(again) == set(shipped) == {("sglang", "fp8", "none")}
     for key, calibration in again.items():
         assert calibration.devices == shipped[key].devices == ("amd-mi355x", "nvidia-b200", "nvidia-b300"), key
         for name in ("decode_scale", "prefill_scale", "step_overhead_s", "request_overhead_s", "tpot_median_error",
@@ -355,6 +374,8 @@ def test_the_shipped_carried_scheduling_calibrations_are_fitted_to_todays_kernel
         line = engine_calibrations()[key]
         assert calibration.tpot_median_error <= line.tpot_median_error
         assert calibration.ttft_median_error <= line.ttft_median_error
+        assert calibration.tpot_p90_error <= 1.1 * line.tpot_p90_error
+        assert calibration.ttft_p90_error <= 1.1 * line.ttft_p90_error
 
 
 def test_an_answer_says_where_its_all_reduces_are_bounded_in_the_switch(client):

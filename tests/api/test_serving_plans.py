@@ -241,7 +241,11 @@ def test_a_plan_over_devices_nobody_has_run_ranks_on_their_kernels(client):
         else:
             assert e["percentiles"]["tpot_s"]["p50"] == e["tpot_s"] and e["percentiles"]["ttft_s"]["p50"] == e["ttft_s"]
             assert e["requests_per_s"] <= config["requests_per_s"] * (1 + 1e-12)
-    assert sum(c["expected"]["percentiles"] is not None for c in expected["configs"]) == 12  # MAX_SIMULATED
+    # MAX_SIMULATED = 12 simulated: those whose simulated TPOT kept within the SLO are listed with their percentiles
+    # (today one of the 12 missed it and was left out, as the plan says)
+    tails = next(note for note in expected["assumptions"] if note.startswith("tails: 12 of the best"))
+    missed = int(tails.split("; ")[-1].split(" simulated configuration(s) missed")[0]) if "missed" in tails else 0
+    assert sum(c["expected"]["percentiles"] is not None for c in expected["configs"]) == 12 - missed == 11
     assert "kernel fits of amd-mi300x's tables at amd-mi325x's roofs" in expected["assumptions"][-1]
 
 
