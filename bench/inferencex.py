@@ -120,8 +120,13 @@ def held_out_expectations(answers: list[tuple[dict, dict]]) -> dict[int, float]:
 
 def print_rankings(answers: list[tuple[dict, dict]], gap: float = 0.10) -> None:
     """Pairs of devices run at the same engine, precision, method, shape and concurrency (aggregated, each device's
-    fastest run), measured at least `gap` apart: how often the bound, the shipped expectation (fitted on every run,
-    these included) and a held-out one (fitted at 1,024 / 1,024, judged on the other shapes) order them as measured."""
+    newest run: what the shipped calibrations are fitted to, these included), measured at least `gap` apart: how often
+    the bound, the shipped expectation and a held-out one (fitted at 1,024 / 1,024, judged on the other shapes) order
+    them as measured."""
+    from service.translation.serving.inferencex import newest_runs
+
+    newest = {id(row) for row in newest_runs(row for row, _ in answers)}
+    answers = [pair for pair in answers if id(pair[0]) in newest]
     held_out = held_out_expectations(answers)
     best: dict[tuple, dict[str, int]] = defaultdict(dict)
     for index, (row, answer) in enumerate(answers):
@@ -129,7 +134,7 @@ def print_rankings(answers: list[tuple[dict, dict]], gap: float = 0.10) -> None:
             continue
         key = (row["framework"], row["precision"], row["spec_method"], row["isl"], row["osl"], row["conc"])
         current = best[key].get(row["hardware"])
-        if current is None or row["metrics"]["median_tpot"] < answers[current][0]["metrics"]["median_tpot"]:
+        if current is None or row["date"] >= answers[current][0]["date"]:
             best[key][row["hardware"]] = index
     agree = {"bound": 0, "expected": 0}
     held = {"pairs": 0, "bound": 0, "expected": 0}

@@ -155,8 +155,9 @@ def main() -> None:
     from service.main import create_app
     from service.persistence.catalog import shipped_runs
     from service.runtime.config import Settings
+    from service.translation.serving.inferencex import newest_runs
 
-    rows = list(shipped_runs())
+    rows = newest_runs(shipped_runs())
     with tempfile.TemporaryDirectory() as folder:
         app = create_app(Settings(database_url=f"sqlite:///{folder}/bench.db", log_level="WARNING"))
         with TestClient(app) as client:

@@ -1,6 +1,7 @@
 """Fit the serving calibrations shipped in service/data/calibrations/serving.json from the measured runs shipped in
-service/data/serving-runs/inferencex-dsr1.json (SemiAnalysis InferenceX), one per device, engine, precision and
-speculative method with at least three runs, each against this service's own bound at the run's deployment.
+service/data/serving-runs/inferencex-dsr1.json (SemiAnalysis InferenceX), the newest run of each configuration
+(inferencex.newest_runs: today's engine), one per device, engine, precision and speculative method with at least
+three runs, each against this service's own bound at the run's deployment.
 
     .venv/bin/python scripts/fit_serving_calibration.py > service/data/calibrations/serving.json
 
@@ -18,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main() -> None:
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
-    from service.translation.serving.inferencex import calibrations
+    from service.translation.serving.inferencex import calibrations, newest_runs
 
     with shipped_runs_app() as (rows, _, client):
-        fitted = calibrations(rows, lambda body: client.post(
+        fitted = calibrations(newest_runs(rows), lambda body: client.post(
             "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])
     for calibration in fitted:
         print(f"{calibration.id}: {calibration.fitted_on} runs, checked by {calibration.checked_by} on "

@@ -140,8 +140,11 @@ def test_vllm_bench_results_map_their_mean_lengths_and_concurrency(client):
 
 def test_inferencex_rows_fit_what_the_shipped_calibration_was_fitted_to(client):
     """The shipped calibrations were fitted by scripts/fit_serving_calibration.py to the same rows against the same
-    bounds: submitted, the rows of one device, engine, precision and method give the same parameters."""
-    rows = [row for row in json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
+    bounds: submitted, the rows of one device, engine, precision and method it was fitted to (the newest run of each
+    configuration) give the same parameters."""
+    from service.translation.serving.inferencex import newest_runs
+
+    rows = [row for row in newest_runs(json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"])
             if (row["hardware"], row["framework"], row["precision"], row["spec_method"]) == ("b300", "dynamo-trt", "fp8",
                                                                                             "mtp")]
     created = client.post("/v1/serving-runs", headers=AUTH, json={"format": "inferencex", "source": "InferenceX",
@@ -211,10 +214,11 @@ def test_parity_charts_put_each_measurement_against_its_prediction(client):
     # The runs lie on the fitted line exactly: all five within 10 %, every bound under its measurement.
     assert ("5 measurements (5 drawn): expected within 10 % of measured on 5, within 25 % on 5; the bound at or below "
             "the measurement on 5") in chart.text
-    # A shipped serving calibration: its five InferenceX runs against today's bounds.
+    # A shipped serving calibration: the InferenceX runs it was fitted to (the newest of each of its four
+    # configurations; the file has five runs of them) against today's bounds.
     shipped = client.get("/v1/calibrations/serving:nvidia-b300:dynamo-trt:fp8:mtp/parity.svg")
-    assert shipped.status_code == 200 and "5 measurements" in shipped.text
-    assert "the bound at or below the measurement on 5" in shipped.text
+    assert shipped.status_code == 200 and "4 measurements" in shipped.text
+    assert "the bound at or below the measurement on 4" in shipped.text
     kernel = client.get("/v1/calibrations/kernel:shipped:nvidia-h100-sxm:trtllm:bf16/parity.svg")
     assert kernel.status_code == 422 and "not shipped" in kernel.json()["detail"]
     assert client.get("/v1/calibrations/serving:nope/parity.svg").status_code == 404

@@ -309,7 +309,8 @@ def parity_points(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_
 
 
 def _shipped_serving_points(calibration_id: str, catalog: DeviceCatalog) -> list:
-    """The shipped InferenceX runs a shipped serving calibration was fitted to, each against today's bound."""
+    """The shipped InferenceX runs a shipped serving calibration was fitted to (the newest of each configuration),
+    each against today's bound."""
     from schemas.serving import ServingAnalysisRequest
     from service.rendering.calibration_charts import ParityPoint
     from service.translation.serving import inferencex
@@ -317,7 +318,7 @@ def _shipped_serving_points(calibration_id: str, catalog: DeviceCatalog) -> list
 
     calibration = next(c for c in serving_calibrations().values() if c.address == calibration_id)
     points = []
-    for row in shipped_runs():
+    for row in inferencex.newest_runs(shipped_runs()):
         if inferencex.scope(row) != (calibration.device_id, calibration.engine, calibration.precision,
                                      calibration.speculative):
             continue
