@@ -349,34 +349,51 @@ def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(clie
         assert [row[0] for row in calibration.per_device] == [row[0] for row in shipped[key].per_device]
 
 
+def test_a_carried_simulation_ships_where_it_improves_a_median_and_is_nowhere_a_tenth_worse():
+    """The line's errors: TPOT 0.20 in the median and 0.40 at p90, TTFT 0.60 and 1.00. A simulation at a TPOT median
+    of 0.21 (5 % worse, within the tenth) and a TTFT median of 0.30 (better) ships; at 0.23 (15 % worse) it does not;
+    better medians with a TTFT p90 of 1.20 (20 % worse) do not; 0.21 / 0.41 / 0.61 / 1.00, worse or equal
+    everywhere, does not."""
+    from types import SimpleNamespace
+
+    from service.translation.serving.inferencex import beats_the_line
+
+    def errors(tpot, tpot_p90, ttft, ttft_p90):
+        return SimpleNamespace(tpot_median_error=tpot, tpot_p90_error=tpot_p90, ttft_median_error=ttft,
+                               ttft_p90_error=ttft_p90)
+
+    line = errors(0.20, 0.40, 0.60, 1.00)
+    assert beats_the_line(errors(0.21, 0.40, 0.30, 0.90), line)
+    assert not beats_the_line(errors(0.23, 0.40, 0.30, 0.90), line)
+    assert not beats_the_line(errors(0.10, 0.40, 0.30, 1.20), line)
+    assert not beats_the_line(errors(0.21, 0.41, 0.61, 1.00), line)
+
+
 @pytest.mark.dialect_free
 def test_the_shipped_carried_scheduling_calibrations_are_fitted_to_todays_kernel_tables(client):
     """A carried scheduling calibration is a fit to the runs simulated on their kernel tables' steps: where the
     bounds, the tables or the simulation change, scripts/fit_carried_scheduling.py must run again. Re-fitting here
-    gives the shipped numbers and held-out errors (to a millionth), and keeps the same scope: SGLang in fp8 without
-    speculative decoding, whose devices left out it predicted no worse than the steady-state line in the median and
-    within a tenth of it at the 90th percentile (fp4 did worse in the TPOT median, 27.0 % against 26.6 %; fp8 with
-    MTP at the 90th percentile, TPOT 80 % against 61 %: those are not shipped)."""
+    gives the shipped numbers and held-out errors (to a millionth), and keeps the same scopes: SGLang without
+    speculative decoding in fp8 and fp4, whose devices left out it predicted better than the steady-state line in a
+    median and within a tenth of it everywhere (with MTP, fp8's 90th percentiles were far wider, TPOT 80 % against
+    61 %, and fp4's TPOT median 43 % against 18 %: those are not shipped)."""
     from schemas.serving import ServingAnalysisRequest
     from service.persistence.catalog import carried_scheduling_calibrations, engine_calibrations
     from service.translation.serving.analyses import unit_run
+    from service.translation.serving.inferencex import beats_the_line, newest_runs
     from service.translation.serving.inferencex import carried_scheduling_calibrations as fit
-    from service.translation.serving.inferencex import newest_runs
 
     shipped = carried_scheduling_calibrations()
     again = {(c.engine, c.precision, c.speculative): c for c in fit(newest_runs(RUNS), lambda body: unit_run(
         ServingAnalysisRequest.model_validate(body), client.app.state.catalog, on_kernels=True), engine_calibrations())}
-    assert set(again) == set(shipped) == {("sglang", "fp8", "none")}
+    assert set(again) == set(shipped) == {("sglang", "fp8", "none"), ("sglang", "fp4", "none")}
     for key, calibration in again.items():
         assert calibration.devices == shipped[key].devices == ("amd-mi355x", "nvidia-b200", "nvidia-b300"), key
         for name in ("decode_scale", "prefill_scale", "step_overhead_s", "request_overhead_s", "tpot_median_error",
                      "ttft_median_error"):
             assert getattr(calibration, name) == pytest.approx(getattr(shipped[key], name), rel=1e-6, abs=1e-9), key
         line = engine_calibrations()[key]
-        assert calibration.tpot_median_error <= line.tpot_median_error
-        assert calibration.ttft_median_error <= line.ttft_median_error
-        assert calibration.tpot_p90_error <= 1.1 * line.tpot_p90_error
-        assert calibration.ttft_p90_error <= 1.1 * line.ttft_p90_error
+        assert beats_the_line(calibration, line)
 
 
 def test_an_answer_says_where_its_all_reduces_are_bounded_in_the_switch(client):
