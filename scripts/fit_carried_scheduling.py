@@ -2,9 +2,9 @@
 service/data/calibrations/scheduling_carried.json, from the measured runs shipped in
 service/data/serving-runs/inferencex-dsr1.json (SemiAnalysis InferenceX), the newest run of each configuration
 (inferencex.newest_runs): one per engine, precision and speculative method whose aggregated runs cover two devices
-with kernel tables or more, each run simulated as its benchmark ran it
-with every step as its device's kernel tables compose it (service/core/simulation/carried_over.py), kept where the
-devices left out of it were predicted no worse than by the engine's steady-state line (engines.json).
+with kernel tables or more, each run simulated as its benchmark ran it with every step as its device's kernel tables
+compose it (service/core/simulation/carried_over.py), kept where, on the devices left out of it, it beats the engine's
+steady-state line (engines.json; inferencex.beats_the_line).
 
     .venv/bin/python scripts/fit_carried_scheduling.py > service/data/calibrations/scheduling_carried.json
 
@@ -25,11 +25,11 @@ def main() -> None:
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.persistence.catalog import engine_calibrations
     from service.translation.serving.analyses import unit_run
-    from service.translation.serving.inferencex import carried_scheduling_calibrations, newest_runs
+    from service.translation.serving.inferencex import carried_scheduling_calibrations
 
     with shipped_runs_app() as (rows, app, _):
         fitted = carried_scheduling_calibrations(
-            newest_runs(rows), lambda body: unit_run(ServingAnalysisRequest.model_validate(body), app.state.catalog,
+            rows, lambda body: unit_run(ServingAnalysisRequest.model_validate(body), app.state.catalog,
                                         on_kernels=True), engine_calibrations())
     for c in fitted:
         held = ", ".join(f"{device} {tpot:.1%} / {ttft:.1%} ({runs})" for device, tpot, ttft, runs in c.per_device)

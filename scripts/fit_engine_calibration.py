@@ -22,10 +22,10 @@ def main() -> None:
     from schemas.serving import ServingAnalysisRequest
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.translation.serving.analyses import bound_and_composed
-    from service.translation.serving.inferencex import engine_calibrations, engine_points, newest_runs
+    from service.translation.serving.inferencex import engine_calibrations, engine_points
 
     with shipped_runs_app() as (rows, app, _):
-        groups = engine_points(newest_runs(rows), lambda body: bound_and_composed(
+        groups = engine_points(rows, lambda body: bound_and_composed(
             ServingAnalysisRequest.model_validate(body), app.state.catalog))
     fitted = engine_calibrations(groups)
     for calibration in fitted:

@@ -1,8 +1,8 @@
 """Fit the scheduling simulation's calibrations shipped in service/data/calibrations/scheduling.json from the measured
 runs shipped in service/data/serving-runs/inferencex-dsr1.json (SemiAnalysis InferenceX), the newest run of each
 configuration (inferencex.newest_runs): one per device, engine, precision and speculative method with at least three
-runs, each run simulated as its benchmark ran it (its
-client, its recipe's scheduler) with every step at this service's bound, then fitted (service/core/simulation/fit.py).
+runs, each run simulated as its benchmark ran it (its client, its recipe's scheduler) with every step at this
+service's bound, then fitted (service/core/simulation/fit.py).
 
     .venv/bin/python scripts/fit_scheduling_calibration.py > service/data/calibrations/scheduling.json
 
@@ -22,11 +22,11 @@ def main() -> None:
     from schemas.serving import ServingAnalysisRequest
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.translation.serving.analyses import unit_run
-    from service.translation.serving.inferencex import newest_runs, scheduling_calibrations
+    from service.translation.serving.inferencex import scheduling_calibrations
 
     with shipped_runs_app() as (rows, app, _):
         fitted = scheduling_calibrations(
-            newest_runs(rows), lambda body: unit_run(ServingAnalysisRequest.model_validate(body), app.state.catalog))
+            rows, lambda body: unit_run(ServingAnalysisRequest.model_validate(body), app.state.catalog))
     for c in fitted:
         checked = (f"TPOT {c.tpot_median_error:.1%} median, {c.tpot_p90_error:.1%} p90; TTFT {c.ttft_median_error:.1%} "
                    f"median, p99 TTFT {c.ttft_p99_median_error:.1%}" if c.checked_on else "not checked")

@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main() -> None:
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
-    from service.translation.serving.inferencex import calibrations, newest_runs
+    from service.translation.serving.inferencex import calibrations
 
     with shipped_runs_app() as (rows, _, client):
-        fitted = calibrations(newest_runs(rows), lambda body: client.post(
+        fitted = calibrations(rows, lambda body: client.post(
             "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])
     for calibration in fitted:
         print(f"{calibration.id}: {calibration.fitted_on} runs, checked by {calibration.checked_by} on "

@@ -239,6 +239,7 @@ class _Engine:
         self.time += wall
         self.events += 1
         total = self.total
+        # A new list, never one changed in place: requests keep references to the totals as they were.
         self.total = [total[0] + decode_model, total[1] + prefill_model, total[2] + steps]
 
     def _finish(self, done: list[int]) -> None:

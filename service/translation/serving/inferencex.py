@@ -113,8 +113,8 @@ def newest_runs(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
     InferenceX reruns its configurations nightly while the engines improve: the same deployment on the same device
     measured 1.05x apart in the median and 1.65x at the 90th percentile of its repeats, the newest within 4 % of the
-    fastest in nine of ten. What a device does with today's engine is its newest run; an engine's costs carried to
-    another device are fitted to, and checked on, those (docs/serving.md)."""
+    fastest in nine of ten. What a device does with today's engine is its newest run: every shipped fit is fitted to,
+    and checked on, those (scripts/fitting_app.py, docs/serving.md)."""
     rows = list(rows)
     newest: dict[str, tuple[str, int]] = {}
     for index, row in enumerate(rows):
