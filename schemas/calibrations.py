@@ -71,7 +71,8 @@ class CalibrationPublic(BaseModel):
     id: str = Field(description="kernel:<origin>:<device>:<engine>:<dtype>, serving:<device>:<engine>:<precision>:"
                                 "<speculative> (shipped), serving:measured:<device>:<engine>:<model>:<precision>:"
                                 "<speculative>, engine:<engine>:<precision>:<speculative>, "
-                                "scheduling:<device>:<engine>:<precision>:<speculative> or "
+                                "scheduling:<device>:<engine>:<precision>:<speculative> (shipped), "
+                                "scheduling:measured:<device>:<engine>:<model>:<precision>:<speculative> or "
                                 "scheduling:kernels:<engine>:<precision>:<speculative>")
     kind: Literal["kernel", "serving", "engine", "scheduling"] = Field(
         description="What it expects: one matmul's time, a deployment's TPOT and TTFT from its own device's runs "

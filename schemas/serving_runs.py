@@ -185,8 +185,10 @@ class ServingRunsCreated(BaseModel):
     created: list[int] = Field(description="The new runs' ids")
     calibrations: list[CalibrationPublic] = Field(
         description="The serving calibrations refitted for the devices, engines, models, weights' types and "
-                    "speculative methods the runs touched (one needs at least 3 runs)")
+                    "speculative methods the runs touched (one needs at least 3 runs), each followed by the "
+                    "scheduling calibration fitted to the same runs where one was")
     not_fitted: list[NotFitted] = Field(
-        default_factory=list, description="Each scope the runs touched that has no calibration, and why")
+        default_factory=list, description="Each scope the runs touched that has no calibration, and why (a "
+                                          "'scheduling:' scope: no scheduling calibration beside its serving one)")
 
 

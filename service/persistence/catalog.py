@@ -133,10 +133,33 @@ def carried_scheduling_calibrations() -> dict[tuple[str, str, str], CarriedSched
             for c in (CarriedSchedulingCalibration(**entry) for entry in entries)}
 
 
+# Where a stored serving calibration's fields keep the scheduling simulation's fit of the same runs, and why there is
+# none (the serving_calibrations table holds every fit of one scope's runs).
+SCHEDULING_FIELD, SCHEDULING_NOT_FITTED_FIELD = "scheduling", "scheduling_not_fitted"
+
+
+# What a measured serving calibration stored before its runs were simulated says of its scheduling fit.
+NOT_REFITTED = ("fitted before submitted runs were simulated: the next run submitted to or deleted from its scope "
+                "refits both")
+
+
+def _measured_key(serving: ServingCalibration) -> tuple[str, ...]:
+    """A measured serving calibration's scope, as the serving_calibrations table keys it (SERVING_KEY)."""
+    return (serving.device_id, serving.engine, serving.model or "", serving.precision, serving.speculative)
+
+
 def serving_calibration_of(fields: dict[str, Any]) -> ServingCalibration:
     """A serving calibration from its fields as JSON keeps them (pairs as lists)."""
-    return ServingCalibration(**{**fields, "shapes": tuple(map(tuple, fields["shapes"])),
+    own = {name: value for name, value in fields.items() if name not in (SCHEDULING_FIELD, SCHEDULING_NOT_FITTED_FIELD)}
+    return ServingCalibration(**{**own, "shapes": tuple(map(tuple, fields["shapes"])),
                                  "concurrency": tuple(fields["concurrency"])})
+
+
+def measured_scheduling_of(fields: dict[str, Any]) -> SchedulingCalibration | None:
+    """The scheduling calibration a stored serving calibration's fields hold, if any (rows stored before there was
+    one hold none)."""
+    scheduling = fields.get(SCHEDULING_FIELD)
+    return SchedulingCalibration(**scheduling) if scheduling else None
 
 
 @lru_cache
@@ -297,6 +320,8 @@ class DeviceCatalog:
         self._measured: dict[str, MeasuredRoofs] = {}
         self._models: dict[str, ModelConfig] = {}
         self._serving: dict[tuple[str, ...], ServingCalibration] = {}
+        self._scheduling: dict[tuple[str, ...], SchedulingCalibration] = {}
+        self._scheduling_not_fitted: dict[tuple[str, ...], str] = {}
         self._derived: dict[Any, Any] = {}
 
     def refresh_or_go_stale(self) -> bool:
@@ -337,10 +362,14 @@ class DeviceCatalog:
                     measured = measured_roofs(repository.all_benchmarks(session))
                     models = {row.id: row for row in repository.list_models(session)}
                     measured = with_kernel_calibrations(measured, repository.all_kernel_calibrations(session))
-                    serving = {tuple(getattr(row, name) for name in repository.SERVING_KEY): serving_calibration_of(row.fit)
-                               for row in repository.all_serving_calibrations(session)}
+                    stored = {tuple(getattr(row, name) for name in repository.SERVING_KEY): row.fit
+                              for row in repository.all_serving_calibrations(session)}
                     self._specs, self._measured, self._models, self._version = specs, measured, models, version
-                    self._serving = serving
+                    self._serving = {key: serving_calibration_of(fit) for key, fit in stored.items()}
+                    self._scheduling = {key: found for key, fit in stored.items()
+                                        if (found := measured_scheduling_of(fit)) is not None}
+                    self._scheduling_not_fitted = {key: fit.get(SCHEDULING_NOT_FITTED_FIELD) or NOT_REFITTED
+                                                   for key, fit in stored.items() if key not in self._scheduling}
                     self._derived = {}
             self._commits_seen = commits
 
@@ -384,6 +413,21 @@ class DeviceCatalog:
 
     def measured_serving_calibrations(self) -> list[ServingCalibration]:
         return [self._serving[key] for key in sorted(self._serving)]
+
+    def scheduling_calibration(self, serving: ServingCalibration) -> SchedulingCalibration | None:
+        """The scheduling calibration fitted to the same runs as `serving` (one serving_calibration answered): the
+        submitted runs' own where it is a measured one, else the shipped one of its device and scope."""
+        if serving.origin == "measured":
+            return self._scheduling.get(_measured_key(serving))
+        return scheduling_calibrations().get((serving.device_id, serving.engine, serving.precision,
+                                              serving.speculative))
+
+    def scheduling_not_fitted(self, serving: ServingCalibration) -> str:
+        """Why the runs of a measured serving calibration have no scheduling calibration."""
+        return self._scheduling_not_fitted.get(_measured_key(serving), NOT_REFITTED)
+
+    def measured_scheduling_calibrations(self) -> list[SchedulingCalibration]:
+        return [self._scheduling[key] for key in sorted(self._scheduling)]
 
     def kernel_calibrations(self) -> list[KernelCalibration]:
         """Every calibration fitted to submitted timings, of every device."""

@@ -241,3 +241,82 @@ def test_too_few_runs_or_runs_at_one_bound_say_what_could_not_be_fitted(client):
         assert parameters[name]["value"] is None and not parameters[name]["identified"], name
         assert "within a factor 1.1" in parameters[name]["note"]
     assert parameters["tpot_scale"]["identified"] and parameters["tpot_scale"]["value"] > 0
+
+
+# Runs of a real engine (vLLM's scheduler is known) whose medians are made by hand from the simulation at a timing
+# chosen here: every step 1.4 x its decode bound + 2.5 x its prefill bound + 0.8 ms, each request 30 ms more to its
+# first token. A closed loop's per-request times are linear in those four numbers (engine_loop.Features), so the
+# medians below are exactly what the service's simulation of each stored run predicts at that timing, and the
+# scheduling fit the write makes must find the four numbers again.
+SIMULATED_ENGINE = "vllm"
+TIMING = {"decode_scale": 1.4, "prefill_scale": 2.5, "step_overhead_s": 0.8e-3, "request_overhead_s": 30e-3}
+
+
+def simulated_medians(client, input_len: int, output_len: int, concurrency: int) -> tuple[float, float]:
+    import numpy as np
+
+    from schemas.serving import ServingAnalysisRequest
+    from service.core.simulation.engine_loop import Timing
+    from service.translation.serving.analyses import unit_run
+
+    request = ServingAnalysisRequest.model_validate({
+        "model_id": MODEL, "device_id": DEVICE, "engine": SIMULATED_ENGINE, "input_len": input_len,
+        "output_len": output_len, "concurrency": concurrency, **LAYOUT})
+    features = unit_run(request, client.app.state.catalog).features
+    timing = Timing(**TIMING)
+    return float(np.median(features.tpot(timing))), float(np.median(features.ttft(timing)))
+
+
+def test_submitted_runs_get_a_scheduling_calibration_and_their_answers_percentiles(client):
+    runs = []
+    for input_len, output_len, concurrency in WORKLOADS:
+        tpot, ttft = simulated_medians(client, input_len, output_len, concurrency)
+        runs.append({"input_len": input_len, "output_len": output_len, "concurrency": concurrency, "tpot_s": tpot,
+                     "ttft_s": ttft})
+    created = submit(client, runs, engine=SIMULATED_ENGINE)
+    assert created.status_code == 201, created.text
+    serving, scheduling = created.json()["calibrations"]
+    address = f"scheduling:measured:{DEVICE}:{SIMULATED_ENGINE}:{MODEL}:bf16:none"
+    assert serving["kind"] == "serving" and scheduling["id"] == address and scheduling["origin"] == "measured"
+    values = {p["name"]: p["value"] for p in scheduling["parameters"]}
+    # Two prompt lengths: all four numbers are fitted, none is a prior.
+    assert values["decode_scale"] == pytest.approx(TIMING["decode_scale"], rel=1e-3)
+    assert values["prefill_scale"] == pytest.approx(TIMING["prefill_scale"], rel=1e-3)
+    assert values["step_overhead"] == pytest.approx(TIMING["step_overhead_s"], rel=1e-3)
+    assert values["request_overhead"] == pytest.approx(TIMING["request_overhead_s"], rel=1e-3)
+    # Fitted again on the three runs at 1,024 / 1,024 alone (the prefill scale then the shipped prior) and checked
+    # on the two at 4,096 / 256.
+    assert scheduling["fitted_on"] == 5 and scheduling["checked_on"] == 2
+    assert scheduling["checked_by"] == "fitted to its 1,024 / 1,024 runs alone, checked on its runs of other shapes"
+    assert address in {c["id"] for c in client.get("/v1/calibrations").json()}
+    assert client.get(f"/v1/calibrations/{address}").json()["fitted_on"] == 5
+
+    # An analysis of the scope at a shape no run measured: its medians are the simulation's at that timing.
+    answer = analysis(client, 2048, 512, 16, engine=SIMULATED_ENGINE)
+    expected, bound = answer["expected"], answer["bound"]
+    assert expected["basis"] == "runs" and expected["simulation"]["calibration"].startswith(address + ": decode x1.4, prefill x2.5")
+    tpot, ttft = simulated_medians(client, 2048, 512, 16)
+    assert expected["tpot_s"] == pytest.approx(max(tpot, bound["tpot_s"]), rel=1e-3)
+    assert expected["ttft_s"] == pytest.approx(max(ttft, bound["ttft_s"]), rel=1e-3)
+    percentiles = expected["percentiles"]["ttft_s"]
+    assert percentiles["p50"] <= percentiles["p90"] <= percentiles["p99"]
+
+    # The planner judges a percentile SLO on the same simulation: each configuration it keeps has its percentiles,
+    # within the limit.
+    planned = plan(client, engine=SIMULATED_ENGINE, top_n=3, slo={"tpot_s": 0.05, "ttft_p90_s": 2.0})
+    assert planned["configs"] and any("tails: " in note for note in planned["assumptions"])
+    for config in planned["configs"]:
+        assert config["expected"]["percentiles"]["ttft_s"]["p90"] <= 2.0
+
+
+def test_runs_that_cannot_be_simulated_say_why_their_answers_have_no_percentiles(client):
+    # ENGINE names no scheduler the service knows: the line is fitted, the simulation cannot run.
+    created = submit(client, native_runs(client)).json()
+    [fitted] = created["calibrations"]
+    [reason] = created["not_fitted"]
+    assert reason["scope"] == "scheduling:" + fitted["id"].removeprefix("serving:")
+    assert "no scheduler is known for engine 'ourengine'" in reason["reason"]
+    answer = analysis(client, 1024, 1024, 8, engine=ENGINE)
+    assert answer["expected"]["percentiles"] is None
+    assert any("the submitted runs have no scheduling calibration" in note and "ourengine" in note
+               for note in answer["assumptions"])

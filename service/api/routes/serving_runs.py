@@ -3,6 +3,7 @@ serving calibrations it touches in the same transaction."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Response, status
@@ -20,8 +21,8 @@ from schemas.serving_runs import (
 from service.api.deps import CatalogDep, SessionDep, WriterDep
 from service.api.responses import INVALID, NOT_FOUND, UNAUTHORIZED
 from service.persistence import repository
-from service.persistence.catalog import serving_calibration_of
-from service.translation.kernels.calibrations import serving_public
+from service.persistence.catalog import SCHEDULING_NOT_FITTED_FIELD, measured_scheduling_of, serving_calibration_of
+from service.translation.kernels.calibrations import scheduling_public, serving_public
 from service.translation.serving.runs import refit_serving, run_records
 
 router = APIRouter(prefix="/v1/serving-runs", tags=["calibrations"])
@@ -42,16 +43,26 @@ RunPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="A serving run's i
                          "/v1/analyze/serving takes and stored beside the bound there. A run faster than its bound is "
                          "refused, naming it, unless `exceeds_bound_reason` says why. Refits the serving calibration "
                          "(TPOT = scale x bound + overhead, and TTFT alike) of every device, engine, model, weights' "
-                         "type and speculative method the runs touch, from 3 runs on; serving analyses of that scope "
-                         "naming the engine then answer `expected` from it.")
+                         "type and speculative method the runs touch, from 3 runs on, and the scheduling "
+                         "simulation's calibration of the same runs (its newest 100 simulated as stored, aggregated "
+                         "ones within the simulation's limit, from 3 on); serving analyses of that scope naming the "
+                         "engine then answer `expected` from them, with percentiles.")
 def create_serving_runs(body: Annotated[ServingRunsCreate, Body(openapi_examples=RUN_EXAMPLES)], session: SessionDep, catalog: CatalogDep,
                         writer: WriterDep) -> ServingRunsCreated:
     records = run_records(body, catalog)
     ids, fitted, not_fitted = repository.add_serving_runs(session, records=records, submitted_by=writer,
-                                                          refit=refit_serving)
-    return ServingRunsCreated(created=ids, calibrations=[
-        CalibrationPublic.model_validate(serving_public(serving_calibration_of(row.fit))) for row in fitted],
-        not_fitted=[reason._asdict() for reason in not_fitted])
+                                                          refit=partial(refit_serving, catalog=catalog))
+    calibrations, unsimulated = [], []
+    for row in fitted:
+        calibrations.append(serving_public(serving_calibration_of(row.fit)))
+        scheduling = measured_scheduling_of(row.fit)
+        if scheduling is not None:
+            calibrations.append(scheduling_public(scheduling))
+        else:
+            unsimulated.append({"scope": "scheduling:" + row.fit["id"], "measurements": row.fit["fitted_on"],
+                                "reason": row.fit[SCHEDULING_NOT_FITTED_FIELD]})
+    return ServingRunsCreated(created=ids, calibrations=[CalibrationPublic.model_validate(c) for c in calibrations],
+                              not_fitted=[reason._asdict() for reason in not_fitted] + unsimulated)
 
 
 @router.get("", summary="List measured serving runs", operation_id="list_serving_runs",
@@ -70,6 +81,6 @@ def list_serving_runs(
 @router.delete("/{run_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Remove a serving run",
                operation_id="delete_serving_run", responses={**UNAUTHORIZED, **NOT_FOUND},
                description="Removes a bad run and refits the calibration it counted in (or drops it below 3 runs).")
-def delete_serving_run(run_id: RunPath, session: SessionDep, _writer: WriterDep) -> Response:
-    repository.delete_serving_run(session, run_id=run_id, refit=refit_serving)
+def delete_serving_run(run_id: RunPath, session: SessionDep, catalog: CatalogDep, _writer: WriterDep) -> Response:
+    repository.delete_serving_run(session, run_id=run_id, refit=partial(refit_serving, catalog=catalog))
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -165,10 +165,14 @@ class FittedTiming:
                 f"first token; fitted: {', '.join(self.fitted)}" + (f"; prior: {', '.join(self.prior)}" if self.prior else ""))
 
 
+FIT_SHAPE = (1024, 1024)
+
+
 @dataclass(frozen=True)
 class SchedulingCalibration(FittedTiming):
-    """A scheduling fit of one device, engine, weights' type and speculative method, with how wrong it was on the
-    workload shapes a fit to 1,024 / 1,024 runs alone never saw (its prefill prior then leaving this device out)."""
+    """A scheduling fit of one device, engine, weights' type and speculative method (and model, where fitted to runs
+    submitted to the service), with how wrong it was on the workload shapes a fit to the runs of `fit_shape` alone
+    never saw (its prefill prior then leaving this device out)."""
 
     device_id: str
     checked_on: int  # runs of other shapes (0: not checked, too few runs of either)
@@ -177,6 +181,13 @@ class SchedulingCalibration(FittedTiming):
     ttft_median_error: float | None
     ttft_p90_error: float | None
     ttft_p99_median_error: float | None  # of each run's 99th percentile TTFT, median over the runs
+    fit_shape: tuple[int, int] = FIT_SHAPE  # (input, output) lengths of the runs the checked fit saw
+    model: str | None = None  # the model its runs served, where kept per model (submitted runs)
+    origin: str = "shipped"  # or "measured": fitted to runs submitted to the service
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "fit_shape", tuple(self.fit_shape))  # read back from JSON as a list
 
     @property
     def address(self) -> str:
@@ -184,17 +195,17 @@ class SchedulingCalibration(FittedTiming):
 
     @property
     def basis(self) -> str:
+        shape = f"{self.fit_shape[0]:,} / {self.fit_shape[1]:,}"
         checked = ("not checked on other shapes (too few runs)" if not self.checked_on else
-                   f"fitted to its 1,024 / 1,024 runs alone and checked on {self.checked_on} runs of other shapes: TPOT "
+                   f"fitted to its {shape} runs alone and checked on {self.checked_on} runs of other shapes: TPOT "
                    f"off by {self.tpot_median_error:.1%} in the median ({self.tpot_p90_error:.1%} p90), TTFT by "
-                   f"{self.ttft_median_error:.1%} ({self.ttft_p90_error:.1%} p90), p99 TTFT by "
-                   f"{self.ttft_p99_median_error:.1%}")
-        return (f"a scheduling simulation of {self.fitted_on} {self.engine} runs on {self.device_id} ({self.precision}, "
-                f"speculative {self.speculative}; {self.source}): "
+                   f"{self.ttft_median_error:.1%} ({self.ttft_p90_error:.1%} p90)"
+                   + (f", p99 TTFT by {self.ttft_p99_median_error:.1%}" if self.ttft_p99_median_error is not None
+                      else ""))
+        model = f" of {self.model}" if self.model else ""
+        return (f"a scheduling simulation of {self.fitted_on} {self.engine} runs{model} on {self.device_id} "
+                f"({self.precision}, speculative {self.speculative}; {self.source}): "
                 f"{self.timing_sentence('its decode bound', 'its prefill bound')}; {checked}")
-
-
-FIT_SHAPE = (1024, 1024)
 
 
 def run_errors(timing: Timing, runs: Sequence[MeasuredRun]) -> tuple[list[float], list[float], list[float]]:
@@ -258,23 +269,32 @@ def calibrate(groups: Mapping[Scope, Sequence[MeasuredRun]], source: str) -> lis
     """A scheduling calibration per scope of three runs or more: fitted to every run (the prefill prior carried from
     the other scopes), checked as the class docstring says (the prior then from the other devices' scopes)."""
     carried = carried_prefill_scales(groups)
-    found = []
-    for scope, runs in sorted(groups.items()):
-        if len(runs) < 3:
-            continue
-        fit = fit_scheduling(runs, prefill_prior([v for s, v in carried.items() if s != scope]))
-        fitted_shape = [run for run in runs if (run.input_len, run.output_len) == FIT_SHAPE]
-        others = [run for run in runs if (run.input_len, run.output_len) != FIT_SHAPE]
-        errors: dict[str, float | None] = dict.fromkeys(("tpot_median_error", "tpot_p90_error", "ttft_median_error",
-                                                          "ttft_p90_error", "ttft_p99_median_error"))
-        if len(fitted_shape) >= 3 and others:
-            held = fit_scheduling(fitted_shape, prefill_prior([v for s, v in carried.items() if s[0] != scope[0]]))
-            errors = _errors(held, others)
-        timing = fit.timing
-        found.append(SchedulingCalibration(
-            id=":".join(scope), device_id=scope[0], engine=scope[1], precision=scope[2], speculative=scope[3],
-            source=source, decode_scale=float(timing.decode_scale), prefill_scale=float(timing.prefill_scale),
-            step_overhead_s=float(timing.step_overhead_s), request_overhead_s=float(timing.request_overhead_s),
-            fitted=fit.fitted, prior=fit.prior, fitted_on=len(runs),
-            checked_on=len(others) if errors["tpot_median_error"] is not None else 0, **errors))
-    return found
+    return [calibrate_scope(scope, runs, source=source,
+                            prior=prefill_prior([v for s, v in carried.items() if s != scope]),
+                            held_out_prior=prefill_prior([v for s, v in carried.items() if s[0] != scope[0]]))
+            for scope, runs in sorted(groups.items()) if len(runs) >= 3]
+
+
+def calibrate_scope(scope: Scope, runs: Sequence[MeasuredRun], *, source: str, prior: float, held_out_prior: float,
+                    fit_shape: tuple[int, int] = FIT_SHAPE, model: str | None = None,
+                    origin: str = "shipped") -> SchedulingCalibration:
+    """One scope's calibration (three runs or more): fitted to every run with the prefill prior `prior` where its
+    runs cover one prompt length; checked, where three runs or more are of `fit_shape` and others exist, by a fit to
+    those alone (with `held_out_prior`) on the others. A calibration kept per model (`model`) has it in its id."""
+    fit = fit_scheduling(runs, prior)
+    fitted_shape = [run for run in runs if (run.input_len, run.output_len) == fit_shape]
+    others = [run for run in runs if (run.input_len, run.output_len) != fit_shape]
+    errors: dict[str, float | None] = dict.fromkeys(("tpot_median_error", "tpot_p90_error", "ttft_median_error",
+                                                      "ttft_p90_error", "ttft_p99_median_error"))
+    if len(fitted_shape) >= 3 and others:
+        errors = _errors(fit_scheduling(fitted_shape, held_out_prior), others)
+    timing = fit.timing
+    device, engine, precision, method = scope
+    scope_id = ":".join(scope) if model is None else ":".join((origin, device, engine, model, precision, method))
+    return SchedulingCalibration(
+        id=scope_id, device_id=device, engine=engine, precision=precision, speculative=method,
+        source=source, decode_scale=float(timing.decode_scale), prefill_scale=float(timing.prefill_scale),
+        step_overhead_s=float(timing.step_overhead_s), request_overhead_s=float(timing.request_overhead_s),
+        fitted=fit.fitted, prior=fit.prior, fitted_on=len(runs),
+        checked_on=len(others) if errors["tpot_median_error"] is not None else 0, **errors,
+        fit_shape=fit_shape, model=model, origin=origin)

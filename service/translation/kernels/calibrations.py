@@ -221,13 +221,17 @@ def scheduling_public(calibration: SchedulingCalibration | CarriedSchedulingCali
                  f"decoding {calibration.speculative}, on any device with kernel tables; fitted on "
                  f"{', '.join(calibration.devices)}")
         checked_by = "each device left out of the fit in turn, its runs predicted from the others'"
+        origin = "shipped"
     else:
         device_id = calibration.device_id
+        runs = "the shipped runs" if calibration.model is None else f"the runs of {calibration.model} submitted"
         scope = (f"deployments of weights in {calibration.precision} on {calibration.device_id} with "
-                 f"{calibration.engine}, speculative decoding {calibration.speculative} (basis 'runs', the shipped runs)")
-        checked_by = "fitted to its 1,024 / 1,024 runs alone, checked on its runs of other shapes"
+                 f"{calibration.engine}, speculative decoding {calibration.speculative} (basis 'runs', {runs})")
+        shape = calibration.fit_shape
+        checked_by = f"fitted to its {shape[0]:,} / {shape[1]:,} runs alone, checked on its runs of other shapes"
+        origin = calibration.origin
     return {
-        "id": calibration.address, "kind": "scheduling", "origin": "shipped",
+        "id": calibration.address, "kind": "scheduling", "origin": origin,
         "device_id": device_id, "engine": calibration.engine, "scope": scope,
         "model": SCHEDULING_MODEL, "parameters": parameters, "fitted_on": calibration.fitted_on,
         "checked_on": calibration.checked_on, "checked_by": checked_by,
@@ -236,14 +240,15 @@ def scheduling_public(calibration: SchedulingCalibration | CarriedSchedulingCali
 
 
 def all_calibrations(catalog: DeviceCatalog) -> list[dict]:
-    """Shipped kernel, measured kernel, shipped serving, measured serving, engine and scheduling (a device's own, then
-    those carried to kernel tables) calibrations, in that order."""
+    """Shipped kernel, measured kernel, shipped serving, measured serving, engine and scheduling (a device's own
+    shipped, those fitted to submitted runs, then those carried to kernel tables) calibrations, in that order."""
     return ([kernel_public(c) for c in gemm_calibrations().values()]
             + [kernel_public(c) for c in sorted(catalog.kernel_calibrations(), key=lambda c: c.id)]
             + [serving_public(c) for c in serving_calibrations().values()]
             + [serving_public(c) for c in catalog.measured_serving_calibrations()]
             + [engine_public(c) for c in engine_calibrations().values()]
             + [scheduling_public(c) for c in scheduling_calibrations().values()]
+            + [scheduling_public(c) for c in catalog.measured_scheduling_calibrations()]
             + [scheduling_public(c) for c in carried_scheduling_calibrations().values()])
 
 
@@ -253,7 +258,7 @@ def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of, 
     found = next((entry for entry in all_calibrations(catalog) if entry["id"] == calibration_id), None)
     if found is None:
         raise CalibrationNotFound(calibration_id)
-    if found["origin"] != "measured":
+    if found["origin"] != "measured" or found["kind"] == "scheduling":
         return {**found, "residuals": None, "run_residuals": None}
     if found["kind"] == "serving":
         serving = next(c for c in catalog.measured_serving_calibrations() if c.address == calibration_id)

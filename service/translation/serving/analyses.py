@@ -16,7 +16,7 @@ from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
 from service.core.planning import deployment
 from service.core.simulation.carried_over import CarriedSchedulingCalibration
-from service.core.simulation.engine_loop import MAX_EVENTS, Run, simulate
+from service.core.simulation.engine_loop import MAX_EVENTS, Run, estimated_events, simulate
 from service.core.simulation.fit import SchedulingCalibration
 from service.core.training.collectives import Link, Topology, in_network_reduction_note
 from service.core.transformer.analysis import Evaluator, first_matmul, step_rows
@@ -27,7 +27,6 @@ from service.persistence.catalog import (
     DeviceCatalog,
     carried_scheduling_calibrations,
     engine_calibrations,
-    scheduling_calibrations,
 )
 from service.translation.kernels.tables import kernel_evaluator, kernel_tables
 from service.translation.models.analyses import (
@@ -279,8 +278,10 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
             answer = {**vars(expectation), "basis": "runs", "kernels": None,
                       "calibration": calibration_fields(runs, expectation.extrapolated)}
             note = f"expected (basis: runs): {runs.basis}; the bound is unchanged by it"
-            scheduling = (scheduling_calibrations().get((device.id, request.engine, precision, method))
-                          if runs.origin == "shipped" else None)
+            scheduling = catalog.scheduling_calibration(runs)
+            if scheduling is None and runs.origin == "measured":
+                return answer, (f"{note}; percentiles: null, the submitted runs have no scheduling calibration: "
+                                f"{catalog.scheduling_not_fitted(runs)}")
             return with_simulation(request, catalog, setup, bound, scheduling, answer, note)
     engine = engine_calibrations().get((request.engine, precision, method))
     tables = kernel_tables(device, catalog.measured(device.id))
@@ -343,9 +344,11 @@ def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, set
             f"{scheduling.basis}")
 
 
-def unit_run(request: ServingAnalysisRequest, catalog: DeviceCatalog, *, on_kernels: bool = False) -> Run | None:
+def unit_run(request: ServingAnalysisRequest, catalog: DeviceCatalog, *, on_kernels: bool = False,
+             bounded: bool = False) -> Run | None:
     """The request's benchmark simulated at unit timing (every step its bound, or with `on_kernels` as its device's
-    kernel tables compose it: None where the device has none): what a scheduling fit reads."""
+    kernel tables compose it: None where the device has none): what a scheduling fit reads. `bounded`: a
+    SimulationTooLarge where it would take more events than an analysis may (the size came from a client)."""
     setup = serving_setup(request, catalog)
     bound = setup.deployment_on(setup.evaluator)
     evaluator = setup.evaluator
@@ -356,6 +359,8 @@ def unit_run(request: ServingAnalysisRequest, catalog: DeviceCatalog, *, on_kern
         evaluator = kernel_evaluator(setup.device, tables)
     simulation = simulation_of(request, setup, bound, evaluator, scheduler_of(request, setup.device),
                                traffic_of(request), speculative_of(request, catalog))
+    if bounded and (events := estimated_events(simulation)) > MAX_EVENTS:
+        raise SimulationTooLarge(events)
     return simulate(simulation)
 
 

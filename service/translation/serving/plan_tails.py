@@ -15,7 +15,7 @@ from schemas.plans import ServingPlanRequest
 from schemas.serving import ServingAnalysisRequest
 from service.core.planning import serving
 from service.core.simulation.engines import engine_family
-from service.persistence.catalog import DeviceCatalog, carried_scheduling_calibrations, scheduling_calibrations
+from service.persistence.catalog import DeviceCatalog, carried_scheduling_calibrations
 from service.runtime.errors import Unprocessable
 from service.translation.serving.analyses import analyze_serving_request, serving_setup, speculative_of
 from service.translation.serving.simulation import launch_of
@@ -43,17 +43,20 @@ def _deployment(request: ServingPlanRequest, config: serving.Config) -> ServingA
         "attention_data_parallel": config.attention_data_parallel})
 
 
-def simulable(request: ServingPlanRequest, config: serving.Config, precision: str) -> bool:
-    """Whether the configuration's analysis will simulate it: aggregated, on a device and engine (in these weights,
-    `precision` as the plan resolved them, with this speculative method) with a shipped scheduling calibration, or
-    expected from its kernel tables where the engine's scheduling calibration is carried over to them."""
+def simulable(request: ServingPlanRequest, config: serving.Config, model: str, precision: str,
+              catalog: DeviceCatalog) -> bool:
+    """Whether the configuration's analysis will simulate it: aggregated, expected from its device's own runs (of
+    `model` in these weights, `precision` as the plan resolved them, with this speculative method) where a scheduling
+    calibration was fitted to them, or from its kernel tables where the engine's scheduling calibration is carried
+    over to them."""
     method = request.speculative.method if request.speculative else "none"
     engine = request.engine or ""
-    if config.mode != "aggregated":
+    if config.mode != "aggregated" or config.expected is None:
         return False
-    if config.expected is not None and config.expected.basis == "kernels":
+    if config.expected.basis == "kernels":
         return (engine, precision, method) in carried_scheduling_calibrations()
-    return (config.device_id, engine, precision, method) in scheduling_calibrations()
+    runs = catalog.serving_calibration(config.device_id, engine, model, precision, method)
+    return runs is not None and catalog.scheduling_calibration(runs) is not None
 
 
 def simulated(request: ServingPlanRequest, config: serving.Config,
@@ -79,7 +82,7 @@ def _missed(config: serving.Config, percentiles: dict, limits: dict[str, float],
                       if name in limits and percentiles[quantity][which] > limits[name]]
 
 
-def with_tails(ranked: list[serving.Config], request: ServingPlanRequest, catalog: DeviceCatalog,
+def with_tails(ranked: list[serving.Config], request: ServingPlanRequest, catalog: DeviceCatalog, model: str,
                precision: str) -> tuple[list[tuple[serving.Config, dict | None]], list[str]]:
     """The top_n configurations, each with its percentiles where simulated, those missing a percentile SLO left out
     (a 422 naming the SLO where none is left); and what the plan says of it."""
@@ -96,7 +99,7 @@ def with_tails(ranked: list[serving.Config], request: ServingPlanRequest, catalo
         if len(kept) == request.top_n or (limits and runs == MAX_SIMULATED):
             break
         found = None
-        if runs < MAX_SIMULATED and simulable(request, config, precision):
+        if runs < MAX_SIMULATED and simulable(request, config, model, precision, catalog):
             found = simulated(request, config, catalog)
             runs += 1
         if found is None:

@@ -4,6 +4,7 @@ says why), stored beside that bound; the runs of one scope fitted (service/core/
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, NamedTuple
@@ -13,14 +14,24 @@ from pydantic import ValidationError
 from schemas.serving import ServingAnalysisRequest
 from schemas.serving_runs import InferenceXServingRuns, NativeServingRuns, VllmBenchServingRuns
 from service.core import budget
+from service.core.errors import CostModelError
 from service.core.expectations.serving_runs import ServingPoint, fit_serving_calibration, most_common_shape
-from service.persistence.catalog import DeviceCatalog
+from service.core.simulation.engine_loop import MAX_EVENTS
+from service.core.simulation.fit import MeasuredRun as SimulatedRun
+from service.core.simulation.fit import calibrate_scope, prefill_prior
+from service.persistence.catalog import (
+    SCHEDULING_FIELD,
+    SCHEDULING_NOT_FITTED_FIELD,
+    DeviceCatalog,
+    scheduling_calibrations,
+)
 from service.persistence.repository import SERVING_KEY
 from service.persistence.tables import ServingRun
 from service.runtime.errors import Unprocessable, invalid_nested
 from service.translation.models.analyses import core_dtypes, resolve_model
 from service.translation.serving import inferencex
-from service.translation.serving.analyses import analyze_serving_request, layout_of_body, speculative_method
+from service.translation.serving.analyses import analyze_serving_request, layout_of_body, speculative_method, unit_run
+from service.translation.serving.simulation import SimulationTooLarge
 
 # Where each form keeps the measured medians: what a refusal names.
 MEASURED_FIELDS = {"native": ("tpot_s", "ttft_s"), "vllm-bench": ("median_tpot_ms", "median_ttft_ms"),
@@ -128,9 +139,10 @@ def points_of(runs: list[ServingRun]) -> list[ServingPoint]:
                          run.tpot_s, run.ttft_s, run.bound_prefill_share_s) for run in runs]
 
 
-def refit_serving(runs: list[ServingRun]) -> dict[str, Any] | str:
-    """The calibration of one scope's runs, as the calibrations table keeps it, or why there is none (under three
-    runs)."""
+def refit_serving(runs: list[ServingRun], catalog: DeviceCatalog) -> dict[str, Any] | str:
+    """The calibrations of one scope's runs (newest first), as the calibrations table keeps them: the steady-state
+    line's fields, and under SCHEDULING_FIELD the scheduling simulation's fit of the same runs (None, with the reason
+    under SCHEDULING_NOT_FITTED_FIELD, where there is none); or why there is none at all (under three runs)."""
     if len(runs) < 3:
         return (f"{len(runs)} run{'s' if len(runs) != 1 else ''} of this scope: a serving calibration needs at least 3 "
                 f"(a scale and an overhead for TPOT and TTFT each, and an error checked on runs it did not see)")
@@ -142,5 +154,56 @@ def refit_serving(runs: list[ServingRun]) -> dict[str, Any] | str:
         precision=first.precision, speculative=first.speculative, source=f"{len(runs)} runs submitted ({sources})",
         fit_shape=most_common_shape(points), model=first.model, origin="measured",
         layouts=[layout_of_body(run.request, run.speculative) for run in runs])
-    return asdict(fitted)
+    scheduling, why_not = _scheduling_refit(runs, catalog, sources)
+    return {**asdict(fitted), SCHEDULING_FIELD: scheduling, SCHEDULING_NOT_FITTED_FIELD: why_not}
 
+
+# The newest runs of a scope its scheduling fit simulates: each is a simulated benchmark (a few to a hundred
+# milliseconds of CPU) run inside the write's transaction.
+MAX_SIMULATED_RUNS = 100
+
+
+def _simulated(run: ServingRun, catalog: DeviceCatalog) -> SimulatedRun | str:
+    """The run simulated at unit timing beside what it measured, or why it cannot be."""
+    request = ServingAnalysisRequest.model_validate({**run.request, "calibration": "none"})
+    if request.disaggregated is not None:
+        return "disaggregated (the simulation does not answer for disaggregated pools)"
+    try:
+        simulated = unit_run(request, catalog, bounded=True)
+    except SimulationTooLarge:
+        return f"over the simulation's limit of {MAX_EVENTS:,} events"
+    except CostModelError as exc:  # an engine whose scheduler the service does not know, say
+        return f"not simulable ({exc})"
+    except Unprocessable as exc:  # its model or device changed since it was stored
+        return f"no longer analysable ({exc.detail})"
+    assert simulated is not None  # on its bound's steps, never on kernel tables
+    return SimulatedRun(simulated.features, run.input_len, run.output_len, run.tpot_s, run.ttft_s)
+
+
+def _scheduling_refit(runs: list[ServingRun], catalog: DeviceCatalog,
+                      sources: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the scheduling calibration of the scope's newest MAX_SIMULATED_RUNS runs, why there is none): each run
+    simulated as the deployment it was stored with (its engine's scheduler unless the run named one), then fitted as
+    the shipped ones are (service/core/simulation/fit.py), checked on the shapes a fit to the commonest one never saw.
+    Where the runs cover one prompt length, the prefill scale is the shipped calibrations' median (a prior)."""
+    simulated: list[SimulatedRun] = []
+    left_out: Counter[str] = Counter()
+    for run in runs[:MAX_SIMULATED_RUNS]:
+        budget.check()
+        found = _simulated(run, catalog)
+        if isinstance(found, str):
+            left_out[found] += 1
+        else:
+            simulated.append(found)
+    skipped = "; ".join(f"{count} {why}" for why, count in left_out.items())
+    if len(simulated) < 3:
+        return None, (f"{len(simulated)} of the scope's runs could be simulated ({skipped or 'none left out'}): a "
+                      "scheduling calibration needs at least 3")
+    first = runs[0]
+    shape = Counter((run.input_len, run.output_len) for run in simulated).most_common(1)[0][0]
+    prior = prefill_prior([c.prefill_scale for c in scheduling_calibrations().values() if "prefill_scale" in c.fitted])
+    source = f"{len(simulated)} runs submitted ({sources})" + (f"; left out: {skipped}" if skipped else "")
+    calibration = calibrate_scope((first.device_id, first.engine, first.precision, first.speculative), simulated,
+                                  source=source, prior=prior, held_out_prior=prior, fit_shape=shape, model=first.model,
+                                  origin="measured")
+    return asdict(calibration), None
