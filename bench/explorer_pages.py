@@ -31,12 +31,9 @@ PAGES = {"model step (/explore)": ("/explore", "#chart svg"),
          "compare (/explore/compare)": ("/explore/compare", "#chart svg rect.device"),
          "calibrations (/explore/calibrations)": ("/explore/calibrations", "#calibrations tbody tr")}
 ASSETS = {"/explore": ["/explore/assets/explore.css", "/explore/assets/roofline.js", "/explore/assets/explore.js"],
-          "/explore/serving": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/serving.js",
-                               "/openapi.json"],
-          "/explore/plan": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/plan.js",
-                            "/openapi.json"],
-          "/explore/compare": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/compare.js",
-                               "/openapi.json"],
+          "/explore/serving": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/serving.js"],
+          "/explore/plan": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/plan.js"],
+          "/explore/compare": ["/explore/assets/explore.css", "/explore/assets/form.js", "/explore/assets/compare.js"],
           "/explore/calibrations": ["/explore/assets/explore.css", "/explore/assets/form.js",
                                     "/explore/assets/calibrations.js", "/v1/calibrations"]}
 
@@ -61,7 +58,7 @@ def main(base: str) -> None:
         finally:
             driver.quit()
     reference = statistics.median(next(iter(times.values())))
-    # The weight counts what a load fetches: the serving form is built from the OpenAPI document it reads.
+    # The weight counts what a load fetches: a form page carries its request's part of the OpenAPI document.
     print("| page | time to first chart (median of 10 loads) | vs the model-step view | page weight (with what it reads) |")
     print("|---|---|---|---|")
     for name, (path, _) in PAGES.items():

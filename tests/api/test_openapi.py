@@ -79,3 +79,50 @@ def test_the_root_sends_people_to_the_docs_and_the_explorer(client):
     for link in ('href="docs"', 'href="explore"', 'href="openapi.json"'):
         assert link in response.text
     assert "/" not in client.get("/openapi.json").json()["paths"]  # a page for people, not an API operation
+
+
+def test_the_document_is_served_as_serialised_once_and_revalidated_by_its_etag(client):
+    import json
+
+    plain = client.get("/openapi.json", headers={"Accept-Encoding": "identity"})
+    assert plain.status_code == 200 and plain.headers["content-type"] == "application/json"
+    assert plain.json() == client.app.openapi()  # the document FastAPI builds, byte for byte its JSON
+    assert plain.content == json.dumps(client.app.openapi(), ensure_ascii=False, separators=(",", ":")).encode()
+    etag = plain.headers["etag"]
+    assert plain.headers["cache-control"] == "no-cache"  # always revalidated: a new version is seen at once
+
+    # The compressed form is the same document (httpx undoes the gzip the header names).
+    compressed = client.get("/openapi.json", headers={"Accept-Encoding": "gzip"})
+    assert compressed.headers["content-encoding"] == "gzip" and compressed.headers["etag"] == etag
+    assert int(compressed.headers["content-length"]) < len(plain.content) / 4
+    assert compressed.content == plain.content
+
+    # A browser holding it asks again with its ETag and gets a 304 with no body.
+    again = client.get("/openapi.json", headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+    other = client.get("/openapi.json", headers={"If-None-Match": '"something-else"'})
+    assert other.status_code == 200 and other.json() == plain.json()
+
+
+def test_each_form_page_carries_its_requests_part_of_the_document(client):
+    """The explorer's form pages build their forms from their requests' schemas, which the page itself carries (cut
+    from the OpenAPI document: the named schemas and every one they refer to), so the first request goes out without
+    the 400 KB document."""
+    import json
+
+    from service.api.routes.explorer import PAGES
+
+    document = client.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    for page in (p for p in PAGES if p.forms):
+        html = client.get(f"/explore/{page.name}").text
+        found = re.search(r'<script type="application/json" id="request-schemas">(.*?)</script>', html, re.S)
+        assert found, page.name
+        carried = json.loads(found.group(1))["components"]["schemas"]
+        assert set(page.forms) <= set(carried)
+        for name, schema in carried.items():
+            assert schema == schemas[name], (page.name, name)  # as the document has it
+            for ref in re.findall(r'"\$ref":\s*"#/components/schemas/([^"]+)"', json.dumps(schema)):
+                assert ref in carried, (page.name, name, ref)  # nothing it refers to is left behind
+        assert len(found.group(1)) < len(json.dumps(document)) / 10
+    assert 'id="request-schemas"' not in client.get("/explore").text  # the model-step view has no such form

@@ -60,9 +60,9 @@
   }
 
   async function start() {
-    const openapi = await (await fetch(api("/openapi.json"))).json();
-    form.build(openapi, "CompareRequest", $("fields"), { first: ["device_ids"], omit: ["endpoint"], legend: "Devices" });
-    form.build(openapi, "ServingAnalysisRequest", $("fields"), { first: FIRST, nested: NESTED, omit: ["device_id"],
+    const schemas = form.schemas();
+    form.build(schemas, "CompareRequest", $("fields"), { first: ["device_ids"], omit: ["endpoint"], legend: "Devices" });
+    form.build(schemas, "ServingAnalysisRequest", $("fields"), { first: FIRST, nested: NESTED, omit: ["device_id"],
       legend: "The deployment each device gets" });
     form.fill($("fields"), DEFAULTS);
     const page = { $, fields: $("fields"), path: api("/v1/analyze/compare"), working: "Comparing…", clear, show, wrap };

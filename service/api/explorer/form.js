@@ -1,5 +1,6 @@
 "use strict";
-// A page's form as an endpoint's request, built from this service's OpenAPI document: each scalar field (and each
+// A page's form as an endpoint's request, built from this service's OpenAPI document (the request's schemas, which
+// the service writes into the page): each scalar field (and each
 // list of scalars, typed comma-separated) with its description as help, the nested objects the page names a fieldset
 // each; what a form cannot hold well stays the API's. The state is the page's address, to share.
 window.explorerForm = (() => {
@@ -70,10 +71,15 @@ window.explorerForm = (() => {
     return set;
   }
 
+  // The part of the OpenAPI document the page's forms are built from, which the service writes into the page.
+  function schemas() {
+    return JSON.parse($("request-schemas").textContent);
+  }
+
   // schemaName's fields into container: `first` at the top in that order, `nested` objects a fieldset each, `omit`
-  // left to the page.
-  function build(openapi, schemaName, container, { first = [], nested = [], omit = [], legend = "Request" } = {}) {
-    components = openapi.components.schemas;
+  // left to the page. `source`: the OpenAPI document, or the part of it schemas() reads.
+  function build(source, schemaName, container, { first = [], nested = [], omit = [], legend = "Request" } = {}) {
+    components = source.components.schemas;
     const properties = components[schemaName].properties;
     const names = [...first.filter((n) => n in properties), ...Object.keys(properties).filter((n) => !first.includes(n))]
       .filter((n) => !omit.includes(n));
@@ -178,5 +184,5 @@ window.explorerForm = (() => {
     page.show(answer, request);
   }
 
-  return { $, api, build, fill, read, seconds, number, post, row, submit };
+  return { $, api, schemas, build, fill, read, seconds, number, post, row, submit };
 })();

@@ -69,8 +69,8 @@
   }
 
   async function start() {
-    const openapi = await (await fetch(api("/openapi.json"))).json();
-    form.build(openapi, "ServingPlanRequest", $("fields"), { first: FIRST, nested: NESTED, legend: "Candidates and workload" });
+    const schemas = form.schemas();
+    form.build(schemas, "ServingPlanRequest", $("fields"), { first: FIRST, nested: NESTED, legend: "Candidates and workload" });
     form.fill($("fields"), DEFAULTS);
     const page = { $, fields: $("fields"), path: api("/v1/plan/serving"), working: "Planning…", clear, show };
     $("inputs").addEventListener("submit", (event) => form.submit(page, event));

@@ -74,8 +74,8 @@
   }
 
   async function start() {
-    const openapi = await (await fetch(api("/openapi.json"))).json();
-    form.build(openapi, "ServingAnalysisRequest", $("fields"), { first: FIRST, nested: NESTED,
+    const schemas = form.schemas();
+    form.build(schemas, "ServingAnalysisRequest", $("fields"), { first: FIRST, nested: NESTED,
       legend: "Deployment and workload" });
     form.fill($("fields"), DEFAULTS);
     const page = { $, fields: $("fields"), path: api("/v1/analyze/serving"), working: "Analysing…", clear, show };
