@@ -22,6 +22,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -156,6 +157,7 @@ class _Engine:
         # Python lists, not arrays: the loop reads them one at a time, thousands of times.
         self.inputs: list[int] = traffic.input.draw(rng, prompts).astype(np.int64).tolist()
         self.outputs: list[int] = traffic.output.draw(rng, prompts).astype(np.int64).tolist()
+        self.decode_steps: list[int] = []  # set by run(), from the outputs
         self.prompts = prompts
         # Python lists, not arrays, for the per-request times too: writing a row into an array costs more than
         # storing a reference (a run 4 % faster over 40 InferenceX SGLang runs); simulate() makes them arrays once.
@@ -268,11 +270,12 @@ class _Engine:
         """(request, new tokens, cached tokens) the step prefills, FCFS, within `budget` tokens and the room left."""
         chunks: list[tuple[int, int, int]] = []
         room = self._room()
+        balancing, chunked = self.balancing, self.scheduler.chunked
         for position, request in enumerate(self.queue):
-            if room <= 0 or budget <= 0 or self._held(request, position):
+            if room <= 0 or budget <= 0 or (balancing and self._held(request, position)):
                 break
             left = self.inputs[request] - self.prefilled[request]
-            take = left if not self.scheduler.chunked else min(left, budget)
+            take = left if not chunked else min(left, budget)
             if take > budget and chunks:
                 break
             chunks.append((request, take, self.prefilled[request]))
@@ -311,8 +314,9 @@ class _Engine:
             if self.prefilled[request] >= self.inputs[request]:
                 self.queue.remove(request)
                 self.first[request] = self.time
-                self.ttft_part[request] = [now - then for now, then in zip(self.total, self.at_arrival[request])]
-                self.decode_from[request] = self.total
+                total, arrived = self.total, self.at_arrival[request]
+                self.ttft_part[request] = [total[0] - arrived[0], total[1] - arrived[1], total[2] - arrived[2]]
+                self.decode_from[request] = total
                 if self.outputs[request] <= 1:
                     done.append(request)
                 else:
@@ -337,8 +341,7 @@ class _Engine:
         """A request with its first token joins the running batch."""
         self.running.add(request)
         self.joined[request] = self.decoded
-        steps = max(1, math.ceil((self.outputs[request] - 1) / self.sim.acceptance - 1e-9))
-        heapq.heappush(self.finishing, (self.decoded + steps, request))
+        heapq.heappush(self.finishing, (self.decoded + self.decode_steps[request], request))
         self.context += float(self.inputs[request] + 1)
 
     def _decode_stretch(self) -> None:
@@ -380,6 +383,9 @@ class _Engine:
         return min(most, boundary)
 
     def run(self) -> None:
+        # The decode steps each request takes once it has its first token (acceptance tokens a step, at least one).
+        self.decode_steps = np.maximum(1, np.ceil((np.array(self.outputs) - 1) / self.sim.acceptance - 1e-9)).astype(
+            np.int64).tolist()
         while True:
             self._arrive_until(self.time)
             self._poll()
@@ -409,14 +415,20 @@ class _Engine:
             self.events += 1
 
 
+def _rows(triples: list[list[float]]) -> np.ndarray:
+    """Per-request (decode, prefill, steps) triples as an n x 3 array (np.array inspects each inner list: several
+    times slower on a run's thousands)."""
+    return np.fromiter(chain.from_iterable(triples), float, count=3 * len(triples)).reshape(-1, 3)
+
+
 def simulate(simulation: Simulation, timing: Timing = Timing()) -> Run:
     """Run the benchmark through the engine (weigh estimated_events against MAX_EVENTS first where the size comes
     from a request)."""
     engine = _Engine(simulation, timing)
     engine.run()
-    decode_part = np.array(engine.at_finish) - np.array(engine.decode_from)
+    decode_part = _rows(engine.at_finish) - _rows(engine.decode_from)
     inputs, outputs = np.array(engine.inputs), np.array(engine.outputs)
-    ttft_part = np.array(engine.ttft_part).T
+    ttft_part = _rows(engine.ttft_part).T
     features = Features(ttft_part[0], ttft_part[1], ttft_part[2], np.array(engine.fixed), decode_part[:, 0],
                         decode_part[:, 1], decode_part[:, 2], outputs.astype(float))
     arrival, first, finish = np.array(engine.arrival), np.array(engine.first), np.array(engine.finish)
