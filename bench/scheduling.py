@@ -119,17 +119,17 @@ def cost(rows, client) -> None:
     """Each round: every run's simulated request answered with the simulation, then the same bodies one input token
     longer with the shipped scheduling calibrations set aside (the steady-state line alone), alternating which goes
     first; per-request times as the answers' own: the median of the rounds' ratios."""
-    import service.translation.serving.analyses as analyses
+    import service.persistence.catalog as catalog  # where an answer's own scheduling calibration is looked up
     from service.translation.serving.inferencex import simulated_request
 
-    shipped = analyses.scheduling_calibrations
+    shipped = catalog.scheduling_calibrations
     per_request: list[float] = []
     ratios, times = [], {"simulated": [], "line": []}
     chunk = rows[::3]
     for round_ in range(ROUNDS):
         order = ("simulated", "line") if round_ % 2 == 0 else ("line", "simulated")
         for kind in order:
-            analyses.scheduling_calibrations = shipped if kind == "simulated" else dict
+            catalog.scheduling_calibrations = shipped if kind == "simulated" else dict
             started = time.perf_counter()
             for row in chunk:
                 body = simulated_request(row) | {"input_len": row["isl"] + 1 + round_ * 2 + (kind == "line")}
@@ -140,7 +140,7 @@ def cost(rows, client) -> None:
                     per_request.append(time.perf_counter() - one)
             times[kind].append((time.perf_counter() - started) / len(chunk))
         ratios.append(times["simulated"][-1] / times["line"][-1])
-    analyses.scheduling_calibrations = shipped
+    catalog.scheduling_calibrations = shipped
     print(f"\nserving analysis with the simulation: {statistics.median(times['simulated']) * 1e3:.2f} ms per request; "
           f"line only: {statistics.median(times['line']) * 1e3:.2f} ms; ratio {statistics.median(ratios):.2f} x "
           f"(median of {ROUNDS} rounds, {len(chunk)} distinct runs each); per simulated request "
