@@ -467,15 +467,29 @@ def curve_from_two(one: Sequence[RowResult], two: Sequence[RowResult], values: S
         # them).
         miss = 1 - moe.top_k / moe.experts
         experts_hit = (1 - miss**tokens) / (1 - miss ** (low * routed_tokens_per_value))
+    # Every row's lines at once (an array line a row, a column a value), summed over the rows in their order (numpy
+    # reduces a leading axis row after row): a few array operations for the step's dozens of rows, not a few each.
+    compute: list[tuple[float, float]] = []
+    memory: list[tuple[float, float]] = []
+    routed: list[tuple[int, float]] = []  # (row, its weights' read at the lower anchor) of the routed rows
+    instances: list[int] = []
     for r1, r2 in zip(one, two, strict=True):
-        c0, c1 = r1.compute_time_s, r2.compute_time_s - r1.compute_time_s
+        compute.append((r1.compute_time_s, r2.compute_time_s - r1.compute_time_s))
         if r1.kind == "grouped_matmul" and experts_hit is not None:
             w1, w2 = r1.weight_bytes / bandwidth, r2.weight_bytes / bandwidth
-            m0, m1 = r1.memory_time_s - w1, (r2.memory_time_s - w2) - (r1.memory_time_s - w1)
-            memory = m0 + m1 * x + w1 * experts_hit
+            routed.append((len(memory), w1))
+            memory.append((r1.memory_time_s - w1, (r2.memory_time_s - w2) - (r1.memory_time_s - w1)))
         else:
-            memory = r1.memory_time_s + (r2.memory_time_s - r1.memory_time_s) * x
-        total += np.maximum(c0 + c1 * x, memory) * r1.instances
+            memory.append((r1.memory_time_s, r2.memory_time_s - r1.memory_time_s))
+        instances.append(r1.instances)
+    if not instances:
+        return total.tolist()
+    c, m = np.array(compute).T[..., None], np.array(memory).T[..., None]
+    memory_lines = m[0] + m[1] * x
+    for index, weights in routed:
+        assert experts_hit is not None  # a row is routed only where the experts hit are known
+        memory_lines[index] += weights * experts_hit
+    total += (np.maximum(c[0] + c[1] * x, memory_lines) * np.array(instances, dtype=float)[:, None]).sum(axis=0)
     return total.tolist()
 
 
