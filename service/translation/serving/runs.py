@@ -188,7 +188,8 @@ def _scheduling_refit(runs: list[ServingRun], catalog: DeviceCatalog,
     Where the runs cover one prompt length, the prefill scale is the shipped calibrations' median (a prior)."""
     simulated: list[SimulatedRun] = []
     left_out: Counter[str] = Counter()
-    for run in runs[:MAX_SIMULATED_RUNS]:
+    newest = runs[:MAX_SIMULATED_RUNS]
+    for run in newest:
         budget.check()
         found = _simulated(run, catalog)
         if isinstance(found, str):
@@ -197,8 +198,8 @@ def _scheduling_refit(runs: list[ServingRun], catalog: DeviceCatalog,
             simulated.append(found)
     skipped = "; ".join(f"{count} {why}" for why, count in left_out.items())
     if len(simulated) < 3:
-        return None, (f"{len(simulated)} of the scope's runs could be simulated ({skipped or 'none left out'}): a "
-                      "scheduling calibration needs at least 3")
+        return None, (f"{len(simulated)} of the scope's {len(newest)} newest runs could be simulated "
+                      f"({skipped or 'none left out'}): a scheduling calibration needs at least 3")
     first = runs[0]
     shape = Counter((run.input_len, run.output_len) for run in simulated).most_common(1)[0][0]
     prior = prefill_prior([c.prefill_scale for c in scheduling_calibrations().values() if "prefill_scale" in c.fitted])
