@@ -410,6 +410,15 @@ def test_calibrations_page_lists_shows_and_takes_timings(browser, live_server): 
     image = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#no-points img.parity"))
     assert wait.until(lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", image)) > 0
     assert shipped["parameters"][0]["name"] in browser.find_element(By.CSS_SELECTOR, "#parameters tbody").text
+    # The same device's scheduling calibration: its runs simulated at its timing, drawn by the service too.
+    scheduling = next(c for c in listed if c["kind"] == "scheduling" and c["device_id"] == device)
+    button = next(b for b in browser.find_elements(By.CSS_SELECTOR, "#calibrations tbody button")
+                  if b.text == scheduling["id"])
+    button.send_keys(Keys.ENTER)
+    wait.until(lambda d: d.find_element(By.ID, "chosen-title").text == scheduling["id"])
+    image = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#no-points img.parity"))
+    assert "parity.svg" in image.get_attribute("src") and "scheduling" in image.get_attribute("src")
+    assert wait.until(lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", image)) > 0
 
     # Eight bf16 matmuls timed on an A100 (at twice their bound, plus 5 us): pasted, with the token, from the keyboard.
     shapes = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),

@@ -290,6 +290,17 @@ def test_submitted_runs_get_a_scheduling_calibration_and_their_answers_percentil
     assert scheduling["checked_by"] == "fitted to its 1,024 / 1,024 runs alone, checked on its runs of other shapes"
     assert address in {c["id"] for c in client.get("/v1/calibrations").json()}
     assert client.get(f"/v1/calibrations/{address}").json()["fitted_on"] == 5
+    # Its parity chart: each run simulated again at the fitted timing lands on its measured median.
+    from sqlmodel import Session
+
+    from service.persistence import repository
+    from service.translation.kernels.calibrations import parity_points
+
+    with Session(client.app.state.engine) as session:
+        _, _, points = parity_points(address, client.app.state.catalog, None,
+                                     lambda key: repository.serving_runs_of(session, key=key))
+    assert len(points) == 5 and all(p.expected_s == pytest.approx(p.measured_s, rel=1e-3) for p in points)
+    assert client.get(f"/v1/calibrations/{address}/parity.svg").status_code == 200
 
     # An analysis of the scope at a shape no run measured: its medians are the simulation's at that timing.
     answer = analysis(client, 2048, 512, 16, engine=SIMULATED_ENGINE)

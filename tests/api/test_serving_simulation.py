@@ -9,7 +9,7 @@ import json
 import pytest
 
 from service.persistence.catalog import DATA_DIR
-from service.translation.serving.inferencex import simulated_request
+from service.translation.serving.inferencex import newest_runs, simulated_request
 
 RUNS = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
 
@@ -156,7 +156,7 @@ def test_length_histograms_are_drawn_and_bounded_by_the_lengths(client):
 def test_the_scheduling_calibration_an_answer_names_is_listed_with_how_it_was_checked(client):
     """An answer's simulation names its calibration (its id, then its numbers): GET /v1/calibrations/{id} has it, for
     a device's own (the B200's, checked on its other shapes) and for one carried to kernel tables (the H200's answer;
-    fitted over three devices, each left out in turn), each with its four numbers; its parity chart is not drawn (422).
+    fitted over three devices, each left out in turn), each with its four numbers and its parity chart.
     A device's calibration whose runs cover one shape could not be checked: its errors are null, not invented."""
     for body in (b200_sglang_fp8(4), b200_sglang_fp8(4) | {"device_id": "nvidia-h200-sxm"}):
         named = analyze(client, body)["expected"]["simulation"]["calibration"].split(": ")[0]
@@ -165,10 +165,51 @@ def test_the_scheduling_calibration_an_answer_names_is_listed_with_how_it_was_ch
         assert [p["name"] for p in calibration["parameters"]] == ["decode_scale", "prefill_scale", "step_overhead",
                                                                   "request_overhead"]
         assert 0 <= calibration["median_error"] <= calibration["p90_error"] and calibration["checked_on"] > 0
-        assert client.get(f"/v1/calibrations/{named}/parity.svg").status_code == 422
+        chart = client.get(f"/v1/calibrations/{named}/parity.svg")
+        assert chart.status_code == 200 and chart.text.lstrip().startswith("<?xml")
     carried = client.get("/v1/calibrations/scheduling:kernels:sglang:fp8:none").json()
     # checked on the newest run of each aggregated configuration: 11 on the MI355X, 15 on the B200, 9 on the B300
     assert carried["device_id"] == "amd-mi355x, nvidia-b200, nvidia-b300" and carried["checked_on"] == 11 + 15 + 9
     listed = [c for c in client.get("/v1/calibrations").json() if c["kind"] == "scheduling"]
     unchecked = [c for c in listed if c["checked_on"] == 0]
     assert unchecked and all(c["median_error"] is None and c["p90_error"] is None for c in unchecked)
+
+
+def test_parity_charts_of_engine_and_scheduling_calibrations_plot_what_answers_expect(client):
+    """A shipped scheduling or engine calibration's chart has a point for each run it was fitted to, and a run's
+    expected TPOT there is what POST /v1/analyze/serving answers for that run's deployment: the B200's own scheduling
+    calibration's simulation, SGLang's carried to kernel tables (the same run on basis 'kernels'), and the engine line
+    of SGLang fp8 with MTP over the composed deployment (no scheduling calibration is carried for it)."""
+    from service.translation.kernels.calibrations import parity_points
+
+    def points(calibration_id: str) -> list:
+        title, quantity, found = parity_points(calibration_id, client.app.state.catalog, None, None)
+        assert quantity == "TPOT" and calibration_id in title
+        return found
+
+    def plotted(found: list, measured: float, expected: float) -> bool:
+        return any(p.measured_s == measured and p.expected_s == pytest.approx(expected, rel=1e-9) for p in found)
+
+    def row_of(concurrency: int, method: str = "none") -> dict:  # a run the shipped fits read: its newest
+        return next(r for r in newest_runs(RUNS) if (r["hardware"], r["framework"], r["precision"], r["spec_method"],
+                                                     r["disagg"], r["isl"], r["osl"], r["conc"]) == (
+            "b200", "sglang", "fp8", method, False, 1024, 1024, concurrency))
+
+    row = row_of(4)
+    own, carried = "scheduling:nvidia-b200:sglang:fp8:none", "scheduling:kernels:sglang:fp8:none"
+    for calibration_id, body in ((own, simulated_request(row)),
+                                 (carried, simulated_request(row) | {"calibration": "kernels"})):
+        found = points(calibration_id)
+        assert len(found) == client.get(f"/v1/calibrations/{calibration_id}").json()["fitted_on"]
+        answer = analyze(client, body)["expected"]
+        assert answer["simulation"]["calibration"].startswith(calibration_id + ":")
+        assert plotted(found, row["metrics"]["median_tpot"], answer["tpot_s"])
+        assert all(p.expected_s >= p.bound_s for p in found)
+
+    mtp = row_of(4, "mtp")
+    engine = "engine:sglang:fp8:mtp"
+    found = points(engine)
+    assert len(found) == client.get(f"/v1/calibrations/{engine}").json()["fitted_on"]
+    answer = analyze(client, simulated_request(mtp) | {"calibration": "kernels"})["expected"]
+    assert answer["percentiles"] is None and answer["calibration"]["id"] == engine
+    assert plotted(found, mtp["metrics"]["median_tpot"], answer["tpot_s"])

@@ -78,12 +78,14 @@
     const [quantity, rows] = points(detail);
     $("parity").hidden = rows.length === 0;
     if (rows.length) parity(quantity, rows);
-    const drawn = !rows.length && detail.kind === "serving" && detail.origin === "shipped";
+    // A shipped serving, engine or scheduling calibration's runs, and a measured scheduling one's, are simulated or
+    // analysed by the service: it draws them (a kernel calibration's stored timings come as rows).
+    const drawn = !rows.length && detail.kind !== "kernel";
     $("no-points").replaceChildren();
-    if (drawn) {  // its InferenceX runs are shipped: the service draws them against today's bounds
+    if (drawn) {
       $("no-points").appendChild(Object.assign(document.createElement("img"), {
         src: api(`/v1/calibrations/${encodeURIComponent(detail.id)}/parity.svg`), className: "parity",
-        alt: `${detail.id}: expected and bound TPOT against the InferenceX runs it was fitted to, log-log` }));
+        alt: `${detail.id}: expected and bound TPOT against the runs it was fitted to, log-log` }));
     } else if (!rows.length) {
       $("no-points").textContent = "Its measurements are not stored here: a shipped kernel calibration's public " +
         "tables are not shipped, only its fit and its held-out error.";

@@ -56,8 +56,11 @@ def _readers(session):
             response_class=Response, responses={**IMAGE, **NOT_FOUND, **INVALID},
             description="Predicted against measured, log-log, one point a measurement: the calibration's expectation "
                         "(filled) and the bare bound (hollow) beside the diagonal and bands of 10 % and 25 %. A measured "
-                        "calibration's stored timings or runs; a shipped serving one's InferenceX runs against today's "
-                        "bounds (a shipped kernel one's timings are not shipped: 422). " + DRAWN)
+                        "kernel or serving calibration's stored timings or runs; a shipped serving, engine or scheduling "
+                        "one's InferenceX runs against today's bounds, each as its fit read it (a scheduling one's "
+                        "simulated at its timing; an engine one's on its device's kernel tables); a measured scheduling "
+                        "one's submitted runs, simulated (a shipped kernel one's timings are not shipped: 422). "
+                        + DRAWN)
 async def calibration_parity(calibration_id: CalibrationPath, catalog: CatalogDep, session: SessionDep,
                              format: Literal["svg", "png"] = "svg") -> Response:
     def render() -> bytes:  # the reads and any bounds too, off the event loop

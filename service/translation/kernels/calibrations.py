@@ -25,7 +25,6 @@ from service.persistence.catalog import (
     gemm_calibrations,
     scheduling_calibrations,
     serving_calibrations,
-    shipped_runs,
 )
 from service.persistence.repository import Refit
 from service.persistence.tables import KernelTiming
@@ -247,9 +246,7 @@ def all_calibrations(catalog: DeviceCatalog) -> list[dict]:
             + [serving_public(c) for c in serving_calibrations().values()]
             + [serving_public(c) for c in catalog.measured_serving_calibrations()]
             + [engine_public(c) for c in engine_calibrations().values()]
-            + [scheduling_public(c) for c in scheduling_calibrations().values()]
-            + [scheduling_public(c) for c in catalog.measured_scheduling_calibrations()]
-            + [scheduling_public(c) for c in carried_scheduling_calibrations().values()])
+            + [scheduling_public(c) for c in _scheduling_calibrations(catalog)])
 
 
 def calibration_detail(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_of) -> dict:
@@ -290,9 +287,11 @@ def _run_residual(calibration: ServingCalibration, run) -> dict:
 
 
 def parity_points(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_of) -> tuple[str, str, list]:
-    """(title, the quantity, points) of a calibration's parity chart: a measured one's stored measurements, a shipped
-    serving one's InferenceX runs against today's bounds (a shipped kernel one's timings are not shipped: a 422)."""
+    """(title, the quantity, points) of a calibration's parity chart: a measured kernel or serving one's stored
+    measurements; a shipped serving, engine or scheduling one's runs against today's bounds, as its fit read them
+    (service/translation/serving/parity.py); a shipped kernel one's timings are not shipped: a 422."""
     from service.rendering.calibration_charts import ParityPoint
+    from service.translation.serving import parity
 
     detail = calibration_detail(calibration_id, catalog, timings_of, runs_of)
     title = f"{calibration_id}: predicted against measured"
@@ -303,32 +302,22 @@ def parity_points(calibration_id: str, catalog: DeviceCatalog, timings_of, runs_
         return title, "TPOT", [ParityPoint(r["measured_tpot_s"], r["expected_tpot_s"], r["bound_tpot_s"])
                                for r in detail["run_residuals"]]
     if detail["kind"] == "serving":
-        return title, "TPOT", _shipped_serving_points(calibration_id, catalog)
-    if detail["kind"] in ("engine", "scheduling"):
-        reason = (f"a{'n' if detail['kind'] == 'engine' else ''} {detail['kind']} calibration's chart is not drawn "
-                  "yet: its errors where it was checked are in GET /v1/calibrations/{id}")
-        raise Unprocessable(reason, [{"loc": "path.calibration_id", "msg": reason}])
+        serving = next(c for c in serving_calibrations().values() if c.address == calibration_id)
+        return title, "TPOT", parity.serving_points(serving, catalog)
+    if detail["kind"] == "engine":
+        engine = next(c for c in engine_calibrations().values() if c.address == calibration_id)
+        return title, "TPOT", parity.engine_points(engine, catalog)
+    if detail["kind"] == "scheduling":
+        scheduling = next(c for c in _scheduling_calibrations(catalog) if c.address == calibration_id)
+        if isinstance(scheduling, SchedulingCalibration) and scheduling.origin == "measured":
+            key = (scheduling.device_id, scheduling.engine, scheduling.model, scheduling.precision, scheduling.speculative)
+            return title, "TPOT", parity.submitted_points(scheduling, runs_of(key), catalog)
+        return title, "TPOT", parity.scheduling_points(scheduling, catalog)
     reason = ("a shipped kernel calibration's timings are not shipped with the service: its errors on them are in "
               "GET /v1/calibrations/{id}; submit timings to chart a fit of your own")
     raise Unprocessable(reason, [{"loc": "path.calibration_id", "msg": reason}])
 
 
-def _shipped_serving_points(calibration_id: str, catalog: DeviceCatalog) -> list:
-    """The shipped InferenceX runs a shipped serving calibration was fitted to (the newest of each configuration),
-    each against today's bound."""
-    from schemas.serving import ServingAnalysisRequest
-    from service.rendering.calibration_charts import ParityPoint
-    from service.translation.serving import inferencex
-    from service.translation.serving.analyses import analyze_serving_request
-
-    calibration = next(c for c in serving_calibrations().values() if c.address == calibration_id)
-    points = []
-    for row in inferencex.newest_runs(shipped_runs()):
-        if inferencex.scope(row) != (calibration.device_id, calibration.engine, calibration.precision,
-                                     calibration.speculative):
-            continue
-        request = ServingAnalysisRequest.model_validate(inferencex.serving_request(row) | {"calibration": "none"})
-        bound = analyze_serving_request(request, catalog).bound
-        points.append(ParityPoint(row["metrics"]["median_tpot"], calibration.tpot_s(bound.tpot_s, bound.prefill_share_s),
-                                  bound.tpot_s))
-    return points
+def _scheduling_calibrations(catalog: DeviceCatalog) -> list[SchedulingCalibration | CarriedSchedulingCalibration]:
+    return [*scheduling_calibrations().values(), *catalog.measured_scheduling_calibrations(),
+            *carried_scheduling_calibrations().values()]

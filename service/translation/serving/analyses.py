@@ -349,6 +349,13 @@ def unit_run(request: ServingAnalysisRequest, catalog: DeviceCatalog, *, on_kern
     """The request's benchmark simulated at unit timing (every step its bound, or with `on_kernels` as its device's
     kernel tables compose it: None where the device has none): what a scheduling fit reads. `bounded`: a
     SimulationTooLarge where it would take more events than an analysis may (the size came from a client)."""
+    found = unit_run_and_bound(request, catalog, on_kernels=on_kernels, bounded=bounded)
+    return found[0] if found is not None else None
+
+
+def unit_run_and_bound(request: ServingAnalysisRequest, catalog: DeviceCatalog, *, on_kernels: bool = False,
+                       bounded: bool = False) -> tuple[Run, deployment.ServingBound] | None:
+    """unit_run's run, and the bound of the request's deployment (the floor of every figure it expects)."""
     setup = serving_setup(request, catalog)
     bound = setup.deployment_on(setup.evaluator)
     evaluator = setup.evaluator
@@ -361,7 +368,7 @@ def unit_run(request: ServingAnalysisRequest, catalog: DeviceCatalog, *, on_kern
                                traffic_of(request), speculative_of(request, catalog))
     if bounded and (events := estimated_events(simulation)) > MAX_EVENTS:
         raise SimulationTooLarge(events)
-    return simulate(simulation)
+    return simulate(simulation), bound
 
 
 def plain_fields_of_pool(state: deployment.PoolState) -> dict:

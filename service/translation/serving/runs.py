@@ -163,7 +163,7 @@ def refit_serving(runs: list[ServingRun], catalog: DeviceCatalog) -> dict[str, A
 MAX_SIMULATED_RUNS = 100
 
 
-def _simulated(run: ServingRun, catalog: DeviceCatalog) -> SimulatedRun | str:
+def simulated_run(run: ServingRun, catalog: DeviceCatalog) -> SimulatedRun | str:
     """The run simulated at unit timing beside what it measured, or why it cannot be."""
     request = ServingAnalysisRequest.model_validate({**run.request, "calibration": "none"})
     if request.disaggregated is not None:
@@ -191,7 +191,7 @@ def _scheduling_refit(runs: list[ServingRun], catalog: DeviceCatalog,
     newest = runs[:MAX_SIMULATED_RUNS]
     for run in newest:
         budget.check()
-        found = _simulated(run, catalog)
+        found = simulated_run(run, catalog)
         if isinstance(found, str):
             left_out[found] += 1
         else:
