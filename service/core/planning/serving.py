@@ -146,7 +146,7 @@ def rank_key(config: Config) -> tuple[float, int, float]:
 
 @dataclass(frozen=True)
 class SearchResult:
-    configs: list[Config]  # fitting and meeting every SLO, best first
+    configs: list[Config]  # the best of each shape (mode and layout) fitting and meeting every SLO, best first
     fitting: list[Config]  # every configuration that fits (for the frontier and the refusal)
     searched: int
     # The most requests/s any shape that fits reaches on the whole budget, where none reaches the target: of those
@@ -210,7 +210,8 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
         t = replica.tensor_parallel
         e2e = ttft + (output - 1) * tpot
         # The request rate the SLOs and the target go by: the bound's, or slowed as TPOT is.
-        slowdown = expectation.tpot_s(tpot, basis[1]) / tpot if expectation else 1.0
+        expected_tpot = expectation.tpot_s(tpot, basis[1]) if expectation else tpot
+        slowdown = expected_tpot / tpot
         if workload.target_requests_per_s is not None:
             # The fewest replicas (of this shape) that reach the target; None when the budget cannot (then what the
             # whole budget reaches is remembered, for the refusal). `rate` is the whole budget's here.
@@ -233,7 +234,7 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
             rate, groups = rate * needed / groups, needed
         devices = groups * t
         tokens = rate * output
-        expected = _expected(expectation, (ttft, tpot), basis, rate / slowdown, output, devices,
+        expected = _expected(expectation, ttft, expected_tpot, basis[0], rate / slowdown, output, devices,
                              (c * groups, mode, replica.expert_parallel, replica.attention_data_parallel))
         values = vars(expected) if expected else {"ttft_s": ttft, "tpot_s": tpot, "e2e_latency_s": e2e}
         paid_tokens = expected.tokens_per_s if expected else tokens
@@ -272,9 +273,11 @@ def search(device_id: str, replicas: Sequence[ReplicaModel], *, workload: Worklo
                 if config is not None:
                     fitting.append(config)
     meeting = [c for c in fitting if all(c.value(name) <= limit for name, limit in limits.items())]
-    _say_what_limits(meeting, fitting, replicas, workload, limits, max_concurrency)
     meeting.sort(key=rank_key)
-    return SearchResult(meeting, fitting, searched, best_rate, best_rate_within_slos, devices_for_target)
+    # Neighbouring concurrencies of one shape differ by a fraction of a percent: the best of each shape is answered.
+    best = list({_shape(c): c for c in reversed(meeting)}.values())[::-1]
+    _say_what_limits(best, fitting, replicas, workload, limits, max_concurrency)
+    return SearchResult(best, fitting, searched, best_rate, best_rate_within_slos, devices_for_target)
 
 
 def _shape(config: Config) -> tuple:
@@ -303,13 +306,13 @@ def _say_what_limits(meeting: list[Config], fitting: list[Config], replicas: Seq
     meeting[:] = [replace(config, limited_by=limit_of(config)) for config in meeting]
 
 
-def _expected(expectation: Expectation | None, bound: tuple[float, float], basis: tuple[float, float], rate: float,
-              output: int, devices: int, layout: tuple[int, str, int, int]) -> Expected | None:
-    """`bound`, `basis`: (TTFT, TPOT) of the bound and of what the calibration's line multiplies; `layout`: what
-    Expectation.covers reads."""
+def _expected(expectation: Expectation | None, bound_ttft: float, expected_tpot: float, ttft_basis: float,
+              rate: float, output: int, devices: int, layout: tuple[int, str, int, int]) -> Expected | None:
+    """`expected_tpot`: the calibration's, which the caller needs first; `ttft_basis`: what the calibration's TTFT
+    line multiplies; `layout`: what Expectation.covers reads."""
     if expectation is None:
         return None
-    expected_ttft, expected_tpot = expectation.ttft_s(bound[0], basis[0]), expectation.tpot_s(bound[1], basis[1])
+    expected_ttft = expectation.ttft_s(bound_ttft, ttft_basis)
     tokens = rate * output
     return Expected(expected_ttft, expected_tpot, expected_ttft + (output - 1) * expected_tpot, rate, tokens,
                     tokens / devices, 1 / expected_tpot, expectation.calibration_id,

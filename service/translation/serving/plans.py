@@ -172,12 +172,8 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     if not configs:
         _refuse(fitting, slo, request, best_rate, (best_within_slos, devices_for_target),
                 "expected" if expectations else "bound")
-    configs.sort(key=serving.rank_key)
-    # Neighbouring concurrencies of one shape differ by a fraction of a percent: the best of each shape.
-    best = list({(c.mode, c.device_id, c.tensor_parallel, c.expert_parallel, c.attention_data_parallel): c
-                 for c in reversed(configs)}.values())[::-1]
-    best.sort(key=serving.rank_key)
-    kept, tail_notes = with_tails(best, request, catalog, name, dtypes.weights)
+    configs.sort(key=serving.rank_key)  # each device's best of each shape (serving.search)
+    kept, tail_notes = with_tails(configs, request, catalog, name, dtypes.weights)
     return ServingPlan(model=name, slo_basis="expected" if expectations else "bound",
                        configs=[_out(c, percentiles, launch_for(request, c, catalog)) for c, percentiles in kept],
                        pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,
