@@ -212,7 +212,17 @@ def _checked(points: Sequence[ServingPoint], fit_shape: tuple[int, int]):
             np.concatenate([e[1] for e in pairs]))
 
 
-def most_common_shape(points: Sequence[ServingPoint]) -> tuple[int, int]:
+class Shaped(Protocol):
+    """A run's workload shape, whatever else it holds (a ServingPoint, a simulated run)."""
+
+    @property
+    def input_len(self) -> int: ...
+
+    @property
+    def output_len(self) -> int: ...
+
+
+def most_common_shape(points: Sequence[Shaped]) -> tuple[int, int]:
     """The (input, output) lengths most runs share (the shortest of those tied): what a fit is checked from."""
     counts = Counter((p.input_len, p.output_len) for p in points)
     return min(counts, key=lambda shape: (-counts[shape], shape))

@@ -210,14 +210,14 @@ class _Engine:
         self.sent += 1
         self.arrival[request] = at
         disaggregation = self.sim.disaggregation
-        if disaggregation is None and at <= self.time:
-            # Arrived already (a closed loop's next request, sent as one finishes): straight to the inbox, as
-            # _arrive_until would put it before anything else happens (the heap holds nothing due before it).
-            self.inbox.append(request)
-            self.at_arrival[request] = self.total
-            return
         if disaggregation is None:
-            heapq.heappush(self.future, (at, request))
+            if at <= self.time:
+                # Arrived already (a closed loop's next request, sent as one finishes): straight to the inbox, as
+                # _arrive_until would put it before anything else happens (the heap holds nothing due before it).
+                self.inbox.append(request)
+                self.at_arrival[request] = self.total
+            else:
+                heapq.heappush(self.future, (at, request))
             return
         server = min(range(len(self.prefill_free)), key=self.prefill_free.__getitem__)
         start = max(at, self.prefill_free[server])

@@ -91,12 +91,7 @@ def scheduling_points(calibration: SchedulingCalibration | CarriedSchedulingCali
 def submitted_points(calibration: SchedulingCalibration, runs: list, catalog: DeviceCatalog) -> list[ParityPoint]:
     """A measured scheduling calibration's runs (the scope's stored ones, newest first), simulated as its fit
     simulated them; those its fit left out stay out."""
-    from service.translation.serving.runs import MAX_SIMULATED_RUNS, simulated_run
+    from service.translation.serving.runs import simulated_runs
 
-    points = []
-    for run in runs[:MAX_SIMULATED_RUNS]:
-        budget.check()
-        found = simulated_run(run, catalog)
-        if not isinstance(found, str):
-            points.append(_point(run.tpot_s, found.features, calibration, run.bound_tpot_s))
-    return points
+    return [_point(run.tpot_s, found.features, calibration, run.bound_tpot_s)
+            for run, found in simulated_runs(runs, catalog) if not isinstance(found, str)]

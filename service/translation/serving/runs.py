@@ -5,7 +5,7 @@ says why), stored beside that bound; the runs of one scope fitted (service/core/
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any, NamedTuple
 
@@ -180,28 +180,35 @@ def simulated_run(run: ServingRun, catalog: DeviceCatalog) -> SimulatedRun | str
     return SimulatedRun(simulated.features, run.input_len, run.output_len, run.tpot_s, run.ttft_s)
 
 
+def simulated_runs(runs: list[ServingRun], catalog: DeviceCatalog) -> Iterator[tuple[ServingRun, SimulatedRun | str]]:
+    """The scope's newest MAX_SIMULATED_RUNS runs (`runs`: newest first), each beside simulated_run's answer: what
+    its scheduling fit reads, and its parity chart draws."""
+    for run in runs[:MAX_SIMULATED_RUNS]:
+        budget.check()
+        yield run, simulated_run(run, catalog)
+
+
 def _scheduling_refit(runs: list[ServingRun], catalog: DeviceCatalog,
                       sources: str) -> tuple[dict[str, Any] | None, str | None]:
     """(the scheduling calibration of the scope's newest MAX_SIMULATED_RUNS runs, why there is none): each run
-    simulated as the deployment it was stored with (its engine's scheduler unless the run named one), then fitted as
-    the shipped ones are (service/core/simulation/fit.py), checked on the shapes a fit to the commonest one never saw.
-    Where the runs cover one prompt length, the prefill scale is the shipped calibrations' median (a prior)."""
+    simulated as the deployment it was stored with (its engine's preset scheduler: a stored run names none), then
+    fitted as the shipped ones are (service/core/simulation/fit.py), checked on the shapes a fit to the commonest one
+    never saw. Where the runs cover one prompt length, the prefill scale is the shipped calibrations' median (a
+    prior)."""
     simulated: list[SimulatedRun] = []
     left_out: Counter[str] = Counter()
-    newest = runs[:MAX_SIMULATED_RUNS]
-    for run in newest:
-        budget.check()
-        found = simulated_run(run, catalog)
+    for _, found in simulated_runs(runs, catalog):
         if isinstance(found, str):
             left_out[found] += 1
         else:
             simulated.append(found)
     skipped = "; ".join(f"{count} {why}" for why, count in left_out.items())
     if len(simulated) < 3:
-        return None, (f"{len(simulated)} of the scope's {len(newest)} newest runs could be simulated "
+        tried = min(len(runs), MAX_SIMULATED_RUNS)
+        return None, (f"{len(simulated)} of the scope's {tried} newest runs could be simulated "
                       f"({skipped or 'none left out'}): a scheduling calibration needs at least 3")
     first = runs[0]
-    shape = Counter((run.input_len, run.output_len) for run in simulated).most_common(1)[0][0]
+    shape = most_common_shape(simulated)
     prior = prefill_prior([c.prefill_scale for c in scheduling_calibrations().values() if "prefill_scale" in c.fitted])
     source = f"{len(simulated)} runs submitted ({sources})" + (f"; left out: {skipped}" if skipped else "")
     calibration = calibrate_scope((first.device_id, first.engine, first.precision, first.speculative), simulated,
