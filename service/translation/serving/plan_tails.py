@@ -61,16 +61,26 @@ def simulable(request: ServingPlanRequest, config: serving.Config, model: str, p
 
 def simulated(request: ServingPlanRequest, config: serving.Config,
               catalog: DeviceCatalog) -> tuple[serving.Config, dict] | None:
-    """(the configuration with its expectation the simulation's, its percentiles), where its analysis has them."""
+    """(the configuration with its expectation the simulation's, its percentiles), where its analysis has them; never
+    below the configuration's bound. The plan's TPOT bound charges each request's prefill as a request prefilled
+    alone (a steady-state share, planning/serving.py), where the simulated engine may prefill several in one step, so
+    a simulated median can fall under it: the plan then answers its bound, for the median and for the percentiles
+    under it, and no more requests a second than the bound (a serving analysis floors at its decode step alone)."""
     expected = analyze_serving_request(_deployment(request, config), catalog).expected
     if expected is None or expected.percentiles is None or config.expected is None:
         return None
-    figures = replace(config.expected, ttft_s=expected.ttft_s, tpot_s=expected.tpot_s,
-                      e2e_latency_s=expected.e2e_latency_s, requests_per_s=expected.requests_per_s,
-                      tokens_per_s=expected.output_tokens_per_s,
-                      tokens_per_s_per_device=expected.output_tokens_per_s_per_device,
-                      tokens_per_s_per_user=expected.tokens_per_s_per_user)
-    return replace(config, expected=figures), expected.percentiles.model_dump()
+    floors = {"ttft_s": config.ttft_s, "tpot_s": config.tpot_s, "e2e_s": config.e2e_latency_s}
+    percentiles = {quantity: {which: max(value, floors[quantity]) for which, value in values.items()}
+                   for quantity, values in expected.percentiles.model_dump().items()}
+    rate = min(expected.requests_per_s, config.requests_per_s)
+    kept = rate / expected.requests_per_s
+    tpot = percentiles["tpot_s"]["p50"]
+    figures = replace(config.expected, ttft_s=percentiles["ttft_s"]["p50"], tpot_s=tpot,
+                      e2e_latency_s=max(expected.e2e_latency_s, config.e2e_latency_s), requests_per_s=rate,
+                      tokens_per_s=expected.output_tokens_per_s * kept,
+                      tokens_per_s_per_device=expected.output_tokens_per_s_per_device * kept,
+                      tokens_per_s_per_user=1 / tpot)
+    return replace(config, expected=figures), percentiles
 
 
 def _missed(config: serving.Config, percentiles: dict, limits: dict[str, float],
