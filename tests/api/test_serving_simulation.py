@@ -213,3 +213,31 @@ def test_parity_charts_of_engine_and_scheduling_calibrations_plot_what_answers_e
     answer = analyze(client, simulated_request(mtp) | {"calibration": "kernels"})["expected"]
     assert answer["percentiles"] is None and answer["calibration"]["id"] == engine
     assert plotted(found, mtp["metrics"]["median_tpot"], answer["tpot_s"])
+
+
+def test_a_step_of_several_prompts_shares_their_work_but_not_their_attention(client):
+    """The step model on DeepSeek-R1's eight-B200 deployment: four 8,192-token prompts prefilled in one step cost the
+    bound's rows of one 32,768-token step but its attention (the weights read once, the token-wise work of all four)
+    plus four times the attention of one 8,192-token prompt (each attends to its own tokens: 4 x 8,192^2 / 2 pairs,
+    not 32,768^2 / 2); one prompt alone costs its own bound; a chunk after cached tokens adds its attention to them."""
+    from schemas.serving import ServingAnalysisRequest
+    from service.core.planning import deployment
+    from service.translation.serving.analyses import serving_setup
+    from service.translation.serving.simulation import WITHIN_REQUEST_KINDS, _step_model
+
+    setup = serving_setup(ServingAnalysisRequest.model_validate(b200_sglang_fp8(4)), client.app.state.catalog)
+    worker = deployment.WorkerStep(setup.arch, setup.evaluator, setup.topology, setup.decode, setup.dtypes)
+    steps = _step_model(worker, worker, None, None, largest_batch=4, reference_context=1536, largest_prefill=32768)
+
+    def split(tokens: int) -> tuple[float, float]:
+        rows = worker.evaluate(batch=1, q_len=tokens, kv_len=tokens)
+        attention = sum(r.total_time_s for r in rows if r.kind in WITHIN_REQUEST_KINDS)
+        return sum(r.total_time_s for r in rows) - attention, attention
+
+    shared_32k, own_32k = split(32768)
+    _, own_8k = split(8192)
+    assert steps.prefill_s([(8192, 0)] * 4) == pytest.approx(shared_32k + 4 * own_8k)
+    assert steps.prefill_s([(32768, 0)]) == pytest.approx(shared_32k + own_32k)
+    assert own_32k > 10 * own_8k  # attention grows as the square: 16 x the pairs
+    assert steps.prefill_s([(8192, 0)]) == pytest.approx(worker.time_s(batch=1, q_len=8192, kv_len=8192))
+    assert steps.prefill_s([(1024, 8192)]) > steps.prefill_s([(1024, 0)])

@@ -3,9 +3,11 @@ the simulation's thousands of steps cost a few arithmetic operations each.
 
 - decode of b sequences at total context K: D(b) + g x (K - b x k0), D tabulated over b at the reference context k0
   (the mean context of the workload) and interpolated, g the cost of one more cached token of one sequence;
-- prefill of chunks c_i of requests that have p_i tokens cached already: L(sum c_i) + h x sum c_i (p_i + c_i / 2),
-  L the prompt's work but its attention (tabulated over tokens), h one new token's attention to one cached token
-  (the causal self-attention of a chunk is h x c^2 / 2);
+- prefill of chunks c_i of requests that have p_i tokens cached already: L(sum c_i) + sum A(c_i) + h x sum c_i p_i,
+  L the prompt's work but its attention (tabulated over tokens: the weights' read and the token-wise rows, which the
+  step's chunks share), A the work among a chunk's own tokens (its attention, a sparse indexer's scoring: tabulated
+  over tokens, per chunk, as a request attends to its own tokens only; A(n) / n interpolated, so the n and n^2 parts
+  are read back exactly), h one new token's attention to one cached token;
 - a mixed step (decodes and chunks together, vLLM and TensorRT-LLM) reads its weights once, not twice: the sum of
   the two less the smallest of them and the weights' read.
 
@@ -38,6 +40,8 @@ class StepModel:
     prefill_times: tuple[float, ...]  # L(n)
     per_attended_token_s: float  # h
     weights_s: float  # one read of a device's weights
+    # A(n) / n at prefill_tokens; empty: no attention within a chunk (a hand-made model's choice)
+    self_attention_per_token: tuple[float, ...] = ()
 
     def decode_s(self, batch: int, total_context: float) -> float:
         if batch <= 0:
@@ -51,7 +55,9 @@ class StepModel:
             return 0.0
         tokens = sum(c for c, _ in chunks)
         linear = _extrapolated(tokens, self.prefill_tokens, self.prefill_times)
-        return linear + self.per_attended_token_s * sum(c * (p + c / 2) for c, p in chunks)
+        own = (sum(c * _extrapolated(c, self.prefill_tokens, self.self_attention_per_token) for c, _ in chunks)
+               if self.self_attention_per_token else 0.0)
+        return linear + own + self.per_attended_token_s * sum(c * p for c, p in chunks)
 
     def mixed_s(self, decode_s: float, prefill_s: float) -> float:
         if decode_s == 0 or prefill_s == 0:
@@ -79,11 +85,11 @@ def _extrapolated(x: float, xs: Sequence[int], ys: Sequence[float]) -> float:
 
 
 def build_step_model(*, decode_curve: Callable[[Sequence[int], int], Sequence[float]],
-                     prefill: Callable[[int, int], float], largest_batch: int, reference_context: int,
+                     prefill: Callable[[int, int], tuple[float, float]], largest_batch: int, reference_context: int,
                      largest_prefill: int) -> StepModel:
     """`decode_curve(batches, context)`: the decode steps (verification and draft, where speculative) at each batch
     per group over that cached context; `prefill(new, cached)`: one request's prefill of `new` tokens after `cached`
-    ones. About a dozen evaluations in all."""
+    ones, as (its time, the time of its rows among the request's own tokens: attention). About a dozen evaluations."""
     batches = _grid(max(1, largest_batch))
     times = list(decode_curve(batches, reference_context))
     farther = reference_context + max(256, reference_context)
@@ -97,11 +103,11 @@ def build_step_model(*, decode_curve: Callable[[Sequence[int], int], Sequence[fl
     # A chunk of ~1,024 new tokens after a long prompt: attention as a prefill runs it (compute-bound; a few tokens
     # after many would read the cache like a decode and overstate it).
     probe = min(1024, max(64, largest_prefill // 2))
-    before = _extrapolated(probe, tokens, whole)
-    attended = max(0.0, (prefill(probe, largest_prefill) - before) / (probe * largest_prefill))
-    # The self-attention h n^2 / 2 is at most what the whole prompt costs (kept under it where the rows say less).
-    attended = min(attended, min(2 * t / (n * n) for n, t in zip(tokens, whole, strict=True)))
-    linear = [t - attended * n * n / 2 for n, t in zip(tokens, whole, strict=True)]
+    attended = max(0.0, (prefill(probe, largest_prefill)[0] - prefill(probe, 0)[0]) / (probe * largest_prefill))
+    # Split by the rows themselves: the attention of n tokens among themselves grows as n^2 and is each request's own,
+    # the rest grows as n and is shared by a step's requests. (One quadratic fitted through whole prompts instead
+    # costs a step of several prompts as one long one: at DeepSeek-V3's 32,768 tokens it left nothing to the rest.)
+    linear = [time - attention for time, attention in whole]
+    own = [attention / n for n, (_, attention) in zip(tokens, whole, strict=True)]
     return StepModel(tuple(batches), tuple(times), reference_context, per_context, tuple(tokens), tuple(linear),
-                     attended, weights)
-
+                     attended, weights, tuple(own))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from service.core.operators.attention import ATTENTION
+from service.core.operators.sparse_index import SPARSE_INDEX
 from service.core.planning import deployment
 from service.core.planning.launch import Launch, LaunchRequest, PoolLayout, launch
 from service.core.simulation.carried_over import CarriedSchedulingCalibration
@@ -52,6 +54,11 @@ def _lengths(longest: int, range_ratio: float, histogram) -> Lengths:
     return Lengths(longest, histogram=tuple((int(n), float(w)) for n, w in histogram))
 
 
+# The rows whose work grows with a request's tokens times its own tokens (attention, and DeepSeek's sparse indexer
+# scoring every key): a request's own, not shared by the prompts prefilled beside it.
+WITHIN_REQUEST_KINDS = frozenset({ATTENTION.name, SPARSE_INDEX.name})
+
+
 def _step_model(worker: deployment.WorkerStep, prefill_worker: deployment.WorkerStep,
                 speculative: deployment.Speculative | None, draft_worker: deployment.WorkerStep | None, *,
                 largest_batch: int, reference_context: int, largest_prefill: int) -> StepModel:
@@ -59,8 +66,10 @@ def _step_model(worker: deployment.WorkerStep, prefill_worker: deployment.Worker
         verify, draft = deployment.decode_curves(worker, batches, context, speculative, draft_worker)
         return [v + d for v, d in zip(verify, draft, strict=True)]
 
-    def prefill(new: int, cached: int) -> float:
-        return prefill_worker.time_s(batch=1, q_len=new, kv_len=cached + new)
+    def prefill(new: int, cached: int) -> tuple[float, float]:
+        rows = prefill_worker.evaluate(batch=1, q_len=new, kv_len=cached + new)
+        return (sum(r.total_time_s for r in rows),
+                sum(r.total_time_s for r in rows if r.kind in WITHIN_REQUEST_KINDS))
 
     return build_step_model(decode_curve=decode_curve, prefill=prefill, largest_batch=largest_batch,
                             reference_context=reference_context, largest_prefill=largest_prefill)

@@ -54,18 +54,23 @@ def test_two_prompt_lengths_identify_the_prefill_scale():
 
 def test_the_step_model_reads_affine_steps_back_exactly():
     """Decode: 2 ms + 0.1 ms a sequence + 1e-8 s a cached token a sequence; prefill of n new tokens after c cached:
-    1 ms + 2 us a token + 1e-9 s a token pair (n (c + n / 2))."""
+    1 ms + 2 us a token + attention of 0.1 us a token (reading its q, k, v) + 1e-9 s a token pair (n (c + n / 2)).
+    Two prompts prefilled together share the 1 ms and attend each to its own tokens: 1000 and 500 new tokens (the
+    second after 4000 cached) cost 1 ms + 2 us x 1500 + 0.1 us x 1500 + 1e-9 x (1000 x 500 + 500 x (4000 + 250))."""
     def decode_curve(batches, context):
         return [0.002 + 1e-4 * b + 1e-8 * b * context for b in batches]
 
     def prefill(new, cached):
-        return 0.001 + 2e-6 * new + 1e-9 * new * (cached + new / 2)
+        attention = 1e-7 * new + 1e-9 * new * (cached + new / 2)
+        return 0.001 + 2e-6 * new + attention, attention
 
     model = build_step_model(decode_curve=decode_curve, prefill=prefill, largest_batch=48, reference_context=2000,
                              largest_prefill=16384)
     assert model.decode_s(7, 7 * 3000) == pytest.approx(0.002 + 7e-4 + 1e-8 * 7 * 3000)
     assert model.prefill_s([(1000, 0), (500, 4000)]) == pytest.approx(
-        0.001 + 2e-6 * 1500 + 1e-9 * (1000 * 500 + 500 * (4000 + 250)))
+        0.001 + 2e-6 * 1500 + 1e-7 * 1500 + 1e-9 * (1000 * 500 + 500 * (4000 + 250)))
+    # One prompt of 1,500 tokens attends to all 1,500 (1e-9 x 1500^2 / 2 more than the two prompts' own pairs).
+    assert model.prefill_s([(1500, 0)]) == pytest.approx(0.001 + 2.1e-6 * 1500 + 1e-9 * 1500**2 / 2)
     assert model.weights_s == pytest.approx(0.002 + 1e-4)
 
 
