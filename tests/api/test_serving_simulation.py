@@ -215,6 +215,35 @@ def test_parity_charts_of_engine_and_scheduling_calibrations_plot_what_answers_e
     assert plotted(found, mtp["metrics"]["median_tpot"], answer["tpot_s"])
 
 
+def test_four_device_fp8_runs_take_their_recipes_scheduler_and_memory_share(client):
+    """InferenceX's dsr1_fp8_b200.sh runs four devices at 8,192 / 1,024 only, with --scheduler-recv-interval 10,
+    --chunked-prefill-size 8192, --max-running-requests 32 and --mem-fraction-static 0.95 (eight devices: 30 from 16
+    in flight, 32,768, 128 and 0.82). At 0.95 each B200 (180 GiB = 193.27e9 bytes) offers 183.6e9 bytes; less the
+    weights' 168.3e9 and the activations' 0.17e9 that leaves 15.1e9 for the KV cache, 46 requests of 9,215 tokens at
+    0.324e9 each: all 32 run at once (the run's own cap of 30 a group binds), where 0.9 held 16 and queued the rest."""
+    row = next(r for r in newest_runs(RUNS) if (r["hardware"], r["framework"], r["precision"], r["spec_method"],
+                                                 r["disagg"], r["decode_tp"], r["conc"]) == (
+        "b200", "sglang", "fp8", "none", False, 4, 32))
+    body = simulated_request(row)
+    assert body["memory_utilization"] == 0.95 and body["scheduler"]["recv_interval"] == 10
+    assert (body["scheduler"]["step_tokens"], body["scheduler"]["max_running"]) == (8192, 32)
+    answer = analyze(client, body)
+    pool = answer["bound"]["pools"][0]
+    assert pool["memory"]["usable_bytes"] == pytest.approx(0.95 * 193.27e9, rel=1e-3)
+    assert pool["batch_per_group"] == 30
+    per_request = pool["memory"]["kv_cache_bytes"] / pool["batch_per_group"]
+    free = pool["memory"]["usable_bytes"] - pool["memory"]["weights_bytes"] - pool["memory"]["activation_bytes"]
+    assert int(free // per_request) == 46
+    queued = analyze(client, body | {"memory_utilization": 0.9})
+    assert queued["bound"]["pools"][0]["batch_per_group"] == 16
+    # The measured median TTFT is 0.89 s: at 0.9 the simulation queues half the requests for tens of seconds.
+    assert answer["expected"]["ttft_s"] < 2.0 < queued["expected"]["ttft_s"]
+    eight = simulated_request(next(r for r in newest_runs(RUNS) if (
+        r["hardware"], r["framework"], r["precision"], r["disagg"], r["decode_tp"], r["conc"]) == (
+        "b200", "sglang", "fp8", False, 8, 32)))
+    assert eight["memory_utilization"] == 0.82 and eight["scheduler"]["step_tokens"] == 32768
+
+
 def test_a_step_of_several_prompts_shares_their_work_but_not_their_attention(client):
     """The step model on DeepSeek-R1's eight-B200 deployment: four 8,192-token prompts prefilled in one step cost the
     bound's rows of one 32,768-token step but its attention (the weights read once, the token-wise work of all four)

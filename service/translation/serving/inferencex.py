@@ -176,9 +176,11 @@ def engine_calibrations(groups: dict[tuple[str, str, str], list[EnginePoint]],
 
 
 def simulated_request(row: dict[str, Any]) -> dict[str, Any]:
-    """The row's serving request with its benchmark's client (a range ratio of 0.8) and its recipe's scheduler: what
-    the scheduling simulation runs."""
-    return serving_request(row) | {"scheduler": recipe_scheduler(row), "workload": {"range_ratio": RANGE_RATIO}}
+    """The row's serving request with its benchmark's client (a range ratio of 0.8), its recipe's scheduler and the
+    memory its recipe lets the engine have: what the scheduling simulation runs."""
+    body = serving_request(row) | {"scheduler": recipe_scheduler(row), "workload": {"range_ratio": RANGE_RATIO}}
+    fraction = recipe_memory_fraction(row)
+    return body if fraction is None else body | {"memory_utilization": fraction}
 
 
 # InferenceX's client draws lengths from [0.8 L, L] (benchmarks/benchmark_lib.sh, RANDOM_RANGE_RATIO).
@@ -189,7 +191,8 @@ def recipe_scheduler(row: dict[str, Any]) -> dict[str, Any]:
     """The scheduler fields a row's InferenceX recipe sets over its engine's defaults (benchmarks/single_node/
     fixed_seq_len/dsr1_*.sh at SemiAnalysisAI/InferenceX 843c6254f):
     - SGLang on B200/B300 looks for new requests every 30 steps from 16 in flight (10 below), with 32,768-token
-      chunks, at most 128 running requests and CUDA graphs to 128 (fp8; 16,384, 256 and 256 fp4);
+      chunks, at most 128 running requests and CUDA graphs to 128 (fp8; 16,384, 256 and 256 fp4); fp8 on four
+      devices (run at 8,192 / 1,024 only) every 10 steps, with 8,192-token chunks, 32 running and graphs to 32;
     - SGLang on MI355X runs 4 (fp4) or 8 (fp8) decode steps between looks, 196,608-token chunks, graphs to 128;
     - TensorRT-LLM with attention data parallelism balances its ranks' new requests, each waiting up to 60 steps
       (`attention_dp_config: enable_balance, timeout_iters 60`).
@@ -208,8 +211,23 @@ def recipe_scheduler(row: dict[str, Any]) -> dict[str, Any]:
         return fields | {"recv_interval": 4 if row["precision"] == "fp4" else 8, "step_tokens": 196608,
                          "graph_batch_sizes": sglang_graph_sizes(128)}
     fp8 = row["precision"] == "fp8"
+    if fp8 and row["decode_tp"] == 4:
+        return fields | {"recv_interval": 10, "step_tokens": 8192, "max_running": 32,
+                         "graph_batch_sizes": sglang_graph_sizes(32)}
     return fields | {"recv_interval": 30 if row["conc"] >= 16 else 10, "step_tokens": 32768 if fp8 else 16384,
                      "max_running": 128 if fp8 else 256, "graph_batch_sizes": sglang_graph_sizes(128 if fp8 else 256)}
+
+
+def recipe_memory_fraction(row: dict[str, Any]) -> float | None:
+    """The share of device memory a row's recipe gives the engine's weights and KV cache, where the recipe sets it
+    (the same files as recipe_scheduler): SGLang's --mem-fraction-static on B200/B300, 0.82 for fp8 on eight devices,
+    0.95 on four, 0.85 for fp4. None elsewhere: the service's default stands. It sizes the KV cache, so how many
+    requests run at once at long prompts."""
+    if row["disagg"] or row["framework"] != "sglang" or row["hardware"] not in ("b200", "b300"):
+        return None
+    if row["precision"] != "fp8":
+        return 0.85
+    return 0.95 if row["decode_tp"] == 4 else 0.82
 
 
 def _preset_cap(framework: str) -> int:
