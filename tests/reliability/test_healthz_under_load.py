@@ -57,6 +57,8 @@ def test_healthz_stays_fast_while_the_costliest_requests_run(live_server):
     assert len(statuses) == len(workers) and all(status == 200 for status in statuses), statuses
     print(f"{len(probes)} probes, median {statistics.median(probes) * 1000:.1f} ms, max {max(probes) * 1000:.1f} ms")
     assert len(probes) >= 3, "the heavy requests finished before /healthz could be probed"
-    # The median probe, and nine in ten, answer within 100 ms (this machine is shared: one slow probe is noise).
+    # The median probe answers within 100 ms and nine in ten within 250 ms. A probe waits for the GIL that six busy
+    # worker threads pass around (every 5 ms each): on this shared 2-core machine on a slow day nine in ten took up to
+    # 101 ms (CI, 2026-12-07). Work on the event loop would hold it for a whole heavy request, seconds.
     assert statistics.median(probes) < 0.1, probes
-    assert sorted(probes)[int(len(probes) * 0.9) - 1] < 0.1, probes
+    assert sorted(probes)[int(len(probes) * 0.9) - 1] < 0.25, probes
