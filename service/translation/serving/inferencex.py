@@ -192,7 +192,8 @@ def recipe_scheduler(row: dict[str, Any]) -> dict[str, Any]:
     fixed_seq_len/dsr1_*.sh at SemiAnalysisAI/InferenceX 843c6254f):
     - SGLang on B200/B300 looks for new requests every 30 steps from 16 in flight (10 below), with 32,768-token
       chunks, at most 128 running requests and CUDA graphs to 128 (fp8; 16,384, 256 and 256 fp4); fp8 on four
-      devices (run at 8,192 / 1,024 only) every 10 steps, with 8,192-token chunks, 32 running and graphs to 32;
+      devices (run at 8,192 / 1,024 only) every 10 steps, with 8,192-token chunks, 32 running and graphs to 32; fp8
+      with MTP (dsr1_fp8_b200_mtp.sh, _b300_mtp.sh) 16,384-token chunks, 512 running and graphs to 512;
     - SGLang on MI355X runs 4 (fp4) or 8 (fp8) decode steps between looks, 196,608-token chunks, graphs to 128;
     - TensorRT-LLM with attention data parallelism balances its ranks' new requests, each waiting up to 60 steps
       (`attention_dp_config: enable_balance, timeout_iters 60`).
@@ -214,6 +215,9 @@ def recipe_scheduler(row: dict[str, Any]) -> dict[str, Any]:
     if fp8 and row["decode_tp"] == 4:
         return fields | {"recv_interval": 10, "step_tokens": 8192, "max_running": 32,
                          "graph_batch_sizes": sglang_graph_sizes(32)}
+    if fp8 and row["spec_method"] == "mtp":
+        return fields | {"recv_interval": 30 if row["conc"] >= 16 else 10, "step_tokens": 16384, "max_running": 512,
+                         "graph_batch_sizes": sglang_graph_sizes(512)}
     return fields | {"recv_interval": 30 if row["conc"] >= 16 else 10, "step_tokens": 32768 if fp8 else 16384,
                      "max_running": 128 if fp8 else 256, "graph_batch_sizes": sglang_graph_sizes(128 if fp8 else 256)}
 
