@@ -103,7 +103,9 @@ def build_step_model(*, decode_curve: Callable[[Sequence[int], int], Sequence[fl
     # A chunk of ~1,024 new tokens after a long prompt: attention as a prefill runs it (compute-bound; a few tokens
     # after many would read the cache like a decode and overstate it).
     probe = min(1024, max(64, largest_prefill // 2))
-    attended = max(0.0, (prefill(probe, largest_prefill)[0] - prefill(probe, 0)[0]) / (probe * largest_prefill))
+    # The probe alone is a point of the table already wherever the prompts reach 2,048 tokens.
+    alone = dict(zip(tokens, whole, strict=True)).get(probe) or prefill(probe, 0)
+    attended = max(0.0, (prefill(probe, largest_prefill)[0] - alone[0]) / (probe * largest_prefill))
     # Split by the rows themselves: the attention of n tokens among themselves grows as n^2 and is each request's own,
     # the rest grows as n and is shared by a step's requests. (One quadratic fitted through whole prompts instead
     # costs a step of several prompts as one long one: at DeepSeek-V3's 32,768 tokens it left nothing to the rest.)

@@ -215,11 +215,11 @@ def recipe_scheduler(row: dict[str, Any]) -> dict[str, Any]:
     if fp8 and row["decode_tp"] == 4:
         return fields | {"recv_interval": 10, "step_tokens": 8192, "max_running": 32,
                          "graph_batch_sizes": sglang_graph_sizes(32)}
+    looks = {"recv_interval": 30 if row["conc"] >= 16 else 10}
     if fp8 and row["spec_method"] == "mtp":
-        return fields | {"recv_interval": 30 if row["conc"] >= 16 else 10, "step_tokens": 16384, "max_running": 512,
-                         "graph_batch_sizes": sglang_graph_sizes(512)}
-    return fields | {"recv_interval": 30 if row["conc"] >= 16 else 10, "step_tokens": 32768 if fp8 else 16384,
-                     "max_running": 128 if fp8 else 256, "graph_batch_sizes": sglang_graph_sizes(128 if fp8 else 256)}
+        return fields | looks | {"step_tokens": 16384, "max_running": 512, "graph_batch_sizes": sglang_graph_sizes(512)}
+    return fields | looks | {"step_tokens": 32768 if fp8 else 16384, "max_running": 128 if fp8 else 256,
+                             "graph_batch_sizes": sglang_graph_sizes(128 if fp8 else 256)}
 
 
 def recipe_memory_fraction(row: dict[str, Any]) -> float | None:
