@@ -272,22 +272,27 @@ class _Engine:
     def _room(self) -> int:
         return self.cap - len(self.running)
 
-    def _chunks(self, budget: int) -> list[tuple[int, int, int]]:
-        """(request, new tokens, cached tokens) the step prefills, FCFS, within `budget` tokens and the room left."""
-        chunks: list[tuple[int, int, int]] = []
+    def _chunks(self, budget: int) -> tuple[list[int], list[tuple[int, int]]]:
+        """The requests the step prefills, FCFS (the queue's first ones, each but the last prefilled whole), and each
+        one's (new tokens, tokens cached before them), within `budget` tokens and the room left."""
+        requests: list[int] = []
+        chunks: list[tuple[int, int]] = []
         room = self._room()
         balancing, chunked = self.balancing, self.scheduler.chunked
+        inputs, prefilled = self.inputs, self.prefilled
         for position, request in enumerate(self.queue):
             if room <= 0 or budget <= 0 or (balancing and self._held(request, position)):
                 break
-            left = self.inputs[request] - self.prefilled[request]
+            cached = prefilled[request]
+            left = inputs[request] - cached
             take = left if not chunked else min(left, budget)
             if take > budget and chunks:
                 break
-            chunks.append((request, take, self.prefilled[request]))
+            requests.append(request)
+            chunks.append((take, cached))
             budget -= take
             room -= 1
-        return chunks
+        return requests, chunks
 
     def _held(self, request: int, position: int) -> bool:
         """Whether a balancing scheduler holds this request back: the last one queued, no other group's to go with
@@ -300,30 +305,31 @@ class _Engine:
         while self.queue and self._room() > 0:
             self._join(self.queue.popleft())
 
-    def _prefill_step(self, chunks: list[tuple[int, int, int]], decoding: bool) -> None:
-        prefill_model = self.model.prefill_s([(c, p) for _, c, p in chunks])
-        running = list(self.running) if decoding else []
+    def _prefill_step(self, requests: list[int], chunks: list[tuple[int, int]], decoding: bool) -> None:
+        prefill_model = self.model.prefill_s(chunks)
+        batch = len(self.running) if decoding else 0
         decode_model = 0.0
-        if decoding and running:
-            decode_model = self.model.decode_s(self.scheduler.padded(len(running)), self.context)
+        if batch:
+            decode_model = self.model.decode_s(self.scheduler.padded(batch), self.context)
             overlap = self.model.mixed_s(decode_model, prefill_model) - decode_model - prefill_model
             prefill_model += overlap
-        wall = (self.timing.decode_scale * decode_model + self.timing.prefill_scale * prefill_model
-                + self.timing.step_overhead_s)
-        self.busy_prefill += self.timing.prefill_scale * prefill_model
-        self.busy_decode += self.timing.decode_scale * decode_model
+        timing = self.timing
+        wall = timing.decode_scale * decode_model + timing.prefill_scale * prefill_model + timing.step_overhead_s
+        self.busy_prefill += timing.prefill_scale * prefill_model
+        self.busy_decode += timing.decode_scale * decode_model
         self._charge(decode_model, prefill_model, 1, wall)
         self.forward_passes += 1
-        done = self._emit(1) if running else []
-        for request, take, _ in chunks:
-            self.prefilled[request] += take
-            if self.prefilled[request] >= self.inputs[request]:
-                self.queue.remove(request)
+        done = self._emit(1) if batch else []
+        prefilled, inputs, outputs = self.prefilled, self.inputs, self.outputs
+        for request, (take, _) in zip(requests, chunks, strict=True):
+            prefilled[request] += take
+            if prefilled[request] >= inputs[request]:
+                self.queue.remove(request)  # at the queue's head: the step took its first requests
                 self.first[request] = self.time
                 total, arrived = self.total, self.at_arrival[request]
                 self.ttft_part[request] = [total[0] - arrived[0], total[1] - arrived[1], total[2] - arrived[2]]
                 self.decode_from[request] = total
-                if self.outputs[request] <= 1:
+                if outputs[request] <= 1:
                     done.append(request)
                 else:
                     self._join(request)
@@ -393,8 +399,11 @@ class _Engine:
         self.decode_steps = np.maximum(1, np.ceil((np.array(self.outputs) - 1) / self.sim.acceptance - 1e-9)).astype(
             np.int64).tolist()
         while True:
-            self._arrive_until(self.time)
-            self._poll()
+            # Both calls do nothing without an arrival due or a request in the inbox: checked here, they cost nothing.
+            if self.future and self.future[0][0] <= self.time:
+                self._arrive_until(self.time)
+            if self.inbox:
+                self._poll()
             if self.sim.disaggregation is not None:
                 self._admit_disaggregated()
                 if self.running:
@@ -405,11 +414,11 @@ class _Engine:
                 mixed = self.scheduler.batching == "mixed" and self.running
                 if mixed:
                     budget -= len(self.running)
-                chunks = self._chunks(budget) if self.queue else []
+                requests, chunks = self._chunks(budget) if self.queue else ([], [])
                 if self.queue and self._room() <= 0:
                     self.steps_full += 1
                 if chunks:
-                    self._prefill_step(chunks, decoding=bool(mixed))
+                    self._prefill_step(requests, chunks, decoding=bool(mixed))
                     continue
                 if self.running:
                     self._decode_stretch()

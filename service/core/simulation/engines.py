@@ -23,6 +23,7 @@ What the fields mean, in each engine's words:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 
 from service.core.errors import CostModelError
@@ -57,10 +58,9 @@ class Scheduler:
 
     def padded(self, batch: int) -> int:
         """The batch a decode step of `batch` sequences runs as: the next captured size, else itself."""
-        for size in self.graph_batch_sizes:
-            if size >= batch:
-                return size
-        return batch
+        sizes = self.graph_batch_sizes  # sorted (__post_init__)
+        at = bisect_left(sizes, batch)
+        return sizes[at] if at < len(sizes) else batch
 
 
 def sglang_graph_sizes(largest: int) -> tuple[int, ...]:

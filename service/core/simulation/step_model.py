@@ -53,11 +53,16 @@ class StepModel:
         """`chunks`: (new tokens, tokens cached before them) of each request prefilled in the step."""
         if not chunks:
             return 0.0
-        tokens = sum(c for c, _ in chunks)
-        linear = _extrapolated(tokens, self.prefill_tokens, self.prefill_times)
-        own = (sum(c * _extrapolated(c, self.prefill_tokens, self.self_attention_per_token) for c, _ in chunks)
-               if self.self_attention_per_token else 0.0)
-        return linear + own + self.per_attended_token_s * sum(c * p for c, p in chunks)
+        # One pass (the simulation asks once a prefill step, tens of thousands of times a plan).
+        xs, per_token = self.prefill_tokens, self.self_attention_per_token
+        tokens = attended = 0
+        own = 0.0
+        for c, p in chunks:
+            tokens += c
+            attended += c * p
+            if per_token:
+                own += c * _extrapolated(c, xs, per_token)
+        return _extrapolated(tokens, xs, self.prefill_times) + own + self.per_attended_token_s * attended
 
     def mixed_s(self, decode_s: float, prefill_s: float) -> float:
         if decode_s == 0 or prefill_s == 0:
