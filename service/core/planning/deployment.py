@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from service.core.dtypes import bytes_per_element
 from service.core.errors import CostModelError
@@ -57,6 +58,7 @@ from service.core.transformer.layers import (
     ModelDTypes,
     Row,
     Step,
+    busiest_device_experts,
     expected_active_experts,
     expert_exchange,
     layer_rows,
@@ -74,6 +76,9 @@ class Pool:
     expert_parallel: int = 1  # 1 or t
     attention_data_parallel: int = 1  # d, dividing t
     max_batch_per_group: int | None = None  # the engine's cap on the requests a group decodes at once
+    # Experts over the worker's devices read as its busiest device holds them (layers.busiest_device_experts): what
+    # an expert-parallel step is expected to take, not its bound (the mean, read where this is False).
+    busiest_experts: bool = False
 
     @property
     def attention_ranks(self) -> int:
@@ -188,8 +193,11 @@ class WorkerStep:
 
     def _curve(self, batches: Sequence[int], at: tuple[int, int], step: dict) -> list[float]:
         low, high = (self.evaluate(batch=b, **step) for b in at)
-        return curve_from_two(low, high, batches, bandwidth=self.evaluator.hbm.bytes_per_s, moe=self.arch.moe,
-                              routed_tokens_per_value=self.pool.attention_data_parallel * step["q_len"], at=at)
+        moe, pool = self.arch.moe, self.pool
+        busiest = moe is not None and pool.busiest_experts and pool.expert_parallel > 1
+        return curve_from_two(low, high, batches, bandwidth=self.evaluator.hbm.bytes_per_s, moe=moe,
+                              routed_tokens_per_value=pool.attention_data_parallel * step["q_len"], at=at,
+                              experts_hit=partial(_active_experts_per_device, pool, moe) if busiest else None)
 
     def _rounded_curve(self, batches: Sequence[int], step: dict) -> list[float]:
         """Experts over a worker with fewer attention groups than devices: a device's share of the worker's tokens
@@ -216,6 +224,15 @@ class WorkerStep:
         return [times[b] for b in batches]
 
 
+def _active_experts_per_device(pool: Pool, moe, tokens):
+    """The experts a device of an expert-parallel worker is taken to hit: the mean over its devices (the bound), or
+    the busiest device's (Pool.busiest_experts); `tokens` a number or an array of them (curve_from_two)."""
+    t = pool.tensor_parallel
+    if pool.busiest_experts:
+        return busiest_device_experts(tokens, moe.experts, moe.top_k, t)
+    return expected_active_experts(tokens, moe.experts, moe.top_k) / t
+
+
 def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int) -> Callable[[Architecture, LayerGroup, Step,
                                                                                 ModelDTypes], list[Row]]:
     """The MLP block of a worker's layer: experts whole over its devices, split by width, or gathered over its
@@ -229,7 +246,7 @@ def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int) -> Callable[
             # Where t does not divide the experts, each device holds ceil(E / t): the rest are redundant copies
             # of the busiest experts (SGLang's and DeepEP's load balancer), which read no more per device.
             shard = ExpertShard(max(1, worker_tokens * moe.top_k // t), -(-moe.experts // t),
-                                expected_active_experts(worker_tokens, moe.experts, moe.top_k) / t,
+                                _active_experts_per_device(pool, moe, worker_tokens),
                                 moe.expert_intermediate)
             sent = all_to_all_bytes(max(1, worker_tokens // t), moe.top_k, moe.routed_width(arch.hidden),
                                     dtypes.activations, t)

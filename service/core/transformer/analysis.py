@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from service.core.errors import CostModelError
 from service.core.hardware import DeviceSpec, MemoryLevelName
@@ -451,22 +451,25 @@ def batch_time_curve(arch: Architecture, evaluator: Evaluator, *, values: Sequen
 
 
 def curve_from_two(one: Sequence[RowResult], two: Sequence[RowResult], values: Sequence[int], *, bandwidth: float,
-                   moe: MoE | None, routed_tokens_per_value: int, at: tuple[int, int] = (1, 2)) -> list[float]:
+                   moe: MoE | None, routed_tokens_per_value: int, at: tuple[int, int] = (1, 2),
+                   experts_hit: Callable[[Any], Any] | None = None) -> list[float]:
     """A step's time at each value of a parameter from its rows at the two values `at` (1 and 2 unless told): every
     row's compute and memory times are lines through those, but a routed row's weight reads, which follow the experts
-    hit by the tokens the routing sees (`routed_tokens_per_value` per unit of the parameter)."""
+    hit by the tokens the routing sees (`routed_tokens_per_value` per unit of the parameter): the expected experts hit,
+    or `experts_hit(tokens)` where the rows were built on another count (an array of tokens in, one out)."""
     import numpy as np  # here, not at the top: only the serving planner needs it, and it is 20 MB a worker
 
     low, high = at
     x = (np.asarray(values, dtype=float) - low) / (high - low)
     total = np.zeros_like(x)
-    experts_hit = None
+    hit = None  # the experts hit at each value, over those at the lower anchor (a routed row's weights scale with them)
     if moe is not None:
         tokens = np.asarray(values, dtype=float) * routed_tokens_per_value
-        # The expected experts hit at each value, over those at the lower anchor (a routed row's weights scale with
-        # them).
-        miss = 1 - moe.top_k / moe.experts
-        experts_hit = (1 - miss**tokens) / (1 - miss ** (low * routed_tokens_per_value))
+        if experts_hit is None:
+            miss = 1 - moe.top_k / moe.experts
+            hit = (1 - miss**tokens) / (1 - miss ** (low * routed_tokens_per_value))
+        else:
+            hit = np.asarray(experts_hit(tokens)) / experts_hit(float(low * routed_tokens_per_value))
     # Every row's lines at once (an array line a row, a column a value), summed over the rows in their order (numpy
     # reduces a leading axis row after row): a few array operations for the step's dozens of rows, not a few each.
     compute: list[tuple[float, float]] = []
@@ -475,7 +478,7 @@ def curve_from_two(one: Sequence[RowResult], two: Sequence[RowResult], values: S
     instances: list[int] = []
     for r1, r2 in zip(one, two, strict=True):
         compute.append((r1.compute_time_s, r2.compute_time_s - r1.compute_time_s))
-        if r1.kind == "grouped_matmul" and experts_hit is not None:
+        if r1.kind == "grouped_matmul" and hit is not None:
             w1, w2 = r1.weight_bytes / bandwidth, r2.weight_bytes / bandwidth
             routed.append((len(memory), w1))
             memory.append((r1.memory_time_s - w1, (r2.memory_time_s - w2) - (r1.memory_time_s - w1)))
@@ -487,8 +490,8 @@ def curve_from_two(one: Sequence[RowResult], two: Sequence[RowResult], values: S
     c, m = np.array(compute).T[..., None], np.array(memory).T[..., None]
     memory_lines = m[0] + m[1] * x
     for index, weights in routed:
-        assert experts_hit is not None  # a row is routed only where the experts hit are known
-        memory_lines[index] += weights * experts_hit
+        assert hit is not None  # a row is routed only where the experts hit are known
+        memory_lines[index] += weights * hit
     total += (np.maximum(c[0] + c[1] * x, memory_lines) * np.array(instances, dtype=float)[:, None]).sum(axis=0)
     return total.tolist()
 

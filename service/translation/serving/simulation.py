@@ -4,6 +4,8 @@ the device's kernel tables)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from service.core.operators.attention import ATTENTION
@@ -75,16 +77,21 @@ def _step_model(worker: deployment.WorkerStep, prefill_worker: deployment.Worker
                             reference_context=reference_context, largest_prefill=largest_prefill)
 
 
+def _busiest(pool: deployment.Pool) -> deployment.Pool:
+    return replace(pool, busiest_experts=True) if pool.expert_parallel > 1 else pool
+
+
 def simulation_of(request, setup, bound: deployment.ServingBound, evaluator: Evaluator, scheduler: Scheduler,
                   traffic: Traffic, speculative: deployment.Speculative | None) -> Simulation:
     """`setup`: the request resolved (serving_analyses.ServingSetup); `bound`: its deployment's bound (its running
     batch caps the simulated one: the KV cache and the engine's cap); `evaluator`: whose step times;
     `speculative`: the request's, its draft model resolved."""
     decode, prefill = setup.decode, setup.prefill
-    worker = deployment.WorkerStep(setup.arch, evaluator, setup.topology, decode, setup.dtypes)
+    # A step waits for its busiest device: the simulation expects an expert-parallel step as that device runs it.
+    worker = deployment.WorkerStep(setup.arch, evaluator, setup.topology, _busiest(decode), setup.dtypes)
     draft_worker = deployment.draft_worker_for(speculative, worker)
     prefill_worker = worker if prefill is None else deployment.WorkerStep(setup.arch, evaluator, setup.topology,
-                                                                         prefill, setup.dtypes)
+                                                                         _busiest(prefill), setup.dtypes)
     # The bound's running batch is the group's share of the concurrency, at most the request's cap, unless the KV
     # cache holds fewer: only then does it cap the simulated batch (the engine's cap is the scheduler's).
     state = bound.pools[-1]
