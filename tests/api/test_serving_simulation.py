@@ -9,7 +9,7 @@ import json
 import pytest
 
 from service.persistence.catalog import DATA_DIR
-from service.translation.serving.inferencex import newest_runs, serving_request, simulated_request
+from service.translation.serving.inferencex import newest_runs, simulated_request
 
 RUNS = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
 
@@ -210,8 +210,7 @@ def test_parity_charts_of_engine_and_scheduling_calibrations_plot_what_answers_e
     engine = "engine:sglang:fp8:mtp"
     found = points(engine)
     assert len(found) == client.get(f"/v1/calibrations/{engine}").json()["fitted_on"]
-    # The engine line is fitted to the rows' serving requests (three drafts; the simulation runs the recipe's two).
-    answer = analyze(client, serving_request(mtp) | {"calibration": "kernels"})["expected"]
+    answer = analyze(client, simulated_request(mtp) | {"calibration": "kernels"})["expected"]
     assert answer["percentiles"] is None and answer["calibration"]["id"] == engine
     assert plotted(found, mtp["metrics"]["median_tpot"], answer["tpot_s"])
 
@@ -243,28 +242,6 @@ def test_four_device_fp8_runs_take_their_recipes_scheduler_and_memory_share(clie
         r["hardware"], r["framework"], r["precision"], r["disagg"], r["decode_tp"], r["conc"]) == (
         "b200", "sglang", "fp8", False, 8, 32)))
     assert eight["memory_utilization"] == 0.82 and eight["scheduler"]["step_tokens"] == 32768
-
-
-def test_mtp_runs_simulate_the_draft_tokens_their_recipe_runs(client):
-    """SGLang's MTP recipes on B200 and B300 draft two tokens a step (--speculative-num-steps 2,
-    --speculative-num-draft-tokens 3), so their simulation verifies three; the bound's request keeps three drafts all
-    accepted (a bound whatever the recipe). MI355X's SGLang recipe and TensorRT-LLM's keep three in both."""
-    newest = newest_runs(RUNS)
-
-    def mtp(hardware, framework):
-        return next(r for r in newest if (r["hardware"], r["framework"], r["spec_method"], r["disagg"]) == (
-            hardware, framework, "mtp", False))
-
-    for hardware in ("b200", "b300"):
-        row = mtp(hardware, "sglang")
-        assert simulated_request(row)["speculative"] == {"method": "mtp", "draft_tokens": 2, "acceptance_length": 3}
-        assert serving_request(row)["speculative"]["draft_tokens"] == 3
-    for hardware, framework in (("mi355x", "sglang"), ("b200", "trt")):
-        row = mtp(hardware, framework)
-        assert simulated_request(row)["speculative"] == serving_request(row)["speculative"]
-        assert serving_request(row)["speculative"]["draft_tokens"] == 3
-    answer = analyze(client, simulated_request(mtp("b200", "sglang")))
-    assert answer["expected"]["percentiles"] is not None
 
 
 def test_a_step_of_several_prompts_shares_their_work_but_not_their_attention(client):

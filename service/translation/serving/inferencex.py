@@ -179,9 +179,6 @@ def simulated_request(row: dict[str, Any]) -> dict[str, Any]:
     """The row's serving request with its benchmark's client (a range ratio of 0.8), its recipe's scheduler and the
     memory its recipe lets the engine have: what the scheduling simulation runs."""
     body = serving_request(row) | {"scheduler": recipe_scheduler(row), "workload": {"range_ratio": RANGE_RATIO}}
-    drafts = recipe_drafts(row)
-    if drafts is not None:
-        body["speculative"] = {"method": "mtp", "draft_tokens": drafts, "acceptance_length": drafts + 1}
     fraction = recipe_memory_fraction(row)
     return body if fraction is None else body | {"memory_utilization": fraction}
 
@@ -223,22 +220,6 @@ def recipe_scheduler(row: dict[str, Any]) -> dict[str, Any]:
         return fields | looks | {"step_tokens": 16384, "max_running": 512, "graph_batch_sizes": sglang_graph_sizes(512)}
     return fields | looks | {"step_tokens": 32768 if fp8 else 16384, "max_running": 128 if fp8 else 256,
                              "graph_batch_sizes": sglang_graph_sizes(128 if fp8 else 256)}
-
-
-def recipe_drafts(row: dict[str, Any]) -> int | None:
-    """The draft tokens a step a row's recipe runs with MTP, where it differs from the bound's MTP_DRAFT_TOKENS (the
-    same files as recipe_scheduler): SGLang on B200/B300 (`dsr1_fp8_b200_mtp.sh`, `_b300_mtp.sh`,
-    `dsr1_fp4_b200_mtp.sh`) runs `--speculative-num-steps 2 --speculative-num-draft-tokens 3`, two drafts and three
-    tokens verified a step; MI355X's SGLang recipe runs three, as the bound. Each accepted, as in serving_request:
-    the rows record no acceptance, the calibration's decode scale takes it in. TensorRT-LLM's recipe drafts one with
-    attention data parallelism (`num_nextn_predict_layers` 1) and three without; simulated at one, its held-out
-    TPOT went from 6.4 % to 10.6 % (fp4) in the median, the rows' acceptances unknown at either count, so it is left
-    at three (docs/serving.md)."""
-    if row["spec_method"] != "mtp" or row["disagg"]:
-        return None
-    if row["framework"] == "sglang" and row["hardware"] in ("b200", "b300"):
-        return 2
-    return None
 
 
 def recipe_memory_fraction(row: dict[str, Any]) -> float | None:
