@@ -251,11 +251,12 @@ class _Engine:
         self.total = [total[0] + decode_model, total[1] + prefill_model, total[2] + steps]
 
     def _finish(self, done: list[int]) -> None:
+        now, total, closed = self.time, self.total, self.open_times is None
         for request in done:
-            self.finish[request] = self.time
-            self.at_finish[request] = self.total
-            if self.open_times is None and self.sent < self.prompts:
-                self._send(self.time)
+            self.finish[request] = now
+            self.at_finish[request] = total
+            if closed and self.sent < self.prompts:
+                self._send(now)
 
     # -- steps ---------------------------------------------------------------------------------------------------
     def _poll(self) -> None:
@@ -338,15 +339,16 @@ class _Engine:
     def _emit(self, steps: int) -> list[int]:
         """`steps` decode steps of the running batch: each request gains steps x acceptance tokens; those done
         leave the batch (returned)."""
-        acceptance = self.sim.acceptance
-        self.context += steps * acceptance * len(self.running)
-        self.decoded += steps
+        acceptance, running, finishing = self.sim.acceptance, self.running, self.finishing
+        context = self.context + steps * acceptance * len(running)
+        decoded = self.decoded = self.decoded + steps
         done = []
-        while self.finishing and self.finishing[0][0] <= self.decoded:
-            request = heapq.heappop(self.finishing)[1]
-            self.running.discard(request)
-            self.context -= self.inputs[request] + 1 + acceptance * (self.decoded - self.joined[request])
+        while finishing and finishing[0][0] <= decoded:
+            request = heapq.heappop(finishing)[1]
+            running.discard(request)
+            context -= self.inputs[request] + 1 + acceptance * (decoded - self.joined[request])
             done.append(request)
+        self.context = context
         return done
 
     def _join(self, request: int) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def _grid(largest: int, first: int = 1, factor: int = 2) -> list[int]:
@@ -42,11 +42,16 @@ class StepModel:
     weights_s: float  # one read of a device's weights
     # A(n) / n at prefill_tokens; empty: no attention within a chunk (a hand-made model's choice)
     self_attention_per_token: tuple[float, ...] = ()
+    # Table reads already made, by batch or tokens: a run asks for the same few sizes thousands of times.
+    _read: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def decode_s(self, batch: int, total_context: float) -> float:
         if batch <= 0:
             return 0.0
-        base = _interpolated(batch, self.decode_batches, self.decode_times)
+        key = ("decode", batch)
+        base = self._read.get(key)
+        if base is None:
+            base = self._read[key] = _interpolated(batch, self.decode_batches, self.decode_times)
         return max(0.0, base + self.per_context_token_s * (total_context - batch * self.reference_context))
 
     def prefill_s(self, chunks: Sequence[tuple[int, int]]) -> float:
@@ -54,15 +59,21 @@ class StepModel:
         if not chunks:
             return 0.0
         # One pass (the simulation asks once a prefill step, tens of thousands of times a plan).
-        xs, per_token = self.prefill_tokens, self.self_attention_per_token
+        read = self._read
         tokens = attended = 0
         own = 0.0
         for c, p in chunks:
             tokens += c
             attended += c * p
-            if per_token:
-                own += c * _extrapolated(c, xs, per_token)
-        return _extrapolated(tokens, xs, self.prefill_times) + own + self.per_attended_token_s * attended
+            per_token = read.get(c)
+            if per_token is None:
+                per_token = read[c] = (_extrapolated(c, self.prefill_tokens, self.self_attention_per_token)
+                                       if self.self_attention_per_token else 0.0)
+            own += c * per_token
+        linear = read.get(("prefill", tokens))
+        if linear is None:
+            linear = read[("prefill", tokens)] = _extrapolated(tokens, self.prefill_tokens, self.prefill_times)
+        return linear + own + self.per_attended_token_s * attended
 
     def mixed_s(self, decode_s: float, prefill_s: float) -> float:
         if decode_s == 0 or prefill_s == 0:
