@@ -205,6 +205,13 @@ SCHEDULING_NOTES = (
 )
 
 
+def expected_alone(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> dict | None:
+    """The analysis's `expected` (the same figures, as a dict) without the rest of the answer: what a plan reads of
+    each configuration it simulates."""
+    setup = serving_setup(request, catalog)
+    return expected_of(request, catalog, setup, setup.deployment_on(setup.evaluator))[0]
+
+
 def _layout_notes(request: ServingAnalysisRequest, bound, topology: Topology) -> list[str]:
     notes = []
     for state in bound.pools:

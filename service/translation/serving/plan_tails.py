@@ -17,7 +17,7 @@ from service.core.planning import serving
 from service.core.simulation.engines import engine_family
 from service.persistence.catalog import DeviceCatalog, carried_scheduling_calibrations
 from service.runtime.errors import Unprocessable
-from service.translation.serving.analyses import analyze_serving_request, serving_setup, speculative_of
+from service.translation.serving.analyses import expected_alone, serving_setup, speculative_of
 from service.translation.serving.simulation import launch_of
 
 # slo field: (the percentiles' quantity, which percentile)
@@ -66,19 +66,19 @@ def simulated(request: ServingPlanRequest, config: serving.Config,
     alone (a steady-state share, planning/serving.py), where the simulated engine may prefill several in one step, so
     a simulated median can fall under it: the plan then answers its bound, for the median and for the percentiles
     under it, and no more requests a second than the bound (a serving analysis floors at its decode step alone)."""
-    expected = analyze_serving_request(_deployment(request, config), catalog).expected
-    if expected is None or expected.percentiles is None or config.expected is None:
+    expected = expected_alone(_deployment(request, config), catalog)
+    if expected is None or expected.get("percentiles") is None or config.expected is None:
         return None
     floors = {"ttft_s": config.ttft_s, "tpot_s": config.tpot_s, "e2e_s": config.e2e_latency_s}
     percentiles = {quantity: {which: max(value, floors[quantity]) for which, value in values.items()}
-                   for quantity, values in expected.percentiles.model_dump().items()}
-    rate = min(expected.requests_per_s, config.requests_per_s)
-    kept = rate / expected.requests_per_s
+                   for quantity, values in expected["percentiles"].items()}
+    rate = min(expected["requests_per_s"], config.requests_per_s)
+    kept = rate / expected["requests_per_s"]
     tpot = percentiles["tpot_s"]["p50"]
     figures = replace(config.expected, ttft_s=percentiles["ttft_s"]["p50"], tpot_s=tpot,
-                      e2e_latency_s=max(expected.e2e_latency_s, config.e2e_latency_s), requests_per_s=rate,
-                      tokens_per_s=expected.output_tokens_per_s * kept,
-                      tokens_per_s_per_device=expected.output_tokens_per_s_per_device * kept,
+                      e2e_latency_s=max(expected["e2e_latency_s"], config.e2e_latency_s), requests_per_s=rate,
+                      tokens_per_s=expected["output_tokens_per_s"] * kept,
+                      tokens_per_s_per_device=expected["output_tokens_per_s_per_device"] * kept,
                       tokens_per_s_per_user=1 / tpot)
     return replace(config, expected=figures), percentiles
 
