@@ -80,3 +80,31 @@ def test_every_object_a_memo_keys_by_identity_is_deeply_frozen():
     kinds = {type(obj).__name__ for obj in held}
     assert {"DeviceSpec", "MeasuredRoofs", "Architecture"} <= kinds
     assert [type(obj).__name__ for obj in held if not deeply_frozen(obj)] == []
+
+
+def test_an_evaluator_keeps_two_generations_of_rows(monkeypatch):
+    """Evaluator.evaluate keeps what it evaluated in two generations of ROW_CACHE_GENERATION rows: never more than
+    two generations' worth, and a row asked for again after its generation turned (what a plan's tails do with the
+    rows its search evaluated) is served from the older one and promoted, not evaluated again."""
+    from service.core.operators.pointwise import elementwise_cost
+    from service.core.transformer import analysis
+    from service.core.transformer.analysis import Evaluator
+    from service.core.transformer.layers import Row
+    from service.persistence.catalog import nominal_device
+
+    monkeypatch.setattr(analysis, "ROW_CACHE_GENERATION", 4)
+    evaluator = Evaluator(nominal_device("nvidia-h100-sxm"))
+    evaluated = []
+    real = evaluator._evaluate
+    monkeypatch.setattr(evaluator, "_evaluate", lambda row, group, layers: evaluated.append(row.name) or real(
+        row, group, layers))
+    rows = [Row(f"row{i}", "elementwise", 1, elementwise_cost(op="add", shape=[i + 1, 64])) for i in range(10)]
+    first = evaluator.evaluate(rows[0], "layers", 1)
+    for row in rows[1:6]:  # row0-row3 fill a generation; row4 turns it, row5 joins the new one
+        evaluator.evaluate(row, "layers", 1)
+    assert len(evaluator._rows) + len(evaluator._older_rows) <= 8
+    assert evaluator.evaluate(rows[0], "layers", 1) is first  # from the older generation
+    assert evaluated.count("row0") == 1
+    for row in rows:
+        evaluator.evaluate(row, "layers", 1)
+    assert len(evaluator._rows) <= 4 and len(evaluator._older_rows) <= 4
