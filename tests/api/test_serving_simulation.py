@@ -215,6 +215,23 @@ def test_parity_charts_of_engine_and_scheduling_calibrations_plot_what_answers_e
     assert plotted(found, mtp["metrics"]["median_tpot"], answer["tpot_s"])
 
 
+def test_expert_parallel_steps_are_simulated_at_their_busiest_device(client):
+    """InferenceX measured DeepSeek-R1 fp8 under TensorRT-LLM on eight B200s at 4 in flight (1,024 / 1,024) at 14.6 ms
+    TPOT with the experts over the devices and 8.7 ms with them split by width: 1.68x. The bounds read the mean
+    device's experts and part them by their all-to-all alone; the simulation reads the busiest device's (at 4 tokens,
+    6.6 of the experts hit against the mean's 3.8: tests/core/test_deployment.py), so it parts them further, and its
+    answer says so where the experts are over the devices."""
+    body = {"model_id": "deepseek-v3", "device_id": "nvidia-b200", "input_len": 1024, "output_len": 1024,
+            "concurrency": 4, "tensor_parallel": 8, "engine": "trt", "dtypes": {"scheme": "w8a8-fp8", "kv_cache": "fp8"}}
+    split, over = analyze(client, body), analyze(client, body | {"expert_parallel": 8})
+    assert split["expected"]["percentiles"] is not None and over["expected"]["percentiles"] is not None
+    bounds = over["bound"]["tpot_s"] / split["bound"]["tpot_s"]
+    expected = over["expected"]["tpot_s"] / split["expected"]["tpot_s"]
+    assert 1.0 < bounds < 1.15 and expected > 1.05 * bounds
+    mark = "busiest device's experts"
+    assert any(mark in note for note in over["assumptions"]) and not any(mark in note for note in split["assumptions"])
+
+
 def test_four_device_fp8_runs_take_their_recipes_scheduler_and_memory_share(client):
     """InferenceX's dsr1_fp8_b200.sh runs four devices at 8,192 / 1,024 only, with --scheduler-recv-interval 10,
     --chunked-prefill-size 8192, --max-running-requests 32 and --mem-fraction-static 0.95 (eight devices: 30 from 16
