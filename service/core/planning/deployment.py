@@ -201,10 +201,43 @@ class WorkerStep:
 
     def _rounded_curve(self, batches: Sequence[int], step: dict) -> list[float]:
         """Experts over a worker with fewer attention groups than devices: a device's share of the worker's tokens
-        (what it dispatches, the token rows of its experts) is rounded down, and at least 1. Past the batch where
-        every device has a token, the rounding repeats every `period` batches, so along each class of batches
-        `period` apart the step is affine but for the experts hit: a curve through two of its steps. Below that
-        batch, and in a class holding two batches or fewer, each step is analysed."""
+        (what it dispatches, the token rows of its experts) is rounded down, and at least 1 (_device_shares). Every
+        row's compute and memory times are affine in (1, the batch, the two shares) but for the experts hit, so a
+        few steps whose shares span those directions give every row's coefficients, and the step at every batch is
+        the sum of its rows' larger time: exact, as the step analysed at each (checked on one more step, and by the
+        rounding classes where that check fails)."""
+        import numpy as np  # here, as curve_from_two: only the serving planner needs it
+
+        distinct = list(dict.fromkeys(batches))
+        moe, pool, q_len = self.arch.moe, self.pool, step["q_len"]
+        assert moe is not None  # shares round only where experts split over the worker
+        tokens = [pool.attention_data_parallel * b * q_len for b in distinct]
+        design = np.array([(1.0, b, *_device_shares(pool.tensor_parallel, moe, w)) for b, w in zip(distinct, tokens,
+                                                                                                strict=True)])
+        rank = np.linalg.matrix_rank(design)
+        chosen: list[int] = []
+        for index in range(len(distinct)):
+            if np.linalg.matrix_rank(design[[*chosen, index]]) > len(chosen):
+                chosen.append(index)
+            if len(chosen) == rank:
+                break
+        check = next((i for i in range(len(distinct) - 1, -1, -1) if i not in chosen), None)
+        if len(distinct) <= len(chosen) + 1 or check is None:
+            return [self.time_s(batch=b, **step) for b in batches]
+        analysed = [self.evaluate(batch=distinct[i], **step) for i in chosen]
+        curve = _rows_through(analysed, design[chosen], design,
+                              _active_experts_per_device(pool, moe, np.array(tokens, dtype=float)), chosen,
+                              self.evaluator.hbm.bytes_per_s)
+        if curve is None or not math.isclose(curve[check], self.time_s(batch=distinct[check], **step), rel_tol=1e-9):
+            return self._class_curve(batches, step)
+        at = dict(zip(distinct, curve, strict=True))
+        return [at[b] for b in batches]
+
+    def _class_curve(self, batches: Sequence[int], step: dict) -> list[float]:
+        """The rounded curve by classes: past the batch where every device has a token, the rounding repeats every
+        `period` batches, so along each class of batches `period` apart the step is affine but for the experts hit:
+        a curve through two of its steps. Below that batch, and in a class holding two batches or fewer, each step is
+        analysed."""
         t, tokens_per_batch = self.pool.tensor_parallel, self.pool.attention_data_parallel * step["q_len"]
         period = t // math.gcd(t, tokens_per_batch)
         every_device = -(-t // tokens_per_batch)
@@ -222,6 +255,34 @@ class WorkerStep:
             else:
                 times.update(zip(members, self._curve(members, (low, low + period), step), strict=True))
         return [times[b] for b in batches]
+
+
+def _rows_through(analysed: list[list[RowResult]], known, design, experts_hit, chosen: list[int],
+                  bandwidth: float) -> list[float] | None:
+    """The step at every row of `design` from its rows analysed at the `known` rows of it (`chosen`, their indices):
+    each row's compute time and memory time (a routed row's less its weights, which follow `experts_hit`) solved as
+    affine in the design's columns. None where the steps' rows do not line up."""
+    import numpy as np
+
+    if len({len(rows) for rows in analysed}) != 1:
+        return None
+    compute = np.array([[r.compute_time_s for r in rows] for rows in analysed])
+    weights = np.array([[r.weight_bytes / bandwidth if r.kind == "grouped_matmul" else 0.0 for r in rows]
+                        for rows in analysed])
+    memory = np.array([[r.memory_time_s for r in rows] for rows in analysed]) - weights
+    instances = np.array([r.instances for r in analysed[0]], dtype=float)
+    solve = np.linalg.pinv(known)
+    hit = np.asarray(experts_hit)
+    compute_all = design @ (solve @ compute)
+    memory_all = design @ (solve @ memory) + np.outer(hit / hit[chosen[0]], weights[0])
+    return (np.maximum(compute_all, memory_all) @ instances).tolist()
+
+
+def _device_shares(devices: int, moe, worker_tokens: int) -> tuple[int, int]:
+    """A device's share of an expert-parallel worker's tokens, rounded down and at least 1: (the token rows its
+    experts multiply, the tokens it dispatches). The only parts of a step that are not affine in its batch but for
+    the experts hit (WorkerStep._rounded_curve)."""
+    return max(1, worker_tokens * moe.top_k // devices), max(1, worker_tokens // devices)
 
 
 def _active_experts_per_device(pool: Pool, moe, tokens):
@@ -245,11 +306,10 @@ def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int) -> Callable[
             moe = arch.moe
             # Where t does not divide the experts, each device holds ceil(E / t): the rest are redundant copies
             # of the busiest experts (SGLang's and DeepEP's load balancer), which read no more per device.
-            shard = ExpertShard(max(1, worker_tokens * moe.top_k // t), -(-moe.experts // t),
-                                _active_experts_per_device(pool, moe, worker_tokens),
+            token_rows, dispatched = _device_shares(t, moe, worker_tokens)
+            shard = ExpertShard(token_rows, -(-moe.experts // t), _active_experts_per_device(pool, moe, worker_tokens),
                                 moe.expert_intermediate)
-            sent = all_to_all_bytes(max(1, worker_tokens // t), moe.top_k, moe.routed_width(arch.hidden),
-                                    dtypes.activations, t)
+            sent = all_to_all_bytes(dispatched, moe.top_k, moe.routed_width(arch.hidden), dtypes.activations, t)
             rows = expert_exchange(mlp_rows(arch, group, step, dtypes, shard), sent)
             return tensor_parallel_block("mlp", rows, arch, step, dtypes)
         if d > 1:
