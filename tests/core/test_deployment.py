@@ -186,3 +186,15 @@ def test_the_busiest_device_curve_is_the_step_at_every_batch(pool):
     assert step.time_s(batch=4, q_len=1, kv_len=2049) > 1.1 * bound.time_s(batch=4, q_len=1, kv_len=2049)
     assert step.time_s(batch=512, q_len=1, kv_len=2049) == pytest.approx(bound.time_s(batch=512, q_len=1, kv_len=2049),
                                                                         rel=1e-3)
+
+
+def test_the_rounded_curve_falls_back_to_its_classes_where_the_rows_do_not_line_up(monkeypatch):
+    """Where the rows solved from a few steps cannot be read (their rows do not line up, or the step checked beside
+    them disagrees), the curve is drawn class by class, two steps a class: still each step analysed."""
+    from service.core.planning import deployment
+
+    monkeypatch.setattr(deployment, "_rows_through", lambda *_, **__: None)
+    step = worker("nvidia-b200", Pool(1, 8, 8, 1))
+    batches = list(range(1, 41))
+    assert step.decode_curve(batches, kv_len=2049) == pytest.approx(
+        [step.time_s(batch=b, q_len=1, kv_len=2049) for b in batches], rel=1e-12)
