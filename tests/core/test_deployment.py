@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from service.core.errors import CostModelError
 from service.core.planning.deployment import Pool, WorkerStep, pool_weight_bytes
 from service.core.training.collectives import Link, Topology
 from service.core.transformer.analysis import Evaluator
@@ -198,3 +199,44 @@ def test_the_rounded_curve_falls_back_to_its_classes_where_the_rows_do_not_line_
     batches = list(range(1, 41))
     assert step.decode_curve(batches, kv_len=2049) == pytest.approx(
         [step.time_s(batch=b, q_len=1, kv_len=2049) for b in batches], rel=1e-12)
+
+
+def _catalog_moe_models() -> list:
+    models = []
+    for path in sorted(MODEL_CATALOG_DIR.glob("*.json")):
+        config = json.loads(path.read_text())
+        if "model_type" not in config:
+            continue
+        arch = from_hf_config(config)
+        if arch.moe is not None:
+            models.append(pytest.param(arch, id=path.stem))
+    return models
+
+
+@pytest.mark.parametrize("model", _catalog_moe_models())
+def test_every_catalog_moe_models_rounded_curve_is_its_steps(model, monkeypatch):
+    """The rounded curve solved from a few steps (WorkerStep._rounded_curve) on every MoE model of the catalog, with
+    16 devices of experts and 2 attention groups, verifying 2 tokens a sequence, and with the busiest device's
+    experts over 8: equal to each step analysed at every batch from 1 to 70 and at 512, and never through the
+    class-by-class fallback."""
+    from service.core.planning import deployment
+
+    fallback: list[int] = []
+    original = deployment.WorkerStep._class_curve
+    monkeypatch.setattr(deployment.WorkerStep, "_class_curve",
+                        lambda self, batches, step: fallback.append(1) or original(self, batches, step))
+    checked = 0
+    for pool, q_len in ((Pool(1, 16, 16, 2), 2), (Pool(1, 8, 8, 1, busiest_experts=True), 1)):
+        try:
+            deployment.check_pool(model, pool)
+        except CostModelError:
+            continue
+        checked += 1
+        step = WorkerStep(model, Evaluator(nominal_device("nvidia-b200")), worker("nvidia-b200", pool).topology, pool,
+                          FP8)
+        batches = [*range(1, 71), 512]
+        curve = step.decode_curve(batches, kv_len=3001, q_len=q_len, scored_tokens=q_len)
+        assert not fallback
+        assert curve == pytest.approx([step.time_s(batch=b, q_len=q_len, kv_len=3001, scored_tokens=q_len)
+                                       for b in batches], rel=1e-12)
+    assert checked  # each model takes one of the two layouts at least
