@@ -225,8 +225,8 @@ class WorkerStep:
         if len(distinct) <= len(chosen) + 1 or check is None:
             return [self.time_s(batch=b, **step) for b in batches]
         analysed = [self.evaluate(batch=distinct[i], **step) for i in chosen]
-        curve = _rows_through(analysed, design[chosen], design,
-                              _active_experts_per_device(pool, moe, np.array(tokens, dtype=float)), chosen,
+        curve = _rows_through(analysed, design, chosen,
+                              _active_experts_per_device(pool, moe, np.array(tokens, dtype=float)),
                               self.evaluator.hbm.bytes_per_s)
         if curve is None or not math.isclose(curve[check], self.time_s(batch=distinct[check], **step), rel_tol=1e-9):
             return self._class_curve(batches, step)
@@ -257,11 +257,11 @@ class WorkerStep:
         return [times[b] for b in batches]
 
 
-def _rows_through(analysed: list[list[RowResult]], known, design, experts_hit, chosen: list[int],
+def _rows_through(analysed: list[list[RowResult]], design, chosen: list[int], experts_hit,
                   bandwidth: float) -> list[float] | None:
-    """The step at every row of `design` from its rows analysed at the `known` rows of it (`chosen`, their indices):
-    each row's compute time and memory time (a routed row's less its weights, which follow `experts_hit`) solved as
-    affine in the design's columns. None where the steps' rows do not line up."""
+    """The step at every row of `design` from its rows analysed at the `chosen` rows of it: each row's compute time
+    and memory time (a routed row's less its weights, which follow `experts_hit`) solved as affine in the design's
+    columns. None where the steps' rows do not line up."""
     import numpy as np
 
     if len({len(rows) for rows in analysed}) != 1:
@@ -271,7 +271,7 @@ def _rows_through(analysed: list[list[RowResult]], known, design, experts_hit, c
                         for rows in analysed])
     memory = np.array([[r.memory_time_s for r in rows] for rows in analysed]) - weights
     instances = np.array([r.instances for r in analysed[0]], dtype=float)
-    solve = np.linalg.pinv(known)
+    solve = np.linalg.pinv(design[chosen])
     hit = np.asarray(experts_hit)
     compute_all = design @ (solve @ compute)
     memory_all = design @ (solve @ memory) + np.outer(hit / hit[chosen[0]], weights[0])

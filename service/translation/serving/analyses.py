@@ -43,6 +43,7 @@ from service.translation.models.analyses import (
 from service.translation.plain_fields import plain_fields
 from service.translation.serving.simulation import (
     SimulationTooLarge,
+    busiest_experts_note,
     launch_of,
     scheduler_of,
     simulated_expectation,
@@ -346,12 +347,9 @@ def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, set
         return answer, f"{note}; percentiles: null, {reason} (the steady-state line answers)"
     except CostModelError as exc:
         raise unprocessable(exc, "body") from None
-    busiest = ("; its expert-parallel steps read as the busiest device's experts, the largest share of a step's "
-               "experts hit under uniform routing (the bound reads the mean device's)"
-               if any(pool.expert_parallel > 1 for pool in (setup.decode, setup.prefill) if pool is not None) else "")
     return ({**answer, **figures, "percentiles": percentiles, "simulation": account},
             f"{note}; then its TTFT, TPOT and rates from the scheduling simulation (expected.simulation): "
-            f"{scheduling.basis}{busiest}")
+            f"{scheduling.basis}{busiest_experts_note(setup)}")
 
 
 def unit_run(request: ServingAnalysisRequest, catalog: DeviceCatalog, *, on_kernels: bool = False,

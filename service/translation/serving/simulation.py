@@ -81,6 +81,16 @@ def _busiest(pool: deployment.Pool) -> deployment.Pool:
     return replace(pool, busiest_experts=True) if pool.expert_parallel > 1 else pool
 
 
+def busiest_experts_note(setup) -> str:
+    """What an answer's assumptions add where simulation_of read the steps at their busiest device (_busiest), else
+    nothing."""
+    pools = [pool for pool in (setup.decode, setup.prefill) if pool is not None]
+    if all(_busiest(pool) is pool for pool in pools):
+        return ""
+    return ("; its expert-parallel steps read as the busiest device's experts, the largest share of a step's experts "
+            "hit under uniform routing (the bound reads the mean device's)")
+
+
 def simulation_of(request, setup, bound: deployment.ServingBound, evaluator: Evaluator, scheduler: Scheduler,
                   traffic: Traffic, speculative: deployment.Speculative | None) -> Simulation:
     """`setup`: the request resolved (serving_analyses.ServingSetup); `bound`: its deployment's bound (its running
