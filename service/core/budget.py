@@ -13,6 +13,12 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+# time.thread_time is a system call (0.5-3 us on this project's machines, against 45 ns for time.monotonic): a
+# serving plan's search checks about 1,250 times, and reading the CPU clock at each cost 8 % of the plan. The CPU
+# clock is read at most once a millisecond of wall time instead; what runs between readings is still charged, at
+# the next one, so a limit is noticed at most a millisecond late.
+CPU_READ_INTERVAL_S = 1e-3
+
 
 class BudgetSpent(Exception):
     """The request's deadline passed, or its client went away, before the work was done."""
@@ -33,15 +39,18 @@ class Budget:
     client_gone: bool = False  # set by the HTTP layer when the client disconnects
     cpu_limit_s: float | None = None
     cpu_s: float = 0.0  # measured so far
-    _mark: tuple[int, float] | None = None  # (thread, its CPU time) at the last check
+    _mark: tuple[int, float] | None = None  # (thread, its CPU time) at the last reading of the CPU clock
+    _next_reading: float = 0.0  # time.monotonic() from which the CPU clock is read again
 
     def check(self) -> None:
         if self.client_gone:
             raise BudgetSpent("the client went away before the answer was ready")
-        if time.monotonic() > self.deadline:
+        wall = time.monotonic()
+        if wall > self.deadline:
             raise BudgetSpent(f"the request ran past its deadline of {self.seconds:g} s")
-        if self.cpu_limit_s is None:
+        if self.cpu_limit_s is None or wall < self._next_reading:
             return
+        self._next_reading = wall + CPU_READ_INTERVAL_S
         thread, now = threading.get_ident(), time.thread_time()
         if self._mark is not None and self._mark[0] == thread:
             self.cpu_s += now - self._mark[1]
