@@ -55,6 +55,7 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 NOMINAL_CATALOG_PATH = DATA_DIR / "devices.json"
 MODEL_CATALOG_DIR = DATA_DIR / "models"
 GEMM_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "gemm.json"
+MOE_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "moe.json"
 GEMM_LATTICES_PATH = DATA_DIR / "calibrations" / "gemm_lattices.npz"
 SERVING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "serving.json"
 ENGINE_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "engines.json"
@@ -82,6 +83,14 @@ def gemm_calibrations() -> dict[tuple[str, str], KernelCalibration]:
                     calibration.use_lattice(ShapeCorrection.tabulated(
                         tables[f"{key}:low"], float(tables[f"{key}:step"]), tables[f"{key}:values"]))
     return calibrations
+
+
+@lru_cache
+def moe_calibrations() -> dict[tuple[str, str, str], KernelCalibration]:
+    """The fused-MoE calibrations shipped with the service (scripts/fit_moe_calibration.py), by (device id, engine,
+    dtype)."""
+    entries = json.loads(MOE_CALIBRATIONS_PATH.read_text())["calibrations"]
+    return {(entry["device_id"], entry["engine"], entry["dtype"]): KernelCalibration(**entry) for entry in entries}
 
 
 def lattice_key(device_id: str, dtype: str) -> str:

@@ -19,6 +19,13 @@ DEVICES = {"h100_sxm": "nvidia-h100-sxm", "h200_sxm": "nvidia-h200-sxm", "b200_s
 # fp8_block (DeepSeek's 128 x 128 scales) is left out: one table a (device, dtype) is shipped, and the per-tensor
 # fp8 one covers the most shapes.
 DTYPES = {"bfloat16": ("bf16", 2), "fp8": ("fp8", 1), "nvfp4": ("fp4", 0.5 + 1 / 16)}
+# Their MoE tables (moe/<engine>/<version>/moe_perf.parquet) by the scheduler family an engine name runs
+# (simulation/engines.engine_family), and their moe_dtype: (the service's dtype, weight and activation bytes an
+# element, scales included: DeepSeek's fp8 blocks carry an fp32 scale per 128 x 128 weights and per 128 activations,
+# NVFP4 an fp8 one per 16). Their w4a8 and int4 tables are left out: no catalog precision runs them.
+MOE_ENGINES = {"sglang": "sglang", "trt": "trtllm", "vllm": "vllm"}
+MOE_DTYPES = {"fp8_block": ("fp8", 1 + 4 / (128 * 128), 1 + 4 / 128), "nvfp4": ("fp4", 0.5 + 1 / 16, 0.5 + 1 / 16),
+              "bfloat16": ("bf16", 2.0, 2.0)}
 COLUMNS = ("kind", "m", "n", "k", "dtype", "c_dtype", "time_s")
 
 
