@@ -3,7 +3,11 @@
 The bound places each row at its roof. A kernel table says how far below the roofs the device's kernels run
 (service/core/expectations/kernels.py). A composed step reads, row by row, the kernels' own roofs (the efficiencies
 the largest clearly compute- and memory-bound timings reach: KernelCalibration.kernel_*_efficiency, else the fit's):
-- a matmul or grouped (MoE) matmul: those of its compute dtype's table, else the device's floor;
+- a matmul: those of its compute dtype's table, else the device's floor;
+- a grouped (MoE) matmul: those of its dtype's fused-MoE table as the serving engine runs it (its own, else
+  TensorRT-LLM's: service/data/calibrations/moe.json), else the matmul's; MoE kernels read the experts' weights at
+  0.6-0.9 of the datasheet's bandwidth and multiply at 0.13-0.86 of the peak (SGLang's fp8 at 0.23, TensorRT-LLM's at
+  0.59, B200), where the same device's GEMMs run at their own roofs;
 - every other row (attention, norms, activations, the embedding): the device's floor, its bf16 table's (else the
   table with the most timings), the nearest thing to a measured bandwidth a GEMM table gives;
 - a collective: its bound (latency + bytes over the link): no collective table is read yet.
@@ -39,9 +43,11 @@ class KernelTables:
     fits: Mapping[str, KernelCalibration]  # by peak dtype (bf16, fp8, fp4)
     stand_in_for: str | None = None  # the device whose tables these are, where not this one's
     stand_in_reason: str | None = None
+    moe_fits: Mapping[str, KernelCalibration] = field(default_factory=dict)  # fused-MoE kernels, by peak dtype
 
     def __post_init__(self):  # read-only: the tables key a memo by identity (kernel_tables.kernel_evaluator)
         object.__setattr__(self, "fits", read_only(self.fits))
+        object.__setattr__(self, "moe_fits", read_only(self.moe_fits))
 
     @property
     def floor(self) -> KernelCalibration:
@@ -51,7 +57,9 @@ class KernelTables:
 
     def for_row(self, kind: str, compute_dtype: str | None) -> KernelCalibration:
         if kind in MATMUL_KINDS and compute_dtype is not None:
-            return self.fits.get(peak_dtype(compute_dtype)) or self.floor
+            dtype = peak_dtype(compute_dtype)
+            moe = self.moe_fits.get(dtype) if kind == "grouped_matmul" else None
+            return moe or self.fits.get(dtype) or self.floor
         return self.floor
 
     @property
@@ -66,18 +74,25 @@ class KernelTables:
                          "of the datasheet, the formula off by "
                          f"{fit.median_error:.1%} (median) on {fit.checked_on:,} held out"
                          for fit in sorted(self.fits.values(), key=lambda f: f.dtype))
-        return (f"each row at the efficiencies of the kernel fits of {own} ({fits}): matmuls by their dtype's fit, "
-                f"every other row at the {self.floor.dtype} fit's, collectives at their bound; each kernel's fixed "
-                "cost is left to the engine's line")
+        moe = "; ".join(f"{fit.dtype}: {fit.fitted_on:,} {fit.engine} fused-MoE timings, compute at "
+                        f"{fit.kernel_compute_efficiency:.3g} of the peak, HBM at {fit.kernel_memory_efficiency:.3g}"
+                        for fit in sorted(self.moe_fits.values(), key=lambda f: f.dtype))
+        grouped = (f" (grouped ones, the experts', by their dtype's fused-MoE fit where it has one: {moe})"
+                   if moe else "")
+        return (f"each row at the efficiencies of the kernel fits of {own} ({fits}): matmuls by their dtype's fit"
+                f"{grouped}, every other row at the {self.floor.dtype} fit's, collectives at their bound; each "
+                "kernel's fixed cost is left to the engine's line")
 
 
 def standing_in(tables: KernelTables, device_id: str, peak_of, bandwidth: float, reason: str) -> KernelTables:
     """Another device's fits at this device's nominal roofs: what the same kernels would do on its memory system
     and peaks (`peak_of(dtype)` its tensor peak, `bandwidth` its HBM's)."""
-    fits = {dtype: replace(fit, device_id=device_id, peak_flops_per_s=peak_of(dtype), hbm_bytes_per_s=bandwidth,
-                           anchors=None, source=f"{fit.source}, standing in for {device_id}")
-            for dtype, fit in tables.fits.items() if peak_of(dtype)}
-    return KernelTables(device_id, fits, tables.device_id, reason)
+    def moved(fits: Mapping[str, KernelCalibration]) -> dict[str, KernelCalibration]:
+        return {dtype: replace(fit, device_id=device_id, peak_flops_per_s=peak_of(dtype), hbm_bytes_per_s=bandwidth,
+                               anchors=None, source=f"{fit.source}, standing in for {device_id}")
+                for dtype, fit in fits.items() if peak_of(dtype)}
+
+    return KernelTables(device_id, moved(tables.fits), tables.device_id, reason, moved(tables.moe_fits))
 
 
 @dataclass

@@ -1,5 +1,8 @@
 """Which kernel tables a device's composed steps read: its own fits (timings submitted to it, else those shipped,
-service/data/calibrations/gemm.json), else those of the nearest measured part of its vendor at its own roofs."""
+service/data/calibrations/gemm.json), else those of the nearest measured part of its vendor at its own roofs; and
+for a serving engine, its fused-MoE fits on that device (service/data/calibrations/moe.json: the engine's own table,
+else TensorRT-LLM's, per dtype). Without an engine (training) the experts' grouped matmuls read the GEMM fits: no
+training framework's MoE timings are public in what the service ships."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ from service.core.expectations.kernel_steps import KernelEvaluator, KernelTables
 from service.core.hardware import DeviceSpec
 from service.core.memo import ByIdentity
 from service.core.roofs import MeasuredRoofs
-from service.persistence.catalog import gemm_calibrations, nominal_device
+from service.core.simulation.engines import engine_family
+from service.persistence.catalog import gemm_calibrations, moe_calibrations, nominal_device
+from service.translation.kernels.aiconfigurator import MOE_ENGINES
 
 # Devices no public table covers, and the measured part whose kernels they run: (that device, why).
 STAND_INS = {
@@ -29,11 +34,23 @@ def _own(device_id: str, measured: MeasuredRoofs | None) -> dict:
     return fits | submitted
 
 
-def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None) -> KernelTables | None:
-    """The device's kernel tables, or None where neither it nor a stand-in has any."""
+def _own_moe(device_id: str, engine: str | None) -> dict:
+    """The device's fused-MoE fits by dtype for the engine: its own table's, else TensorRT-LLM's; none without an
+    engine."""
+    if engine is None:
+        return {}
+    shipped = moe_calibrations()
+    tables = ["trtllm"] + ([theirs] if (theirs := MOE_ENGINES.get(engine_family(engine) or "")) else [])
+    return {dtype: fit for table in tables for (device, name, dtype), fit in shipped.items()
+            if device == device_id and name == table}
+
+
+def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None, engine: str | None = None) -> KernelTables | None:
+    """The device's kernel tables (with `engine`'s fused-MoE fits), or None where neither it nor a stand-in has
+    any."""
     fits = _own(device.id, measured)
     if fits:
-        return KernelTables(device.id, fits)
+        return KernelTables(device.id, fits, moe_fits=_own_moe(device.id, engine))
     if device.id not in STAND_INS:
         return None
     other_id, reason = STAND_INS[device.id]
@@ -48,7 +65,8 @@ def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None) -> Kernel
     hbm = device.memory_level("hbm")
     if hbm is None:
         return None
-    return standing_in(KernelTables(other_id, other), device.id, peak_of, hbm.bandwidth_bytes_per_s, reason)
+    return standing_in(KernelTables(other_id, other, moe_fits=_own_moe(other_id, engine)), device.id, peak_of,
+                       hbm.bandwidth_bytes_per_s, reason)
 
 
 # Once per (device, its measured roofs) as the catalog holds them, and one composing evaluator per tables, like the
@@ -57,6 +75,6 @@ kernel_tables = ByIdentity(_kernel_tables, objects=2, limit=32)
 kernel_evaluator = ByIdentity(lambda device, tables: KernelEvaluator(device, tables=tables), objects=2, limit=32)
 
 
-def shipped_kernel_tables(device_id: str) -> KernelTables | None:
+def shipped_kernel_tables(device_id: str, engine: str | None = None) -> KernelTables | None:
     """The same, for a catalog device as shipped (no submitted timings)."""
-    return _kernel_tables(nominal_device(device_id), None)
+    return _kernel_tables(nominal_device(device_id), None, engine)

@@ -159,7 +159,7 @@ def bound_and_composed(request: ServingAnalysisRequest, catalog: DeviceCatalog) 
     """The request's bound and its deployment composed from its device's kernel tables (None where the device has
     none): what an engine calibration is fitted against (scripts/fit_engine_calibration.py)."""
     setup = serving_setup(request, catalog)
-    tables = kernel_tables(setup.device, catalog.measured(setup.device.id))
+    tables = kernel_tables(setup.device, catalog.measured(setup.device.id), request.engine)
     return setup.deployment_on(setup.evaluator), composed_on(setup, tables) if tables is not None else None
 
 
@@ -292,7 +292,7 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
                                 f"{catalog.scheduling_not_fitted(runs)}")
             return with_simulation(request, catalog, setup, bound, scheduling, answer, note)
     engine = engine_calibrations().get((request.engine, precision, method))
-    tables = kernel_tables(device, catalog.measured(device.id))
+    tables = kernel_tables(device, catalog.measured(device.id), request.engine)
     if engine is None or tables is None:
         missing = ([] if tables else [f"{device.id} has no kernel tables (POST /v1/devices/{device.id}/kernel-timings "
                                       "gives it some)"])
@@ -368,7 +368,7 @@ def unit_run_and_bound(request: ServingAnalysisRequest, catalog: DeviceCatalog, 
     bound = setup.deployment_on(setup.evaluator)
     evaluator = setup.evaluator
     if on_kernels:
-        tables = kernel_tables(setup.device, catalog.measured(setup.device.id))
+        tables = kernel_tables(setup.device, catalog.measured(setup.device.id), request.engine)
         if tables is None:
             return None
         evaluator = kernel_evaluator(setup.device, tables)

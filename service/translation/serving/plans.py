@@ -232,7 +232,7 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
             bases.append(f"{device_id}: {runs.basis}")
             continue
         device = catalog.get(device_id)
-        tables = kernel_tables(device, catalog.measured(device.id)) if engine is not None else None
+        tables = kernel_tables(device, catalog.measured(device.id), request.engine) if engine is not None else None
         if engine is None or tables is None:
             missing.append(device_id)
             continue
