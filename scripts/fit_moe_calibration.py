@@ -88,7 +88,7 @@ def fit_one(device_id: str, engine: str, theirs: str, version: str, timings: dic
         "fitted_on": int(len(on)), "checked_on": int(len(held)), "median_error": 0.0, "p90_error": 0.0,
         "bound_median_error": 0.0, "checked_by": "the other 90 % of the table, by the formula alone",
         "unidentified": list(fit.unidentified),
-        "roof_compute_efficiency": roof_compute, "roof_memory_efficiency": roof_memory}
+        "roof_compute_efficiency": roof_compute, "roof_memory_efficiency": roof_memory, "operator": "fused_moe"}
     calibration = KernelCalibration(**fields)
     bound = np.maximum(compute[held], memory[held])
     predicted = np.maximum(bound, calibration.expected_times_s(compute[held] * peak, memory[held] * bandwidth))

@@ -257,3 +257,23 @@ def test_ten_thousand_timings_fit_a_writers_json_body(client):
     created = client.post(f"/v1/devices/{DEVICE}/kernel-timings", content=raw, headers={**headers, **AUTH})
     assert created.status_code == 201, created.text[:300]
     assert len(created.json()["created"]) == 10_000 and created.json()["calibrations"][0]["fitted_on"] == 10_000
+
+
+def test_the_fused_moe_fits_are_listed_beside_the_gemm_ones_under_their_own_ids(client):
+    """Every calibration behind an `expected` is listed: the 48 fused-MoE fits too, each under an id of its own (the
+    TensorRT-LLM fp8 GEMM fit of the B200 and its fused-MoE fit share device, engine and dtype), and a serving answer
+    composed from them names them."""
+    ids = [entry["id"] for entry in client.get("/v1/calibrations").json()]
+    assert len(ids) == len(set(ids))
+    assert sum(":fused_moe:" in i for i in ids) == 48
+    gemm = client.get("/v1/calibrations/kernel:shipped:nvidia-b200:trtllm:fp8").json()
+    moe = client.get("/v1/calibrations/kernel:shipped:nvidia-b200:trtllm:fused_moe:fp8").json()
+    assert gemm["scope"] == "plain matmuls computing in fp8" and "fused MoE" in moe["scope"]
+    assert moe["median_error"] < moe["bound_median_error"] and "moe_perf.parquet" in moe["source"]
+    answer = client.post("/v1/analyze/serving", json={
+        "model_id": "deepseek-v3", "device_id": "nvidia-h200-sxm", "input_len": 1024, "output_len": 1024,
+        "concurrency": 32, "tensor_parallel": 8, "engine": "sglang", "calibration": "kernels",
+        "dtypes": {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 16384,
+                   "weight_scale_bytes": 4}}).json()
+    assert answer["expected"]["basis"] == "kernels"
+    assert "sglang fused-MoE timings" in " ".join(answer["assumptions"])

@@ -74,7 +74,7 @@ class KernelTables:
                          "of the datasheet, the formula off by "
                          f"{fit.median_error:.1%} (median) on {fit.checked_on:,} held out"
                          for fit in sorted(self.fits.values(), key=lambda f: f.dtype))
-        moe = "; ".join(f"{fit.dtype}: {fit.fitted_on:,} {fit.engine} fused-MoE timings, compute at "
+        moe = "; ".join(f"{fit.dtype}: {fit.fitted_on:,} {fit.engine} {fit.timings_name} timings, compute at "
                         f"{fit.kernel_compute_efficiency:.3g} of the peak, HBM at {fit.kernel_memory_efficiency:.3g}"
                         for fit in sorted(self.moe_fits.values(), key=lambda f: f.dtype))
         grouped = (f" (grouped ones, the experts', by their dtype's fused-MoE fit where it has one: {moe})"

@@ -52,10 +52,18 @@ class KernelCalibration:
     # reach 0.64).
     roof_compute_efficiency: float | None = None
     roof_memory_efficiency: float | None = None
+    # What was timed: "matmul" (GEMM tables) or "fused_moe" (one routed-experts layer on one device:
+    # service/core/expectations/fused_moe.py).
+    operator: str = "matmul"
 
     @property
     def id(self) -> str:
-        return f"kernel:{self.origin}:{self.device_id}:{self.engine}:{self.dtype}"
+        timed = "" if self.operator == "matmul" else f"{self.operator}:"
+        return f"kernel:{self.origin}:{self.device_id}:{self.engine}:{timed}{self.dtype}"
+
+    @property
+    def timings_name(self) -> str:
+        return "GEMM" if self.operator == "matmul" else "fused-MoE"
 
     def __post_init__(self):
         for name in ("shapes", "anchors"):  # read back from JSON as lists
@@ -142,7 +150,7 @@ class KernelCalibration:
     @cached_property
     def basis(self) -> str:
         """Written once: every matmul answer on the device and dtype carries it."""
-        return (f"fitted to {self.fitted_on:,} {self.engine} GEMM timings on {self.device_id} in {self.dtype} "
+        return (f"fitted to {self.fitted_on:,} {self.engine} {self.timings_name} timings on {self.device_id} in {self.dtype} "
                 f"({self.source}): t = {self.t0_s * 1e6:.3g} us + max(T_compute / {self.compute_efficiency:.3g}, "
                 f"T_memory / {self.memory_efficiency:.3g}) at the nominal roofs"
                 + "".join(f" ({name} held at 1: no timing was {name.split('_')[0]}-bound)" for name in self.unidentified)

@@ -23,6 +23,7 @@ from service.persistence.catalog import (
     carried_scheduling_calibrations,
     engine_calibrations,
     gemm_calibrations,
+    moe_calibrations,
     scheduling_calibrations,
     serving_calibrations,
 )
@@ -119,7 +120,10 @@ def _efficiency(calibration: KernelCalibration, name: str, meaning: str) -> dict
 def kernel_public(calibration: KernelCalibration) -> dict:
     return {
         "id": calibration.id, "kind": "kernel", "origin": calibration.origin, "device_id": calibration.device_id,
-        "engine": calibration.engine, "scope": f"plain matmuls computing in {calibration.dtype}",
+        "engine": calibration.engine, "scope": (f"plain matmuls computing in {calibration.dtype}"
+                                                if calibration.operator == "matmul" else
+                                                f"one MoE layer's routed experts on one device (fused MoE), "
+                                                f"{calibration.dtype} weights: a serving step's grouped matmuls"),
         "model": KERNEL_MODEL,
         "parameters": [
             {"name": "t0", "value": calibration.t0_s, "unit": "s", "meaning": "a kernel's fixed cost (launch, tail)"},
@@ -239,9 +243,11 @@ def scheduling_public(calibration: SchedulingCalibration | CarriedSchedulingCali
 
 
 def all_calibrations(catalog: DeviceCatalog) -> list[dict]:
-    """Shipped kernel, measured kernel, shipped serving, measured serving, engine and scheduling (a device's own
-    shipped, those fitted to submitted runs, then those carried to kernel tables) calibrations, in that order."""
+    """Shipped kernel (GEMM, then fused MoE), measured kernel, shipped serving, measured serving, engine and
+    scheduling (a device's own shipped, those fitted to submitted runs, then those carried to kernel tables)
+    calibrations, in that order."""
     return ([kernel_public(c) for c in gemm_calibrations().values()]
+            + [kernel_public(c) for c in moe_calibrations().values()]
             + [kernel_public(c) for c in sorted(catalog.kernel_calibrations(), key=lambda c: c.id)]
             + [serving_public(c) for c in serving_calibrations().values()]
             + [serving_public(c) for c in catalog.measured_serving_calibrations()]
