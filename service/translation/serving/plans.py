@@ -191,11 +191,18 @@ class Planned(NamedTuple):
 
 
 def _layout_covered(covers, speculative: str):
-    """An engine calibration's covers(), as the search asks it: (concurrency, mode, expert parallel, groups)."""
+    """An engine calibration's covers(), as the search asks it: (concurrency, mode, expert parallel, groups); each
+    layout's signature made once (the search asks about every concurrency of it)."""
+    signatures: dict[tuple[str, bool, bool], str] = {}
+
     def covered(concurrency: int, mode: str, expert_parallel: int, groups: int) -> bool:
-        return covers(concurrency, layout_signature(expert_parallel=expert_parallel > 1,
-                                                    attention_data_parallel=groups > 1,
-                                                    disaggregated=mode == "disaggregated", speculative=speculative))
+        key = (mode, expert_parallel > 1, groups > 1)
+        signature = signatures.get(key)
+        if signature is None:
+            signature = signatures[key] = layout_signature(expert_parallel=key[1], attention_data_parallel=key[2],
+                                                           disaggregated=mode == "disaggregated",
+                                                           speculative=speculative)
+        return covers(concurrency, signature)
     return covered
 
 
