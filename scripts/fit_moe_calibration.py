@@ -16,9 +16,9 @@ Per (device, engine, dtype): the newest version of the engine's table that times
 (each expert given its share of the tokens: the uniform routing the service counts), the fastest kernel of each
 shape (the engine picks it); timings faster than the service's bound left out (the benchmark repeats a layer on the
 same weights: at a few tokens they stay in L2). The calibration of service/core/expectations/kernels.py, with the
-terms of service/core/expectations/fused_moe.py, fitted to a random 10 % of the timings and checked on the other 90 %;
-the kernels' own roofs (kernel_roofs), which a composed step reads, from them all. No shape correction is shipped:
-a composed step reads the roofs alone.
+terms of service/core/expectations/fused_moe.py (the service's own grouped-matmul rows), fitted to a random 10 % of
+the timings and checked on the other 90 %; the kernels' own roofs (kernel_roofs), which a composed step reads, from
+them all. No shape correction is shipped: a composed step reads the roofs alone.
 """
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ def newest_timings(folder: Path, theirs: str) -> tuple[str, dict[FusedMoeShape, 
 
 def fit_one(device_id: str, engine: str, theirs: str, version: str, timings: dict[FusedMoeShape, float],
             rng: np.random.Generator, sample: list) -> dict:
-    dtype, weight_bytes, activation_bytes = MOE_DTYPES[theirs]
+    dtype, dtypes = MOE_DTYPES[theirs]
     device = nominal_device(device_id)
     peak, bandwidth = device.peak(dtype, "tensor").flops_per_s, device.memory_level("hbm").bandwidth_bytes_per_s
     shapes = list(timings)
-    work = np.array([fused_moe_work(shape, weight_bytes, activation_bytes) for shape in shapes])
+    work = np.array([fused_moe_work(shape, dtypes) for shape in shapes])
     compute, memory, measured = work[:, 0] / peak, work[:, 1] / bandwidth, np.array([timings[s] for s in shapes])
     kept = np.maximum(compute, memory) <= measured
     compute, memory, measured = compute[kept], memory[kept], measured[kept]

@@ -375,10 +375,10 @@ def test_the_shipped_carried_scheduling_calibrations_are_fitted_to_todays_kernel
     bounds, the tables or the simulation change, scripts/fit_carried_scheduling.py must run again. Re-fitting here
     gives the shipped numbers and held-out errors (to a millionth), and keeps the same scopes: SGLang in fp8 without
     speculative decoding and in fp4 with MTP, whose devices left out it predicted better than the steady-state line
-    in a median and within the line's tolerance everywhere (fp8: TPOT 6.3 % / 20.9 % median / p90 against 7.8 % /
-    30.7 %; fp4 MTP: 16.6 % / 30.2 % against 25.0 % / 41.8 %). Not shipped: fp8 with MTP (TPOT 39.6 % against 29.1 %
+    in a median and within the line's tolerance everywhere (fp8: TPOT 6.4 % / 20.9 % median / p90 against 7.8 % /
+    30.8 %; fp4 MTP: 15.7 % / 30.0 % against 24.4 % / 41.0 %). Not shipped: fp8 with MTP (TPOT 39.6 % against 29.4 %
     in the median) and, since the experts read SGLang's fused-MoE tables, fp4 without it: its simulation improved
-    (TPOT 25.7 % to 23.3 %, TTFT 34.8 % to 33.9 % in the median) but the line more (TPOT 26.6 % to 17.1 %)."""
+    (TPOT 25.7 % to 22.2 % in the median) but the line more (TPOT 26.6 % to 17.0 %)."""
     from schemas.serving import ServingAnalysisRequest
     from service.persistence.catalog import carried_scheduling_calibrations, engine_calibrations
     from service.translation.serving.analyses import unit_run

@@ -14,7 +14,7 @@ from service.core.expectations.kernel_steps import KernelEvaluator, KernelTables
 from service.core.expectations.kernels import KernelCalibration
 from service.core.transformer.analysis import Evaluator, analyze_model
 from service.core.transformer.families import from_hf_config
-from service.core.transformer.layers import ModelDTypes
+from service.core.transformer.layers import ExpertShard, ModelDTypes, Step, mlp_rows
 from service.persistence.catalog import MODEL_CATALOG_DIR, moe_calibrations, nominal_device
 from service.translation.kernels.aiconfigurator import MOE_DTYPES
 from service.translation.kernels.tables import shipped_kernel_tables
@@ -26,26 +26,34 @@ SAMPLE = Path(__file__).parents[1] / "data" / "aiconfigurator_moe_sample.csv"
 
 def test_a_fused_moe_timing_is_counted_as_the_services_two_grouped_matmuls_count_it():
     """DeepSeek-V3's layer (H 7,168, expert width 2,048, top-8 of 256) at 4 tokens, experts over 8 devices, in
-    DeepSeek's fp8 blocks (weights 1 + 4 / 128^2 bytes an element, activations 1 + 4 / 128):
+    DeepSeek's fp8 blocks (weights 1 + 4 / 128^2 bytes an element, activations 1 byte, as the InferenceX fp8
+    deployments are stated):
     - the mean device multiplies 4 x 8 / 8 = 4 token rows: FLOPs 2 x 4 x (4,096 + 2,048) x 7,168 = 352,321,536;
     - experts hit: 256 x (1 - (1 - 8/256)^4) = 256 x (1 - 0.96875^4) = 256 x 0.1192617 = 30.531 of 256, 3.8164 a
       device, each 6,144 x 7,168 weights: 3.8164 x 44,040,192 x (1 + 4 / 16,384) bytes;
-    - rows in at H + w = 9,216 wide (fp8 with scales), out at 2w + H = 11,264 wide (bf16): 4 x 9,216 x 1.03125 +
-      4 x 11,264 x 2 = 38,016 + 90,112 = 128,128 bytes."""
+    - the gate and up projection reads its rows 7,168 wide and writes them 4,096 wide, the down projection reads
+      them 2,048 wide and writes them 7,168 wide, a byte an element: 4 x 20,480 = 81,920 bytes.
+    It is the service's own count: the two grouped-matmul rows of that layer on that device, summed."""
     shape = FusedMoeShape(tokens=4, hidden=7168, intermediate=2048, top_k=8, experts=256, tensor_parallel=1,
                           expert_parallel=8)
-    flops, hbm = fused_moe_work(shape, *MOE_DTYPES["fp8_block"][1:])
+    fp8 = MOE_DTYPES["fp8_block"][1]
+    flops, hbm = fused_moe_work(shape, fp8)
     assert flops == 352_321_536
     hit_per_device = 256 * (1 - 0.96875 ** 4) / 8
     assert hit_per_device == pytest.approx(3.81637573, rel=1e-8)
-    assert hbm == pytest.approx(hit_per_device * 6144 * 7168 * (1 + 4 / 16384) + 128_128, rel=1e-12)
+    assert hbm == pytest.approx(hit_per_device * 6144 * 7168 * (1 + 4 / 16384) + 81_920, rel=1e-12)
+    rows = mlp_rows(DEEPSEEK, next(g for g in DEEPSEEK.groups if g.moe), Step(4, 1, 1, 1), fp8,
+                    ExpertShard(4, 32, hit_per_device, 2048))
+    grouped = [row.cost for row in rows if row.kind == "grouped_matmul"]
+    assert (flops, hbm) == pytest.approx((sum(c.flops for c in grouped), sum(c.bytes_total for c in grouped)),
+                                         rel=1e-12)
     # The width split 8 ways instead (w = 256): the same FLOPs; every hit expert's eighth, 3 x 256 x 7,168 weights,
-    # on each device; 32 token rows in at 7,168 + 256 wide and out at 512 + 7,168.
+    # on each device; 32 token rows read 7,168 + 256 wide and written 512 + 7,168 wide.
     split = shape._replace(tensor_parallel=8, expert_parallel=1)
-    flops_tp, hbm_tp = fused_moe_work(split, *MOE_DTYPES["fp8_block"][1:])
+    flops_tp, hbm_tp = fused_moe_work(split, fp8)
     assert flops_tp == flops
     assert hbm_tp == pytest.approx(256 * (1 - 0.96875 ** 4) * 768 * 7168 * (1 + 4 / 16384)
-                                   + 32 * (7168 + 256) * 1.03125 + 32 * (512 + 7168) * 2, rel=1e-12)
+                                   + 32 * (7168 + 256 + 512 + 7168), rel=1e-12)
 
 
 def fit(dtype: str, e_c: float, e_m: float, engine: str = "e") -> KernelCalibration:
@@ -107,12 +115,12 @@ def test_the_shipped_fused_moe_fits_hold_to_the_timings_they_were_fitted_to():
     spreads wide: SGLang's fp8 on an H200 is off by 22 % in the median, 83 % at the 90th percentile): on 20 timings,
     a median within the reported 90th percentile and at least 12 within it (90 % expected; fewer than 12 of 20 has a
     chance under 1e-4), and the fit's reported median below the bound's."""
-    by_dtype = {dtype: (weights, activations) for dtype, weights, activations in MOE_DTYPES.values()}
+    by_dtype = dict(MOE_DTYPES.values())
     shipped = moe_calibrations()
     errors: dict[tuple, list[float]] = {}
     for key, shape, measured in sample():
         calibration = shipped[key]
-        flops, hbm = fused_moe_work(shape, *by_dtype[key[2]])
+        flops, hbm = fused_moe_work(shape, by_dtype[key[2]])
         bound = max(flops / calibration.peak_flops_per_s, hbm / calibration.hbm_bytes_per_s)
         assert bound <= measured, (key, shape)
         expected = max(bound, calibration.expected_time_s(flops, hbm))

@@ -6,7 +6,7 @@ the largest clearly compute- and memory-bound timings reach: KernelCalibration.k
 - a matmul: those of its compute dtype's table, else the device's floor;
 - a grouped (MoE) matmul: those of its dtype's fused-MoE table as the serving engine runs it (its own, else
   TensorRT-LLM's: service/data/calibrations/moe.json), else the matmul's; MoE kernels read the experts' weights at
-  0.5-0.93 of the datasheet's bandwidth and multiply at 0.08-0.86 of the peak (SGLang's fp8 at 0.23, TensorRT-LLM's at
+  0.5-0.93 of the datasheet's bandwidth and multiply at 0.06-0.86 of the peak (SGLang's fp8 at 0.23, TensorRT-LLM's at
   0.59, B200), where the same device's GEMMs run at their own roofs;
 - every other row (attention, norms, activations, the embedding): the device's floor, its bf16 table's (else the
   table with the most timings), the nearest thing to a measured bandwidth a GEMM table gives;

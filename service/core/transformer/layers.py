@@ -198,7 +198,7 @@ def busiest_device_experts(tokens, experts: int, top_k: int, devices: int):
     return float(busiest) if np.ndim(busiest) == 0 else busiest
 
 
-def grouped_expert_matmul(*, token_rows: int, active_experts: float, n: int, k: int, dtypes: ModelDTypes) -> OperatorCost:
+def grouped_expert_matmul(*, token_rows: float, active_experts: float, n: int, k: int, dtypes: ModelDTypes) -> OperatorCost:
     """The routed experts' projection, all experts in one grouped kernel: every routed token row is
     multiplied by its expert's weight, and each active expert's weight is read once."""
     dtypes = dtypes.expert_dtypes()

@@ -9,6 +9,8 @@ import csv
 import io
 from collections.abc import Iterable
 
+from service.core.transformer.layers import ModelDTypes
+
 PACKAGE = "aiconfigurator-core 0.12.0 (PyPI, Apache-2.0)"
 # Their system names and the catalog's devices. Not the L40S: 3 % of its timings run faster than its GDDR6 allows
 # (up to 3.5x, working sets up to 104 MB), so they were taken with operands left in its 96 MB L2, and a fit to them
@@ -20,12 +22,14 @@ DEVICES = {"h100_sxm": "nvidia-h100-sxm", "h200_sxm": "nvidia-h200-sxm", "b200_s
 # fp8 one covers the most shapes.
 DTYPES = {"bfloat16": ("bf16", 2), "fp8": ("fp8", 1), "nvfp4": ("fp4", 0.5 + 1 / 16)}
 # Their MoE tables (moe/<engine>/<version>/moe_perf.parquet) by the scheduler family an engine name runs
-# (simulation/engines.engine_family), and their moe_dtype: (the service's dtype, weight and activation bytes an
-# element, scales included: DeepSeek's fp8 blocks carry an fp32 scale per 128 x 128 weights and per 128 activations,
-# NVFP4 an fp8 one per 16). Their w4a8 and int4 tables are left out: no catalog precision runs them.
+# (simulation/engines.engine_family), and their moe_dtype: (the service's dtype, the dtypes a deployment in it runs:
+# DeepSeek's fp8 blocks carry an fp32 scale per 128 x 128 weights, as the InferenceX fp8 deployments state it, NVFP4
+# an fp8 one per 16, as schemas.models.SCHEMES["nvfp4"]). Their w4a8 and int4 tables are left out: no catalog
+# precision runs them.
 MOE_ENGINES = {"sglang": "sglang", "trt": "trtllm", "vllm": "vllm"}
-MOE_DTYPES = {"fp8_block": ("fp8", 1 + 4 / (128 * 128), 1 + 4 / 128), "nvfp4": ("fp4", 0.5 + 1 / 16, 0.5 + 1 / 16),
-              "bfloat16": ("bf16", 2.0, 2.0)}
+MOE_DTYPES = {"fp8_block": ("fp8", ModelDTypes("fp8", "fp8", "fp8", 128 * 128, 4.0)),
+              "nvfp4": ("fp4", ModelDTypes("fp4", "fp4", "fp8", 16, 1.0)),
+              "bfloat16": ("bf16", ModelDTypes())}
 COLUMNS = ("kind", "m", "n", "k", "dtype", "c_dtype", "time_s")
 
 
