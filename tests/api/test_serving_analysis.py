@@ -40,6 +40,19 @@ def test_attention_data_parallelism_splits_the_batch_and_the_latent_cache(client
     assert dp["running_requests"] == tp["running_requests"] == 64 and dp["devices"] == 8
 
 
+def test_fewer_requests_than_attention_groups_leave_groups_idle(client):
+    """8 B200s, experts over all 8, 8 attention groups. At 2 requests 2 groups decode one sequence each: the
+    experts see 2 tokens, not 8, so they read fewer weights (32 x (1 - (31/32)^2) = 1.97 experts a device, against
+    7.13 at 8 tokens) and the step is faster than with every group busy, which 8 requests make it. One request's
+    prefill (the TTFT bound) is one group's, the same at any concurrency: 1,024 tokens through the experts, not
+    8,192. Counted as with every group busy (before 2026-12-07), both were the 8-request figures."""
+    layout = {"tensor_parallel": 8, "expert_parallel": 8, "attention_data_parallel": 8}
+    two, eight = (deepseek(client, concurrency=c, **layout).json()["bound"] for c in (2, 8))
+    assert two["pools"][0]["batch_per_group"] == eight["pools"][0]["batch_per_group"] == 1
+    assert two["decode_step_s"] < eight["decode_step_s"]
+    assert two["prefill_s"] == eight["prefill_s"] == two["ttft_s"]
+
+
 def test_speculative_decoding_divides_the_verification_by_the_acceptance(client):
     """TPOT = (one verification of k + 1 = 4 tokens + 3 draft steps) / 2.5 accepted; the verification costs
     more than a plain step and less than four of them (the weights are read once for all four tokens)."""

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from service.core.errors import CostModelError
-from service.core.planning.deployment import Pool, WorkerStep, pool_weight_bytes
+from service.core.planning.deployment import Pool, WorkerStep, busy_attention_groups, pool_weight_bytes
 from service.core.training.collectives import Link, Topology
 from service.core.transformer.analysis import Evaluator
 from service.core.transformer.capacity import weight_bytes
@@ -72,6 +72,60 @@ def test_attention_groups_gather_the_tokens_for_width_split_experts():
     rows = moe_rows(worker("nvidia-b200", Pool(1, 8, 1, 8)), batch=8)
     assert rows["mlp_all_gather"].comm_bytes == rows["mlp_reduce_scatter"].comm_bytes == 7 / 8 * 64 * HIDDEN
     assert rows["experts_gate_up_proj"].cost.flops == 2 * 64 * 8 * (2 * 2048 // 8) * HIDDEN
+
+
+def test_requests_fewer_than_attention_groups_leave_groups_idle():
+    """4 workers of 4 attention groups (16 groups): 2 requests busy one group on each of 2 workers; 6 busy 2 groups
+    on the busiest worker (ceil(6 / 4)); from 13 (ceil(13 / 4) = 4) every group of the busiest worker is busy
+    (None: as with no count given). One worker of 8 groups at 3 requests: 3 busy. Without attention data
+    parallelism a worker is one group: every request count leaves all its groups (one) busy."""
+    pool = Pool(4, 4, 4, 4)
+    assert [busy_attention_groups(c, pool) for c in (1, 2, 5, 6, 12, 13, 16, 64)] == [1, 1, 2, 2, 3, None, None, None]
+    assert busy_attention_groups(3, Pool(1, 8, 8, 8)) == 3
+    assert busy_attention_groups(1, Pool(3, 8, 8, 1)) is None  # 3 groups of one: the busy one is whole
+
+
+def test_an_idle_attention_group_adds_no_tokens_to_the_experts():
+    """8 B200s, experts over all 8, d = 8, one sequence in 2 of the 8 groups: the worker holds 2 tokens, not 8.
+    Device shares round down to at least 1: 2 x 8 / 8 = 2 routed token rows, max(1, 2 // 8) = 1 token dispatched:
+    1 x 8 x 7,168 x 7/8 = 50,176 bytes. Experts hit on a device: 32 x (1 - (31/32)^2) = 1.97 (8 tokens: 7.13), each
+    read whole, so the layer reads 3.6 x fewer expert weights than with every group counted busy."""
+    step = worker("nvidia-b200", Pool(1, 8, 8, 8))
+    layers = {label: rows for label, _, rows in step.rows(batch=1, q_len=1, kv_len=1025, busy_groups=2)}
+    rows = {row.name: row for row in layers["moe layers"]}
+    assert rows["moe_dispatch"].comm_bytes == 8 * HIDDEN * 7 / 8 == 50_176
+    gate_up = rows["experts_gate_up_proj"].cost
+    assert gate_up.flops == 2 * 2 * 4096 * HIDDEN
+    assert gate_up.weight_bytes_read == pytest.approx(32 * (1 - (31 / 32) ** 2) * 4096 * HIDDEN * (1 + 4 / 16384))
+    every = moe_rows(step, batch=1)["experts_gate_up_proj"].cost
+    assert every.weight_bytes_read / gate_up.weight_bytes_read == pytest.approx((1 - (31 / 32) ** 8) / (1 - (31 / 32) ** 2))
+    # The attention of a busy group is the same either way: one sequence.
+    assert rows["q_a_proj"].cost == moe_rows(step, batch=1)["q_a_proj"].cost
+    assert rows["attention"].cost == moe_rows(step, batch=1)["attention"].cost
+    # All busy: the same rows as not saying.
+    assert step.rows(batch=1, q_len=1, kv_len=1025, busy_groups=8) == step.rows(batch=1, q_len=1, kv_len=1025)
+
+
+def test_one_requests_prefill_is_one_groups():
+    """A 1,024-token prompt in one of the 8 groups: 1,024 tokens x 8 choices / 8 devices = 1,024 routed token rows a
+    device, against 8,192 with every group prefilling one; the step is the faster."""
+    step = worker("nvidia-b200", Pool(1, 8, 8, 8))
+    prompt = {"batch": 1, "q_len": 1024, "kv_len": 1024}
+    one = {label: rows for label, _, rows in step.rows(**prompt, busy_groups=1)}["moe layers"]
+    every = {label: rows for label, _, rows in step.rows(**prompt)}["moe layers"]
+    assert {r.name: r for r in one}["experts_gate_up_proj"].cost.flops == 2 * 1024 * 4096 * HIDDEN
+    assert {r.name: r for r in every}["experts_gate_up_proj"].cost.flops == 2 * 8192 * 4096 * HIDDEN
+    assert step.time_s(**prompt, busy_groups=1) < step.time_s(**prompt)
+
+
+def test_idle_groups_gather_no_tokens_for_width_split_experts():
+    """d = 8, e = 1, 3 busy groups of one sequence: 3 tokens gathered, 7/8 x 3 x 7,168 bytes each way, and the
+    experts' width split 8 ways as with every group busy."""
+    layers = {label: rows for label, _, rows in worker("nvidia-b200", Pool(1, 8, 1, 8)).rows(
+        batch=1, q_len=1, kv_len=1025, busy_groups=3)}
+    rows = {row.name: row for row in layers["moe layers"]}
+    assert rows["mlp_all_gather"].comm_bytes == rows["mlp_reduce_scatter"].comm_bytes == 7 / 8 * 3 * HIDDEN
+    assert rows["experts_gate_up_proj"].cost.flops == 2 * 3 * 8 * (2 * 2048 // 8) * HIDDEN
 
 
 def test_an_nvl72_worker_of_16_all_reduces_on_nvlink():

@@ -147,12 +147,15 @@ class WorkerStep:
         return topology.link_for(max(extent, topology.node_size + 1), group)
 
     def rows(self, *, batch: int, q_len: int, kv_len: int, scored_tokens: int = 1,
-             layers: tuple[LayerGroup, ...] | None = None, attention_implementation: str = "flash"):
+             layers: tuple[LayerGroup, ...] | None = None, attention_implementation: str = "flash",
+             busy_groups: int | None = None):
         """(label, layers, rows) of a step of `batch` sequences per attention group; `layers`: only these
-        groups (a draft's one layer), else the model's. The same rows whatever the evaluator: a bound and the
-        expectation composed beside it share them (worker_rows)."""
+        groups (a draft's one layer), else the model's; `busy_groups`: how many of the worker's attention groups
+        have sequences (busy_attention_groups), all where None. The same rows whatever the evaluator: a bound and
+        the expectation composed beside it share them (worker_rows)."""
+        busy = None if busy_groups is None or busy_groups >= self.pool.attention_data_parallel else busy_groups
         return worker_rows(self.arch, self.pool, self.dtypes, batch, q_len, kv_len, scored_tokens, layers,
-                           attention_implementation)
+                           attention_implementation, busy)
 
     def _extent(self, row: Row) -> tuple[int, str]:
         """The devices a collective row spans, and the group it belongs to."""
@@ -180,10 +183,11 @@ class WorkerStep:
         return not self.pool.rounds_expert_shares
 
     def decode_curve(self, batches: Sequence[int], *, kv_len: int, q_len: int = 1, scored_tokens: int = 1,
-                     layers: tuple[LayerGroup, ...] | None = None) -> list[float]:
+                     layers: tuple[LayerGroup, ...] | None = None, busy_groups: int | None = None) -> list[float]:
         """The step of `q_len` new tokens a sequence at each of `batches` sequences per group, exactly, from a few
         steps analysed: those at 1 and 2 where curve_is_exact, else those of each rounding class (_rounded_curve)."""
-        step = {"q_len": q_len, "kv_len": kv_len, "scored_tokens": scored_tokens, "layers": layers}
+        step = {"q_len": q_len, "kv_len": kv_len, "scored_tokens": scored_tokens, "layers": layers,
+                "busy_groups": busy_groups}
         # Two values or fewer cost no more stepped than the curve's two steps (a serving analysis asks for one).
         if len(batches) <= 2 or max(batches) * self.pool.attention_data_parallel * q_len >= self.arch.vocab:
             return [self.time_s(batch=b, **step) for b in batches]
@@ -294,11 +298,13 @@ def _active_experts_per_device(pool: Pool, moe, tokens):
     return expected_active_experts(tokens, moe.experts, moe.top_k) / t
 
 
-def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int) -> Callable[[Architecture, LayerGroup, Step,
-                                                                                ModelDTypes], list[Row]]:
+def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int,
+            busy_groups: int | None = None) -> Callable[[Architecture, LayerGroup, Step, ModelDTypes], list[Row]]:
     """The MLP block of a worker's layer: experts whole over its devices, split by width, or gathered over its
-    attention groups (the module docstring's layouts)."""
-    t, d = pool.tensor_parallel, pool.attention_data_parallel
+    attention groups (the module docstring's layouts); the tokens are those of its `busy_groups` (all its groups
+    where None): an idle attention group runs its step with no tokens, adding none to the experts'."""
+    t = pool.tensor_parallel
+    d = pool.attention_data_parallel if busy_groups is None else busy_groups
     worker_tokens = d * batch * q_len
 
     def block(_: Architecture, group: LayerGroup, step: Step, dtypes: ModelDTypes) -> list[Row]:
@@ -312,7 +318,7 @@ def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int) -> Callable[
             sent = all_to_all_bytes(dispatched, moe.top_k, moe.routed_width(arch.hidden), dtypes.activations, t)
             rows = expert_exchange(mlp_rows(arch, group, step, dtypes, shard), sent)
             return tensor_parallel_block("mlp", rows, arch, step, dtypes)
-        if d > 1:
+        if pool.attention_data_parallel > 1:
             gathered = Step(d * batch, q_len, step.kv_len, t, step.attention_implementation)
             buffer = worker_tokens * arch.hidden * bytes_per_element(dtypes.activations) * (t - 1) / t
             return ([Row("mlp_all_gather", "allgather", 1, comm_bytes=buffer)]
@@ -325,10 +331,10 @@ def _mlp_of(arch: Architecture, pool: Pool, batch: int, q_len: int) -> Callable[
 
 def _worker_rows(arch: Architecture, pool: Pool, dtypes: ModelDTypes, batch: int, q_len: int, kv_len: int,
                  scored_tokens: int, layers: tuple[LayerGroup, ...] | None,
-                 attention_implementation: str) -> tuple[tuple[str, int, tuple[Row, ...]], ...]:
+                 attention_implementation: str, busy_groups: int | None) -> tuple[tuple[str, int, tuple[Row, ...]], ...]:
     step = Step(batch, q_len, kv_len, pool.attention_ranks, attention_implementation, scored_tokens=scored_tokens)
     before, after = model_level_rows(arch, step, dtypes)
-    mlp = _mlp_of(arch, pool, batch, q_len)
+    mlp = _mlp_of(arch, pool, batch, q_len, busy_groups)
     return (("model", 1, tuple(before)),
             *((group_label(group), group.count, tuple(layer_rows(arch, group, step, dtypes, mlp)))
               for group in (layers if layers is not None else arch.groups)),
@@ -341,17 +347,19 @@ worker_rows = ByIdentity(_worker_rows, objects=1, limit=512)
 
 
 def decode_curves(worker: WorkerStep, batches: Sequence[int], context: int, speculative: Speculative | None,
-                  draft_worker: WorkerStep | None = None) -> tuple[list[float], list[float]]:
+                  draft_worker: WorkerStep | None = None, busy_groups: int | None = None) -> tuple[list[float], list[float]]:
     """(the decode or verification step, the draft's k steps) at each of `batches` sequences per group, over a
-    cache of `context` tokens."""
+    cache of `context` tokens; `busy_groups`: as WorkerStep.rows."""
     if speculative is None:
-        return worker.decode_curve(batches, kv_len=context + 1), [0.0] * len(batches)
+        return worker.decode_curve(batches, kv_len=context + 1, busy_groups=busy_groups), [0.0] * len(batches)
     k = speculative.draft_tokens
-    verify = worker.decode_curve(batches, q_len=k + 1, kv_len=context + k + 1, scored_tokens=k + 1)
+    verify = worker.decode_curve(batches, q_len=k + 1, kv_len=context + k + 1, scored_tokens=k + 1,
+                                 busy_groups=busy_groups)
     if draft_worker is not None:
-        draft = draft_worker.decode_curve(batches, kv_len=context + 1)
+        draft = draft_worker.decode_curve(batches, kv_len=context + 1, busy_groups=busy_groups)
     else:  # mtp, eagle: one decoder layer like the model's last, with the embedding and the LM head
-        draft = worker.decode_curve(batches, kv_len=context + 1, layers=(_one_layer(worker.arch.groups[-1]),))
+        draft = worker.decode_curve(batches, kv_len=context + 1, layers=(_one_layer(worker.arch.groups[-1]),),
+                                    busy_groups=busy_groups)
     return verify, [k * d for d in draft]
 
 
@@ -409,9 +417,9 @@ def pool_budget(arch: Architecture, dtypes: ModelDTypes, pool: Pool, *, capacity
 
 
 def _decode(worker: WorkerStep, batch: int, context: int, speculative: Speculative | None,
-            draft_worker: WorkerStep | None) -> tuple[float, float]:
-    """(the decode or verification step, the draft's k steps) at `batch` sequences per group."""
-    verify, draft = decode_curves(worker, [batch], context, speculative, draft_worker)
+            draft_worker: WorkerStep | None, busy_groups: int | None) -> tuple[float, float]:
+    """(the decode or verification step, the draft's k steps) at `batch` sequences per busy group."""
+    verify, draft = decode_curves(worker, [batch], context, speculative, draft_worker, busy_groups)
     return verify[0], draft[0]
 
 
@@ -444,6 +452,16 @@ def largest_fitting(fits, most: int) -> int:
     return low
 
 
+def busy_attention_groups(concurrency: int, pool: Pool) -> int | None:
+    """The attention groups of a worker that have sequences when `concurrency` requests spread over the pool's
+    workers: all (None) once every group of the pool has one, else ceil(concurrency / workers). With attention data
+    parallelism a worker's idle groups add no tokens to its experts' or its gathered MLP's (SGLang and TensorRT-LLM
+    run them with empty batches); counting them as busy charged a 2-request step of a 16-group pool for 16 tokens'
+    expert weights."""
+    busy = -(-concurrency // pool.workers)
+    return None if busy >= pool.attention_data_parallel else busy
+
+
 def running_batch(concurrency: int, pool: Pool, budget: MemoryBudget, *, context: int, step_tokens: int) -> int:
     """Requests an attention group decodes at once: its share of the concurrency (rounded down, at least 1), at
     most the engine's cap, and at most what its KV cache holds (an engine admits no more; the rest wait)."""
@@ -470,10 +488,11 @@ def analyze_deployment(arch: Architecture, evaluator: Evaluator, topology: Topol
     batch = running_batch(c, decode, decode_budget, context=longest, step_tokens=k + 1)
     running = min(c, batch * decode.groups)
     mean_context = isl + osl // 2
-    step, draft = _decode(worker, batch, mean_context, speculative, draft_worker)
+    busy = busy_attention_groups(c, decode)
+    step, draft = _decode(worker, batch, mean_context, speculative, draft_worker, busy)
     acceptance = speculative.acceptance_length if speculative else 1.0
     tpot = (step + draft) / acceptance
-    first = prefill_worker.time_s(batch=1, q_len=isl, kv_len=isl)
+    first = prefill_worker.time_s(batch=1, q_len=isl, kv_len=isl, busy_groups=1)
 
     transfer_bytes = transfer_s = 0.0
     if prefill is not None:
@@ -487,13 +506,14 @@ def analyze_deployment(arch: Architecture, evaluator: Evaluator, topology: Topol
     decode_steps = osl / acceptance
     prefill_share = 0.0
     if prefill is None:
-        batch_prefill = prefill_worker.time_s(batch=batch, q_len=isl, kv_len=isl)
+        batch_prefill = prefill_worker.time_s(batch=batch, q_len=isl, kv_len=isl, busy_groups=busy)
         prefill_share = batch_prefill / osl
         cycle = decode_steps * (step + draft) + batch_prefill
         rates = {"decode": running / cycle}
     else:
         prefill_batch = max(1, c // prefill.groups)
-        batched = prefill_worker.time_s(batch=prefill_batch, q_len=isl, kv_len=isl)
+        batched = prefill_worker.time_s(batch=prefill_batch, q_len=isl, kv_len=isl,
+                                        busy_groups=busy_attention_groups(c, prefill))
         rates = {"prefill": prefill.groups * prefill_batch / batched, "decode": running / (osl * tpot)}
     rates["latency"] = c / served
     limited_by = min(rates, key=lambda name: rates[name])

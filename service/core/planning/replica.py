@@ -63,7 +63,8 @@ def replica_model(arch: Architecture, evaluator: Evaluator, budget: MemoryBudget
 def worker_replica_model(worker: WorkerStep, budget: MemoryBudget, workload: Workload, *, max_concurrency: int,
                          block_size: int, link: Link | None, speculative: Speculative | None = None) -> ReplicaModel:
     """One replica laid out as a serving worker (experts over its devices, attention groups): at concurrency c each
-    of its d groups decodes c // d sequences (at least 1), its decode step the worker's; with speculative decoding,
+    of its d groups decodes c // d sequences (below d, c groups one each and the rest idle), its decode step the
+    worker's; with speculative decoding,
     (the verification and the draft's steps) / the acceptance length, the time a token."""
     pool, arch = worker.pool, worker.arch
     d, input_len, output_len = pool.attention_data_parallel, workload.input_len, workload.output_len
@@ -81,12 +82,18 @@ def worker_replica_model(worker: WorkerStep, budget: MemoryBudget, workload: Wor
     fitting = largest_fitting(lambda c: memory(c).fits, max_concurrency)
     batches = list(range(1, per_group(fitting) + 1)) if fitting else []
     steps: dict[int, float] = {}
+    few: dict[int, float] = {}
+    acceptance = speculative.acceptance_length if speculative else 1.0
     if batches:
         verify, draft = decode_curves(worker, batches, input_len + output_len // 2, speculative, draft_worker)
-        acceptance = speculative.acceptance_length if speculative else 1.0
         steps = {b: (v + d_) / acceptance for b, v, d_ in zip(batches, verify, draft, strict=True)}
 
     def decode_s(c: int) -> float:
+        if c < d:  # fewer requests than groups: a step of c busy groups, the rest idle (busy_attention_groups)
+            if c not in few:
+                verify, draft = decode_curves(worker, [1], input_len + output_len // 2, speculative, draft_worker, c)
+                few[c] = (verify[0] + draft[0]) / acceptance
+            return few[c]
         return steps[per_group(c)]
 
     def memory_at(c: int) -> dict:
@@ -94,7 +101,8 @@ def worker_replica_model(worker: WorkerStep, budget: MemoryBudget, workload: Wor
 
     kv_whole = kv_bytes_per_request(arch, worker.dtypes, input_len, 1, block_size)
     return ReplicaModel(tensor_parallel=pool.tensor_parallel,
-                        prefill_s=worker.time_s(batch=1, q_len=input_len, kv_len=input_len), decode_s=decode_s,
+                        prefill_s=worker.time_s(batch=1, q_len=input_len, kv_len=input_len, busy_groups=1),
+                        decode_s=decode_s,
                         max_concurrency=fitting, memory_at=memory_at,
                         kv_transfer_s=(link.latency_s + kv_whole / (pool.attention_ranks * link.bandwidth_bytes_per_s)
                                        if link else None),
