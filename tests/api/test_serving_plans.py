@@ -197,6 +197,26 @@ def test_a_moe_plan_searches_expert_and_attention_data_parallelism(client):
     assert config["ttft_s"] == pytest.approx(serving["prefill_s"])
 
 
+def test_a_plan_below_its_attention_groups_decodes_the_busy_groups_as_the_analysis_does(client):
+    """The same 16 B200s at a fixed concurrency of 3: a replica of 8 attention groups has 3 busy, each decoding one
+    sequence, the experts seeing 3 tokens (busy_attention_groups); its decode step and its one-group prefill are
+    those /v1/analyze/serving gives for that deployment at 3 in flight, and the step is faster than at 8 (every
+    group busy)."""
+    body = {"model_id": "deepseek-v3", "device_ids": ["nvidia-b200"], "total_devices": 16, "input_len": 1024,
+            "output_len": 1024, "dtypes": {"scheme": "w8a8-fp8", "kv_cache": "fp8"}, "concurrency": 3, "slo": {},
+            "top_n": 100}
+    configs = client.post("/v1/plan/serving", json=body).json()["configs"]
+    config = next(c for c in configs if (c["tensor_parallel"], c["expert_parallel"], c["attention_data_parallel"],
+                                         c["mode"]) == (8, 8, 8, "aggregated"))
+    deployment = {"model_id": "deepseek-v3", "device_id": "nvidia-b200", "input_len": 1024, "output_len": 1024,
+                  "dtypes": body["dtypes"], "tensor_parallel": 8, "expert_parallel": 8, "attention_data_parallel": 8}
+    three, eight = (client.post("/v1/analyze/serving", json={**deployment, "concurrency": c}).json()["bound"]
+                    for c in (3, 8))
+    assert config["tpot_s"] == pytest.approx(three["decode_step_s"] + 3 * three["prefill_s"] / 1024)
+    assert config["ttft_s"] == pytest.approx(three["prefill_s"])
+    assert three["decode_step_s"] < eight["decode_step_s"]
+
+
 def test_a_plan_with_speculative_decoding_prices_each_token_as_the_serving_analysis_does(client):
     """Llama-3.1-8B on one H100 with 3 drafts an MTP-like layer and 2.5 accepted a step, at a fixed concurrency of 16:
     the configuration's TPOT is (the verification of 4 tokens + 3 draft steps) / 2.5 plus its share of the
