@@ -56,6 +56,7 @@ NOMINAL_CATALOG_PATH = DATA_DIR / "devices.json"
 MODEL_CATALOG_DIR = DATA_DIR / "models"
 GEMM_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "gemm.json"
 MOE_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "moe.json"
+ATTENTION_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "attention.json"
 GEMM_LATTICES_PATH = DATA_DIR / "calibrations" / "gemm_lattices.npz"
 SERVING_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "serving.json"
 ENGINE_CALIBRATIONS_PATH = DATA_DIR / "calibrations" / "engines.json"
@@ -91,6 +92,15 @@ def moe_calibrations() -> dict[tuple[str, str, str], KernelCalibration]:
     dtype)."""
     entries = json.loads(MOE_CALIBRATIONS_PATH.read_text())["calibrations"]
     return {(entry["device_id"], entry["engine"], entry["dtype"]): KernelCalibration(**entry) for entry in entries}
+
+
+@lru_cache
+def attention_calibrations() -> dict[tuple[str, str, str], KernelCalibration]:
+    """The decode-attention calibrations shipped with the service (scripts/fit_attention_calibration.py), by (device
+    id, engine, decode_attention_key: "<kind>:<cache dtype>")."""
+    entries = json.loads(ATTENTION_CALIBRATIONS_PATH.read_text())["calibrations"]
+    return {(entry["device_id"], entry["engine"], f"{entry['operator']}:{entry['dtype']}"): KernelCalibration(**entry)
+            for entry in entries}
 
 
 def lattice_key(device_id: str, dtype: str) -> str:

@@ -18,6 +18,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+TIMINGS_NAMES = {"matmul": "GEMM", "fused_moe": "fused-MoE", "mla_decode": "MLA decode",
+                 "attention_decode": "decode attention"}
+
 
 @dataclass(frozen=True)
 class KernelCalibration:
@@ -52,8 +55,9 @@ class KernelCalibration:
     # reach 0.64).
     roof_compute_efficiency: float | None = None
     roof_memory_efficiency: float | None = None
-    # What was timed: "matmul" (GEMM tables) or "fused_moe" (one routed-experts layer on one device:
-    # service/core/expectations/fused_moe.py).
+    # What was timed: "matmul" (GEMM tables), "fused_moe" (one routed-experts layer on one device:
+    # service/core/expectations/fused_moe.py), or a decode step's attention, "mla_decode" or "attention_decode"
+    # (service/core/expectations/decode_attention.py; `dtype` then the cache's, the queries bf16).
     operator: str = "matmul"
 
     @property
@@ -63,7 +67,12 @@ class KernelCalibration:
 
     @property
     def timings_name(self) -> str:
-        return "GEMM" if self.operator == "matmul" else "fused-MoE"
+        return TIMINGS_NAMES[self.operator]
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype whose peak it was fitted at: its own, but a decode attention's, whose queries are bf16."""
+        return "bf16" if self.operator in ("mla_decode", "attention_decode") else self.dtype
 
     def __post_init__(self):
         for name in ("shapes", "anchors"):  # read back from JSON as lists

@@ -180,7 +180,7 @@ class Evaluator:
         compute_time, memory_time = flops / flops_per_s, moved / bandwidth
         weights = float(cost.weight_bytes_read)
         if self.below_roofs:
-            e_c, e_m = self.efficiencies(row.kind, cost.compute_dtype)
+            e_c, e_m = self.efficiencies(row, cost.compute_dtype)
             compute_time, memory_time, weights = compute_time / e_c, memory_time / e_m, weights / e_m
         if not math.isfinite(compute_time + memory_time):
             raise CostModelError(row.name, "the counts exceed the floating-point range")
@@ -196,8 +196,8 @@ class Evaluator:
     # Whether rows run below the roofs (efficiencies()): never for a bound, so its rows skip the call.
     below_roofs = False
 
-    def efficiencies(self, kind: str, compute_dtype: str) -> tuple[float, float]:
-        """(compute, memory) fractions of the roofs a row of this kind and dtype runs at, where below_roofs (an
+    def efficiencies(self, row: Row, compute_dtype: str) -> tuple[float, float]:
+        """(compute, memory) fractions of the roofs a row of its kind and this dtype runs at, where below_roofs (an
         expectation's evaluator, kernel_steps.KernelEvaluator); a row's weight bytes are then reported over the
         memory fraction, so the experts-hit curve reads them at the speed they are read."""
         return 1.0, 1.0

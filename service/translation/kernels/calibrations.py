@@ -20,6 +20,7 @@ from service.core.simulation.carried_over import CarriedSchedulingCalibration
 from service.core.simulation.fit import SchedulingCalibration
 from service.persistence.catalog import (
     DeviceCatalog,
+    attention_calibrations,
     carried_scheduling_calibrations,
     engine_calibrations,
     gemm_calibrations,
@@ -248,6 +249,7 @@ def all_calibrations(catalog: DeviceCatalog) -> list[dict]:
     calibrations, in that order."""
     return ([kernel_public(c) for c in gemm_calibrations().values()]
             + [kernel_public(c) for c in moe_calibrations().values()]
+            + [kernel_public(c) for c in attention_calibrations().values()]
             + [kernel_public(c) for c in sorted(catalog.kernel_calibrations(), key=lambda c: c.id)]
             + [serving_public(c) for c in serving_calibrations().values()]
             + [serving_public(c) for c in catalog.measured_serving_calibrations()]

@@ -1,8 +1,9 @@
 """Which kernel tables a device's composed steps read: its own fits (timings submitted to it, else those shipped,
 service/data/calibrations/gemm.json), else those of the nearest measured part of its vendor at its own roofs; and
-for a serving engine, its fused-MoE fits on that device (service/data/calibrations/moe.json: the engine's own table,
-else TensorRT-LLM's, per dtype). Without an engine (training) the experts' grouped matmuls read the GEMM fits: no
-training framework's MoE timings are public in what the service ships."""
+for a serving engine, its fused-MoE and decode-attention fits on that device (service/data/calibrations/moe.json and
+attention.json: the engine's own table, else TensorRT-LLM's, per dtype). Without an engine (training) the experts'
+grouped matmuls read the GEMM fits and attention the floor: no training framework's kernel timings are public in what
+the service ships."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from service.core.hardware import DeviceSpec
 from service.core.memo import ByIdentity
 from service.core.roofs import MeasuredRoofs
 from service.core.simulation.engines import engine_family
-from service.persistence.catalog import gemm_calibrations, moe_calibrations, nominal_device
+from service.persistence.catalog import attention_calibrations, gemm_calibrations, moe_calibrations, nominal_device
 from service.translation.kernels.aiconfigurator import MOE_ENGINES
 
 # Devices no public table covers, and the measured part whose kernels they run: (that device, why).
@@ -37,11 +38,21 @@ def _own(device_id: str, measured: MeasuredRoofs | None) -> dict:
 def _own_moe(device_id: str, engine: str | None) -> dict:
     """The device's fused-MoE fits by dtype for the engine: its own table's, else TensorRT-LLM's; none without an
     engine."""
+    return _engines_own(moe_calibrations(), device_id, engine)
+
+
+def _own_attention(device_id: str, engine: str | None) -> dict:
+    """The device's decode-attention fits by kind and cache dtype for the engine, as its fused-MoE fits are chosen."""
+    return _engines_own(attention_calibrations(), device_id, engine)
+
+
+def _engines_own(shipped: dict, device_id: str, engine: str | None) -> dict:
+    """A device's shipped fits of one engine's tables by their key: the engine's own table's, else TensorRT-LLM's;
+    none without an engine (training: no training framework's kernel timings are public in what is shipped)."""
     if engine is None:
         return {}
-    shipped = moe_calibrations()
     tables = ["trtllm"] + ([theirs] if (theirs := MOE_ENGINES.get(engine_family(engine) or "")) else [])
-    return {dtype: fit for table in tables for (device, name, dtype), fit in shipped.items()
+    return {key: fit for table in tables for (device, name, key), fit in shipped.items()
             if device == device_id and name == table}
 
 
@@ -50,7 +61,8 @@ def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None, engine: s
     any."""
     fits = _own(device.id, measured)
     if fits:
-        return KernelTables(device.id, fits, moe_fits=_own_moe(device.id, engine))
+        return KernelTables(device.id, fits, moe_fits=_own_moe(device.id, engine),
+                            attention_fits=_own_attention(device.id, engine))
     if device.id not in STAND_INS:
         return None
     other_id, reason = STAND_INS[device.id]
@@ -65,8 +77,9 @@ def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None, engine: s
     hbm = device.memory_level("hbm")
     if hbm is None:
         return None
-    return standing_in(KernelTables(other_id, other, moe_fits=_own_moe(other_id, engine)), device.id, peak_of,
-                       hbm.bandwidth_bytes_per_s, reason)
+    return standing_in(KernelTables(other_id, other, moe_fits=_own_moe(other_id, engine),
+                                    attention_fits=_own_attention(other_id, engine)),
+                       device.id, peak_of, hbm.bandwidth_bytes_per_s, reason)
 
 
 # Once per (device, its measured roofs) as the catalog holds them, and one composing evaluator per tables, like the
