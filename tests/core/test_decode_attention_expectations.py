@@ -100,6 +100,8 @@ def test_each_engine_reads_its_own_attention_table_else_tensorrt_llms_and_traini
     sglang_fp8 = h200["sglang"].attention_fits["mla_decode:fp8"]
     assert sglang_fp8.roof_memory_efficiency < 0.1 < 0.8 < h200["sglang"].attention_fits["mla_decode:bf16"].roof_memory_efficiency
     assert h200["dynamo-trt"].attention_fits["mla_decode:fp8"].roof_memory_efficiency > 0.5
+    assert "kernel:shipped:nvidia-h200-sxm:sglang:mla_decode:fp8" in h200["sglang"].ids  # what an answer names
+    assert "kernel:shipped:nvidia-h200-sxm:sglang:fused_moe:fp8" in h200["sglang"].ids
     assert shipped_kernel_tables("nvidia-h200-sxm").attention_fits == {}  # training: the floor
     assert shipped_kernel_tables("amd-mi355x", "atom").attention_fits == {}  # no AMD attention table shipped
     pcie = shipped_kernel_tables("nvidia-h100-pcie", "sglang")

@@ -86,7 +86,8 @@ class KernelTables:
 
     @property
     def ids(self) -> list[str]:
-        return sorted(fit.id for fit in self.fits.values())
+        """Every fit its rows may read: the GEMM fits, and the engine's fused-MoE and decode-attention ones."""
+        return sorted(fit.id for fits in (self.fits, self.moe_fits, self.attention_fits) for fit in fits.values())
 
     def describe(self) -> str:
         own = (f"{self.stand_in_for}'s tables at {self.device_id}'s roofs ({self.stand_in_reason})"
