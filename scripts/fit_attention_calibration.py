@@ -32,7 +32,14 @@ from packaging.version import Version
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.kernel_table_fits import fit_line, fit_table, system_of, write_fits
-from service.core.expectations.decode_attention import MLA_CACHED, MLA_VALUES, DecodeAttentionShape, decode_attention_work
+from service.core.expectations.decode_attention import (
+    ATTENTION_DECODE,
+    MLA_CACHED,
+    MLA_DECODE,
+    MLA_VALUES,
+    DecodeAttentionShape,
+    decode_attention_work,
+)
 from service.persistence.catalog import ATTENTION_CALIBRATIONS_PATH
 from service.translation.kernels.aiconfigurator import DEVICES, MOE_ENGINES, PACKAGE
 
@@ -41,9 +48,9 @@ SAMPLE_ROWS = 20  # per fit, kept in tests/data for the tests
 CACHE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 # (the service's kind, the table's folder and file, its columns)
 TABLES = {
-    "mla_decode": ("mla", "generation_mla_perf.parquet",
+    MLA_DECODE: ("mla", "generation_mla_perf.parquet",
                    ["kv_cache_dtype", "num_heads", "batch_size", "step", "latency"]),
-    "attention_decode": ("attention", "generation_attention_perf.parquet",
+    ATTENTION_DECODE: ("attention", "generation_attention_perf.parquet",
                          ["kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim", "window_size", "batch_size",
                           "step", "latency"]),
 }
@@ -53,7 +60,7 @@ def shape_of(kind: str, row: dict) -> DecodeAttentionShape | None:
     """The shape a table row times, as the service's attention row takes it; None where the service counts no such
     attention (query heads not a multiple of the key heads)."""
     kv_len = int(row["step"]) + 1
-    if kind == "mla_decode":
+    if kind == MLA_DECODE:
         return DecodeAttentionShape(True, int(row["batch_size"]), int(row["num_heads"]), 1, MLA_CACHED, MLA_VALUES,
                                     kv_len)
     heads, kv_heads = int(row["num_heads"]), int(row["num_key_value_heads"])

@@ -23,7 +23,9 @@ from service.core.operators.attention import attention_cost
 MLA_CACHED, MLA_VALUES = 512 + 64, 512
 # A speculative verification's queries a sequence (draft tokens + 1) the decode kernels are taken to time.
 MAX_DECODE_QUERIES = 8
-KINDS = ("mla_decode", "attention_decode")
+# The two kinds, as the fits' `operator` (KernelCalibration) and the first half of their key.
+MLA_DECODE, ATTENTION_DECODE = "mla_decode", "attention_decode"
+KINDS = (MLA_DECODE, ATTENTION_DECODE)
 
 
 class DecodeAttentionShape(NamedTuple):
@@ -53,5 +55,5 @@ def decode_attention_key(params: dict | None) -> str | None:
     q_len, kv_len = params.get("q_len", 0), params.get("kv_len", 0)
     if not 1 <= q_len <= MAX_DECODE_QUERIES or q_len >= kv_len:
         return None
-    kind = "mla_decode" if params.get("shared_kv") else "attention_decode"
+    kind = MLA_DECODE if params.get("shared_kv") else ATTENTION_DECODE
     return f"{kind}:{peak_dtype(params.get('kv_dtype') or params.get('dtype') or 'bf16')}"

@@ -18,8 +18,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-TIMINGS_NAMES = {"matmul": "GEMM", "fused_moe": "fused-MoE", "mla_decode": "MLA decode",
-                 "attention_decode": "decode attention"}
+from service.core.expectations.decode_attention import ATTENTION_DECODE, MLA_DECODE
+from service.core.expectations.decode_attention import KINDS as DECODE_ATTENTION_KINDS
+
+TIMINGS_NAMES = {"matmul": "GEMM", "fused_moe": "fused-MoE", MLA_DECODE: "MLA decode",
+                 ATTENTION_DECODE: "decode attention"}
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class KernelCalibration:
     @property
     def compute_dtype(self) -> str:
         """The dtype whose peak it was fitted at: its own, but a decode attention's, whose queries are bf16."""
-        return "bf16" if self.operator in ("mla_decode", "attention_decode") else self.dtype
+        return "bf16" if self.operator in DECODE_ATTENTION_KINDS else self.dtype
 
     def __post_init__(self):
         for name in ("shapes", "anchors"):  # read back from JSON as lists

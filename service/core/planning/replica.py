@@ -9,6 +9,7 @@ from functools import partial
 from service.core.planning.deployment import (
     Speculative,
     WorkerStep,
+    busy_attention_groups,
     decode_curves,
     draft_worker_for,
     largest_fitting,
@@ -89,11 +90,12 @@ def worker_replica_model(worker: WorkerStep, budget: MemoryBudget, workload: Wor
         steps = {b: (v + d_) / acceptance for b, v, d_ in zip(batches, verify, draft, strict=True)}
 
     def decode_s(c: int) -> float:
-        if c < d:  # fewer requests than groups: a step of c busy groups, the rest idle (busy_attention_groups)
-            if c not in few:
-                verify, draft = decode_curves(worker, [1], input_len + output_len // 2, speculative, draft_worker, c)
-                few[c] = (verify[0] + draft[0]) / acceptance
-            return few[c]
+        busy = busy_attention_groups(c, pool)
+        if busy is not None:  # fewer requests than groups: a step of the busy groups alone, the rest idle
+            if busy not in few:
+                verify, draft = decode_curves(worker, [1], input_len + output_len // 2, speculative, draft_worker, busy)
+                few[busy] = (verify[0] + draft[0]) / acceptance
+            return few[busy]
         return steps[per_group(c)]
 
     def memory_at(c: int) -> dict:
