@@ -96,8 +96,8 @@ def moe_calibrations() -> dict[tuple[str, str, str], KernelCalibration]:
 
 @lru_cache
 def attention_calibrations() -> dict[tuple[str, str, str], KernelCalibration]:
-    """The decode-attention calibrations shipped with the service (scripts/fit_attention_calibration.py), by (device
-    id, engine, decode_attention_key: "<kind>:<cache dtype>")."""
+    """The attention calibrations shipped with the service (scripts/fit_attention_calibration.py), by (device id,
+    engine, attention_kernels.attention_key: "<kind>:<dtype>")."""
     entries = json.loads(ATTENTION_CALIBRATIONS_PATH.read_text())["calibrations"]
     return {(entry["device_id"], entry["engine"], f"{entry['operator']}:{entry['dtype']}"): KernelCalibration(**entry)
             for entry in entries}

@@ -8,12 +8,13 @@ the largest clearly compute- and memory-bound timings reach: KernelCalibration.k
   TensorRT-LLM's: service/data/calibrations/moe.json), else the matmul's; MoE kernels read the experts' weights at
   0.5-0.93 of the datasheet's bandwidth and multiply at 0.06-0.86 of the peak (SGLang's fp8 at 0.23, TensorRT-LLM's at
   0.59, B200), where the same device's GEMMs run at their own roofs;
-- a decode or verification step's attention: its kind's (latent or grouped-query) and cache dtype's decode-attention
-  table as the serving engine runs it (its own, else TensorRT-LLM's: service/data/calibrations/attention.json), at the
-  floor's compute roof where the table times no compute-bound shape; SGLang's latent attention over an fp8 cache reads
-  it at 0.06-0.08 of the datasheet on Hopper (0.89-0.91 over a bf16 one), 0.79-0.83 on Blackwell;
-- every other row (a prompt's attention, norms, activations, the embedding): the device's floor, its bf16 table's (else
-  the table with the most timings), the nearest thing to a measured bandwidth a GEMM table gives;
+- an attention row: its kind's (latent or grouped-query, decode or prefill) fit as the serving engine runs it (its
+  own, else TensorRT-LLM's: service/data/calibrations/attention.json), by its cache dtype (a decode or verification
+  step's) or its activations' (a prompt's), at the floor's roof where the table times no shape bound by it; SGLang's
+  latent attention over an fp8 cache reads it at 0.06-0.08 of the datasheet on Hopper (0.89-0.91 over a bf16 one),
+  0.79-0.83 on Blackwell, and its latent prompts run at a third of TensorRT-LLM's speed on an H200;
+- every other row (norms, activations, the embedding, an attention without a fit): the device's floor, its bf16
+  table's (else the table with the most timings), the nearest thing to a measured bandwidth a GEMM table gives;
 - a collective: its bound (latency + bytes over the link): no collective table is read yet.
 The fit's t0 (the fixed cost of one kernel timed alone) is left to the engine's line (engines.py): engines fuse
 small kernels and replay a step as a CUDA or HIP graph, and with a t0 a row the composed step exceeded measured
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from service.core.dtypes import peak_dtype
-from service.core.expectations.decode_attention import decode_attention_key
+from service.core.expectations.attention_kernels import attention_key
 from service.core.expectations.kernels import COMPUTE, MEMORY, KernelCalibration
 from service.core.memo import read_only
 from service.core.transformer.analysis import Evaluator
@@ -50,7 +51,7 @@ class KernelTables:
     stand_in_for: str | None = None  # the device whose tables these are, where not this one's
     stand_in_reason: str | None = None
     moe_fits: Mapping[str, KernelCalibration] = field(default_factory=dict)  # fused-MoE kernels, by peak dtype
-    # Decode-attention kernels, by decode_attention_key ("mla_decode:fp8", "attention_decode:bf16", ...).
+    # Attention kernels, by attention_key ("mla_decode:fp8", "attention_prefill:bf16", ...).
     attention_fits: Mapping[str, KernelCalibration] = field(default_factory=dict)
 
     def __post_init__(self):  # read-only: the tables key a memo by identity (kernel_tables.kernel_evaluator)
@@ -64,13 +65,13 @@ class KernelTables:
         return max(self.fits.values(), key=lambda fit: (fit.fitted_on, fit.dtype))
 
     def for_row(self, kind: str, compute_dtype: str | None, attention_params: dict | None = None) -> KernelCalibration:
-        """`attention_params`: an attention row's (Row.attention_params), which tell its decode fit."""
+        """`attention_params`: an attention row's (Row.attention_params), which tell its attention fit."""
         if kind in MATMUL_KINDS and compute_dtype is not None:
             dtype = peak_dtype(compute_dtype)
             moe = self.moe_fits.get(dtype) if kind == "grouped_matmul" else None
             return moe or self.fits.get(dtype) or self.floor
         if kind == "attention" and self.attention_fits:
-            key = decode_attention_key(attention_params)
+            key = attention_key(attention_params)
             if key is not None and key in self.attention_fits:
                 return self.attention_fits[key]
         return self.floor
@@ -78,7 +79,8 @@ class KernelTables:
     def efficiencies(self, kind: str, compute_dtype: str | None,
                      attention_params: dict | None = None) -> tuple[float, float]:
         """(compute, memory) roofs a row runs at: its fit's (for_row), but a term that fit's timings could not tell
-        (none of them bound by it: the decode-attention tables time no clearly compute-bound shape) at the floor's."""
+        (none of them bound by it: the decode-attention tables time no clearly compute-bound shape, the prefill ones
+        no memory-bound one) at the floor's."""
         fit = self.for_row(kind, compute_dtype, attention_params)
         floor = self.floor
         return (floor.kernel_compute_efficiency if COMPUTE in fit.unidentified else fit.kernel_compute_efficiency,
@@ -86,7 +88,7 @@ class KernelTables:
 
     @property
     def ids(self) -> list[str]:
-        """Every fit its rows may read: the GEMM fits, and the engine's fused-MoE and decode-attention ones."""
+        """Every fit its rows may read: the GEMM fits, and the engine's fused-MoE and attention ones."""
         return sorted(fit.id for fits in (self.fits, self.moe_fits, self.attention_fits) for fit in fits.values())
 
     def describe(self) -> str:
@@ -102,11 +104,11 @@ class KernelTables:
                         for fit in sorted(self.moe_fits.values(), key=lambda f: f.dtype))
         grouped = (f" (grouped ones, the experts', by their dtype's fused-MoE fit where it has one: {moe})"
                    if moe else "")
-        decode = "; ".join(f"{key}: {fit.fitted_on:,} {fit.engine} timings, compute at "
+        kernels = "; ".join(f"{key}: {fit.fitted_on:,} {fit.engine} timings, compute at "
                            f"{fit.kernel_compute_efficiency:.3g} of the peak, HBM at {fit.kernel_memory_efficiency:.3g}"
                            for key, fit in sorted(self.attention_fits.items()))
-        attention = (f", a decode or verification step's attention by its kind and cache dtype's fit where it has "
-                     f"one ({decode})" if decode else "")
+        attention = (f", attention by its kind's fit where it has one (a decode's by its cache dtype, a prompt's by "
+                     f"its activations': {kernels})" if kernels else "")
         return (f"each row at the efficiencies of the kernel fits of {own} ({fits}): matmuls by their dtype's fit"
                 f"{grouped}{attention}, every other row at the {self.floor.dtype} fit's, collectives at their bound; "
                 "each kernel's fixed cost is left to the engine's line")

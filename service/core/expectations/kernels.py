@@ -18,11 +18,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from service.core.expectations.decode_attention import ATTENTION_DECODE, MLA_DECODE
-from service.core.expectations.decode_attention import KINDS as DECODE_ATTENTION_KINDS
+from service.core.expectations.attention_kernels import (
+    ATTENTION_DECODE,
+    ATTENTION_PREFILL,
+    DECODE_KINDS,
+    MLA_DECODE,
+    MLA_PREFILL,
+)
 
 TIMINGS_NAMES = {"matmul": "GEMM", "fused_moe": "fused-MoE", MLA_DECODE: "MLA decode",
-                 ATTENTION_DECODE: "decode attention"}
+                 ATTENTION_DECODE: "decode attention", MLA_PREFILL: "MLA prefill", ATTENTION_PREFILL: "prefill attention"}
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,9 @@ class KernelCalibration:
     roof_compute_efficiency: float | None = None
     roof_memory_efficiency: float | None = None
     # What was timed: "matmul" (GEMM tables), "fused_moe" (one routed-experts layer on one device:
-    # service/core/expectations/fused_moe.py), or a decode step's attention, "mla_decode" or "attention_decode"
-    # (service/core/expectations/decode_attention.py; `dtype` then the cache's, the queries bf16).
+    # service/core/expectations/fused_moe.py), or one layer's attention (service/core/expectations/attention_kernels.py):
+    # a decode step's, "mla_decode" or "attention_decode" (`dtype` then the cache's, the queries bf16), a prompt's,
+    # "mla_prefill" or "attention_prefill" (`dtype` the activations').
     operator: str = "matmul"
 
     @property
@@ -75,7 +81,7 @@ class KernelCalibration:
     @property
     def compute_dtype(self) -> str:
         """The dtype whose peak it was fitted at: its own, but a decode attention's, whose queries are bf16."""
-        return "bf16" if self.operator in DECODE_ATTENTION_KINDS else self.dtype
+        return "bf16" if self.operator in DECODE_KINDS else self.dtype
 
     def __post_init__(self):
         for name in ("shapes", "anchors"):  # read back from JSON as lists
