@@ -97,3 +97,35 @@ def test_runs_at_one_bound_fit_without_a_start_outside_the_bounds():
     scale, overhead = fit_scale_and_overhead([1e-9] * 3, [1e-3] * 3)
     assert scale * 1e-9 + overhead == pytest.approx(1e-3, rel=1e-6)
     assert not separable([1e-9] * 3) and not separable([1.0, 1.05]) and separable([1.0, 1.1])
+
+
+class Line:
+    """A calibration's two lines (serving_runs.FittedLine) covering every workload."""
+
+    def __init__(self, tpot_scale: float, ttft_scale: float):
+        self.tpot_scale, self.tpot_overhead_s, self.ttft_scale, self.ttft_overhead_s = tpot_scale, 0.0, ttft_scale, 0.0
+
+    def covers(self, *args) -> bool:
+        return True
+
+
+def test_a_full_deployment_is_full_longer_at_its_expected_speed():
+    """A bound with 400 requests running and 1,000 in flight (600 wait): TPOT 10 ms with 2 ms of prefill a token, TTFT
+    100 ms, 101 tokens out, 100 requests/s, 10 s end to end (1,000 / 100, Little's law). A line doubling TPOT and its
+    prefill share (24 ms) and keeping TTFT: a request is served in 0.1 + 100 x 0.024 = 2.5 s once admitted, the
+    deployment completes 100 / (24 / 12) = 50 requests/s (the bound's rate slowed as its TPOT), so the 1,000 spend
+    1,000 / 50 = 20 s each, 17.5 of them waiting; 50 x 101 = 5,050 tokens/s. Below the running batch (200 in flight,
+    all served at once) the concurrency bounds the rate: 200 / 2.5 = 80 requests/s, 2.5 s each."""
+    from types import SimpleNamespace
+
+    from service.core.expectations.serving_runs import expect
+
+    bound = SimpleNamespace(tpot_s=0.010, prefill_share_s=0.002, ttft_s=0.100, itl_s=0.010, requests_per_s=100.0,
+                            e2e_latency_s=10.0, devices=8)
+    full = expect(Line(2.0, 1.0), bound, input_len=1000, output_len=101, concurrency=1000)
+    assert full.tpot_s == pytest.approx(0.024) and full.ttft_s == pytest.approx(0.100)
+    assert full.requests_per_s == pytest.approx(50.0) and full.e2e_latency_s == pytest.approx(20.0)
+    assert full.output_tokens_per_s == pytest.approx(5050.0)
+    quiet = expect(Line(2.0, 1.0), SimpleNamespace(**{**vars(bound), "requests_per_s": 200 / 1.1, "e2e_latency_s": 1.1}),
+                   input_len=1000, output_len=101, concurrency=200)
+    assert quiet.requests_per_s == pytest.approx(80.0) and quiet.e2e_latency_s == pytest.approx(2.5)
