@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate check docs test test-fast test-newest lock golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-unmeasured bench-calibration bench-charts bench-explorer bench-access-log bench-measure
+.PHONY: install install-test serve migrate check docs test test-fast test-newest lock golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-unmeasured bench-mlperf bench-calibration bench-charts bench-explorer bench-access-log bench-measure
 
 # Every install is held to constraints.txt: the versions `make test` was verified with (see that file; `make lock`
 # re-pins it on purpose, `make test-newest` tries the newest releases without touching it).
@@ -109,6 +109,10 @@ bench-inferencex: install
 # Each device's serving runs left out and predicted from its kernel tables and the engines' carried-over costs.
 bench-unmeasured: install
 	$(BIN)/python bench/unmeasured.py
+
+# MLPerf Inference v5.1's Llama 2 70B Offline results against the bound and the expectation of the same deployments.
+bench-mlperf: install
+	$(BIN)/python bench/mlperf_inference.py
 
 # A calibrated operator answer's cost beside an uncalibrated one, and a 10,000-timing fit's and write's.
 bench-calibration: install
