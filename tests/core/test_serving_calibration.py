@@ -115,13 +115,14 @@ def test_a_full_deployment_is_full_longer_at_its_expected_speed():
     prefill share (24 ms) and keeping TTFT: a request is served in 0.1 + 100 x 0.024 = 2.5 s once admitted, the
     deployment completes 100 / (24 / 12) = 50 requests/s (the bound's rate slowed as its TPOT), so the 1,000 spend
     1,000 / 50 = 20 s each, 17.5 of them waiting; 50 x 101 = 5,050 tokens/s. Below the running batch (200 in flight,
-    all served at once) the concurrency bounds the rate: 200 / 2.5 = 80 requests/s, 2.5 s each."""
+    all served at once) the concurrency bounds the rate: 200 / 2.5 = 80 requests/s, 2.5 s each. The bound limited
+    by decode here."""
     from types import SimpleNamespace
 
     from service.core.expectations.serving_runs import expect
 
     bound = SimpleNamespace(tpot_s=0.010, prefill_share_s=0.002, ttft_s=0.100, itl_s=0.010, requests_per_s=100.0,
-                            e2e_latency_s=10.0, devices=8)
+                            e2e_latency_s=10.0, devices=8, limited_by="decode")
     full = expect(Line(2.0, 1.0), bound, input_len=1000, output_len=101, concurrency=1000)
     assert full.tpot_s == pytest.approx(0.024) and full.ttft_s == pytest.approx(0.100)
     assert full.requests_per_s == pytest.approx(50.0) and full.e2e_latency_s == pytest.approx(20.0)
@@ -129,3 +130,8 @@ def test_a_full_deployment_is_full_longer_at_its_expected_speed():
     quiet = expect(Line(2.0, 1.0), SimpleNamespace(**{**vars(bound), "requests_per_s": 200 / 1.1, "e2e_latency_s": 1.1}),
                    input_len=1000, output_len=101, concurrency=200)
     assert quiet.requests_per_s == pytest.approx(80.0) and quiet.e2e_latency_s == pytest.approx(2.5)
+    # A disaggregated deployment whose prefill pool limits it (no prefill share on the decode devices) slows as its
+    # TTFT does: a TTFT line of 1.5 makes it 150 ms, 100 / 1.5 = 66.7 requests/s, though TPOT doubled (20 ms).
+    prefill_limited = SimpleNamespace(**{**vars(bound), "prefill_share_s": 0.0, "limited_by": "prefill"})
+    split = expect(Line(2.0, 1.5), prefill_limited, input_len=1000, output_len=101, concurrency=1000)
+    assert split.tpot_s == pytest.approx(0.020) and split.requests_per_s == pytest.approx(100 / 1.5)

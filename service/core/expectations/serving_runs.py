@@ -286,18 +286,23 @@ def expect(calibration: FittedLine, bound, *, input_len: int, output_len: int, c
            basis=None, layout: str | None = None) -> ServingExpectation:
     """TPOT and TTFT from the fit's lines over `basis` (its TPOT with its prefill share, its TTFT: the bound itself
     by default; the deployment its kernels compose for an engine calibration), never below the bound's; the step
-    between tokens in the bound's proportion to TPOT; requests/s the bound's slowed as its TPOT (with its prefill
-    share, what the line multiplies) is, and no more than Little's law allows the concurrency at the expected time
-    a request is served; the end-to-end time that rate gives the concurrency (its wait for a place included, as the
-    bound's: a deployment full at the bound's speed is full longer at the expected one); extrapolated where the
-    calibration does not cover the workload (and `layout`, where given)."""
+    between tokens in the bound's proportion to TPOT; requests/s the bound's slowed as what limits it is (a
+    disaggregated prefill pool as TTFT, decode as TPOT with its prefill share, what the line multiplies), and no more
+    than Little's law allows the concurrency at the expected time a request is served; the end-to-end time that rate
+    gives the concurrency (its wait for a place included, as the bound's: a deployment full at the bound's speed is
+    full longer at the expected one); extrapolated where the calibration does not cover the workload (and `layout`,
+    where given)."""
     basis = bound if basis is None else basis
     tpot = on_line(calibration.tpot_scale, calibration.tpot_overhead_s, bound.tpot_s,
                    basis.tpot_s + basis.prefill_share_s)
     ttft = on_line(calibration.ttft_scale, calibration.ttft_overhead_s, bound.ttft_s, basis.ttft_s)
     served = ttft + (output_len - 1) * tpot
-    slowdown = max(1.0, tpot / (bound.tpot_s + bound.prefill_share_s))
-    rate = min(bound.requests_per_s / slowdown, concurrency / served)
+    # The bound's rate is its limit's: a prefill pool's slows as TTFT does, a decode's (or a shared pool's) as TPOT.
+    if bound.limited_by == "prefill":
+        slowdown = ttft / bound.ttft_s
+    else:
+        slowdown = tpot / (bound.tpot_s + bound.prefill_share_s)
+    rate = min(bound.requests_per_s / max(1.0, slowdown), concurrency / served)
     e2e = max(bound.e2e_latency_s, served, concurrency / rate)
     return ServingExpectation(
         ttft_s=ttft, tpot_s=tpot, itl_s=bound.itl_s * tpot / bound.tpot_s, e2e_latency_s=e2e, requests_per_s=rate,
