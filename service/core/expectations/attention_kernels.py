@@ -36,7 +36,6 @@ MAX_DECODE_QUERIES = 8
 MLA_DECODE, ATTENTION_DECODE = "mla_decode", "attention_decode"
 MLA_PREFILL, ATTENTION_PREFILL = "mla_prefill", "attention_prefill"
 DECODE_KINDS = (MLA_DECODE, ATTENTION_DECODE)
-KINDS = (*DECODE_KINDS, MLA_PREFILL, ATTENTION_PREFILL)
 
 
 class AttentionShape(NamedTuple):
