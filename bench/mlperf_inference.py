@@ -16,22 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-GAP = 1.1  # two devices measured at least this far apart are "ordered"
+from bench.unmeasured import GAP, pairs_ordered
+
 # For a device whose submitters' engine has no carried line: the engine the service has for it, as a labelled what-if.
 WHAT_IF_ENGINE = {"amd-mi300x": "atom", "amd-mi325x": "atom"}
-
-
-def ordered(figures: dict[str, float], measured: dict[str, float]) -> tuple[int, int]:
-    """(pairs measured at least GAP apart, of those ordered as measured) over the devices with a figure."""
-    names = sorted(device for device in figures if figures[device])
-    pairs = right = 0
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            if max(measured[a], measured[b]) < GAP * min(measured[a], measured[b]):
-                continue
-            pairs += 1
-            right += (figures[a] > figures[b]) == (measured[a] > measured[b])
-    return pairs, right
 
 
 def main() -> None:
@@ -73,7 +61,8 @@ def main() -> None:
     below = [device for device in bounds if bounds[device] < max(measured[device])]
     print(f"\nbound under a measured result: {', '.join(below) or 'none'}")
     for name, figures in (("bound", bounds), ("expected", expected)):
-        pairs, right = ordered(figures, medians)
+        pairs, right = pairs_ordered({device: (figures[device], medians[device]) for device in figures
+                                      if figures[device]})
         print(f"{name}: {right} of {pairs} pairs of devices measured >= {GAP - 1:.0%} apart ordered as measured")
     for line in what_ifs:
         print(f"what-if: {line}")

@@ -67,16 +67,21 @@ def orderings(predictions) -> tuple[int, int]:
         grouped[(key, device)].append((tpot, measured))
     for (key, device), values in grouped.items():
         medians[key][device] = (statistics.median(v[0] for v in values), statistics.median(v[1] for v in values))
+    counts = [pairs_ordered(devices) for devices in medians.values()]
+    return sum(pairs for pairs, _ in counts), sum(right for _, right in counts)
+
+
+def pairs_ordered(devices: dict[str, tuple[float, float]]) -> tuple[int, int]:
+    """(pairs measured at least GAP apart, of those ordered as predicted) over each device's (predicted, measured)."""
+    names = sorted(devices)
     pairs = right = 0
-    for devices in medians.values():
-        names = sorted(devices)
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                (pa, ma), (pb, mb) = devices[a], devices[b]
-                if max(ma, mb) < GAP * min(ma, mb):
-                    continue
-                pairs += 1
-                right += (pa < pb) == (ma < mb)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (pa, ma), (pb, mb) = devices[a], devices[b]
+            if max(ma, mb) < GAP * min(ma, mb):
+                continue
+            pairs += 1
+            right += (pa < pb) == (ma < mb)
     return pairs, right
 
 

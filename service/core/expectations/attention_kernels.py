@@ -38,6 +38,11 @@ MLA_PREFILL, ATTENTION_PREFILL = "mla_prefill", "attention_prefill"
 DECODE_KINDS = (MLA_DECODE, ATTENTION_DECODE)
 
 
+def is_decode(q_len: int, kv_len: int) -> bool:
+    """Whether a row of `q_len` new tokens a sequence over `kv_len` runs the decode kernels: a few after a cache."""
+    return q_len <= MAX_DECODE_QUERIES and q_len < kv_len
+
+
 class AttentionShape(NamedTuple):
     latent: bool  # MLA (decode: one shared latent entry a token; prefill: its heads expanded) rather than GQA
     batch: int
@@ -51,7 +56,7 @@ class AttentionShape(NamedTuple):
 
     @property
     def decode(self) -> bool:
-        return self.q_len <= MAX_DECODE_QUERIES and self.q_len < self.kv_len
+        return is_decode(self.q_len, self.kv_len)
 
     @property
     def kind(self) -> str:
@@ -79,7 +84,7 @@ def attention_key(params: dict | None) -> str | None:
     q_len, kv_len = params.get("q_len", 0), params.get("kv_len", 0)
     if q_len < 1 or kv_len < q_len:
         return None
-    if q_len <= MAX_DECODE_QUERIES and q_len < kv_len:
+    if is_decode(q_len, kv_len):
         kind = MLA_DECODE if params.get("shared_kv") else ATTENTION_DECODE
         return f"{kind}:{peak_dtype(params.get('kv_dtype') or params.get('dtype') or 'bf16')}"
     # A latent prompt's row expands its heads: as many key heads as query heads, a key wider than its value.

@@ -1,7 +1,7 @@
 """Which kernel tables a device's composed steps read: its own fits (timings submitted to it, else those shipped,
 service/data/calibrations/gemm.json), else those of the nearest measured part of its vendor at its own roofs; and
-for a serving engine, its fused-MoE and decode-attention fits on that device (service/data/calibrations/moe.json and
-attention.json: the engine's own table, else TensorRT-LLM's, per dtype). Without an engine (training) the experts'
+for a serving engine, its fused-MoE and attention fits on that device (service/data/calibrations/moe.json and
+attention.json: the engine's own table, else TensorRT-LLM's, per key). Without an engine (training) the experts'
 grouped matmuls read the GEMM fits and attention the floor: no training framework's kernel timings are public in what
 the service ships."""
 
@@ -42,7 +42,8 @@ def _own_moe(device_id: str, engine: str | None) -> dict:
 
 
 def _own_attention(device_id: str, engine: str | None) -> dict:
-    """The device's decode-attention fits by kind and cache dtype for the engine, as its fused-MoE fits are chosen."""
+    """The device's attention fits by attention_key (kind and dtype) for the engine, as its fused-MoE fits are
+    chosen."""
     return _engines_own(attention_calibrations(), device_id, engine)
 
 
