@@ -114,13 +114,21 @@ class Run:
     features: Features
 
 
-def _decode_steps_until(model: StepModel, timing: Timing, padded: int, context: float, growth: float,
-                        steps: int) -> tuple[float, float]:
-    """(model time, wall time) of `steps` decode steps run as a batch of `padded` sequences, starting at total
-    context `context` (the real sequences'), which grows by `growth` a step."""
-    base = model.decode_s(padded, context)
-    model_time = steps * base + model.per_context_token_s * growth * steps * (steps - 1) / 2
-    return model_time, timing.decode_scale * model_time + timing.step_overhead_s * steps
+class _Stretch:
+    """Decode steps run as a batch of `padded` sequences from total context `context` (the real sequences'), which
+    grows by `growth` a step: the first step's time read once, as a stretch's length is searched for."""
+
+    __slots__ = ("base", "per_token_growth", "scale", "overhead")
+
+    def __init__(self, model: StepModel, timing: Timing, padded: int, context: float, growth: float):
+        self.base = model.decode_s(padded, context)
+        self.per_token_growth = model.per_context_token_s * growth
+        self.scale, self.overhead = timing.decode_scale, timing.step_overhead_s
+
+    def times(self, steps: int) -> tuple[float, float]:
+        """(model time, wall time) of the stretch's first `steps` steps."""
+        model_time = steps * self.base + self.per_token_growth * steps * (steps - 1) / 2
+        return model_time, self.scale * model_time + self.overhead * steps
 
 
 def estimated_events(simulation: Simulation) -> int:
@@ -264,9 +272,11 @@ class _Engine:
         # The scheduler looks every recv_interval forward passes, counted from its start (SGLang's recv skipper), so a
         # request waits for the next multiple; an idle one looks at once.
         if idle or self.forward_passes % self.scheduler.recv_interval == 0:
-            # Seen; where disaggregated its prefill is done and it waits for a place only.
-            for request in self.inbox:
-                self.seen_at[request] = self.forward_passes
+            # Seen; where disaggregated its prefill is done and it waits for a place only. When it was seen matters
+            # to a balancing scheduler only.
+            if self.balancing:
+                for request in self.inbox:
+                    self.seen_at[request] = self.forward_passes
             self.queue.extend(self.inbox)
             self.inbox.clear()
 
@@ -325,7 +335,7 @@ class _Engine:
         for request, (take, _) in zip(requests, chunks, strict=True):
             prefilled[request] += take
             if prefilled[request] >= inputs[request]:
-                self.queue.remove(request)  # at the queue's head: the step took its first requests
+                self.queue.popleft()  # it is at the queue's head: the step took its first requests, in order
                 self.first[request] = self.time
                 total, arrived = self.total, self.at_arrival[request]
                 self.ttft_part[request] = [total[0] - arrived[0], total[1] - arrived[1], total[2] - arrived[2]]
@@ -370,25 +380,23 @@ class _Engine:
             held = self.queue[-1]
             steps = min(steps, max(1, self.seen_at[held] + self.scheduler.balance_wait_steps - self.forward_passes))
         batch = len(self.running)
-        padded = self.scheduler.padded(batch)
-        context = self.context
-        growth = batch * acceptance
-        model_time, wall = _decode_steps_until(self.model, self.timing, padded, context, growth, steps)
+        stretch = _Stretch(self.model, self.timing, self.scheduler.padded(batch), self.context, batch * acceptance)
+        model_time, wall = stretch.times(steps)
         if self.future and self.future[0][0] < self.time + wall:
             # An arrival during the stretch: stop at the first poll after it.
-            steps = self._steps_until(self.future[0][0] - self.time, padded, context, growth, steps, to_poll)
-            model_time, wall = _decode_steps_until(self.model, self.timing, padded, context, growth, steps)
+            steps = self._steps_until(stretch, self.future[0][0] - self.time, steps, to_poll)
+            model_time, wall = stretch.times(steps)
         self.busy_decode += self.timing.decode_scale * model_time
         self._charge(model_time, 0.0, steps, wall)
         self.forward_passes += steps
         self._finish(self._emit(steps))
 
-    def _steps_until(self, delay: float, padded: int, context: float, growth: float, most: int, to_poll: int) -> int:
+    def _steps_until(self, stretch: _Stretch, delay: float, most: int, to_poll: int) -> int:
         """The fewest steps (a poll boundary, at most `most`) whose end is at or past `delay` from now."""
         low, high = 1, most
         while low < high:
             middle = (low + high) // 2
-            if _decode_steps_until(self.model, self.timing, padded, context, growth, middle)[1] >= delay:
+            if stretch.times(middle)[1] >= delay:
                 high = middle
             else:
                 low = middle + 1
