@@ -196,6 +196,40 @@ def test_the_rounded_decode_curve_is_the_step_at_every_batch(model, pool, q_len)
     assert through_one_and_two != pytest.approx(analysed, rel=1e-6)
 
 
+ROUNDED_CURVE_SCRIPT = """
+import json
+from service.core.planning.deployment import Pool, WorkerStep
+from service.core.training.collectives import Link, Topology
+from service.core.transformer.analysis import Evaluator
+from service.core.transformer.families import from_hf_config
+from service.core.transformer.layers import ModelDTypes
+from service.persistence.catalog import MODEL_CATALOG_DIR, nominal_device
+model = from_hf_config(json.loads((MODEL_CATALOG_DIR / "mistralai__Mixtral-8x7B-v0.1.json").read_text()))
+device = nominal_device("amd-mi300x")
+topology = Topology(8, Link("intra_node", 448e9, 2e-6, "nominal"), Link("inter_node", 50e9, 1e-5, "nominal"))
+step = WorkerStep(model, Evaluator(device), topology, Pool(1, 4, 4, 1), ModelDTypes())
+print([v.hex() for v in step.decode_curve(list(range(1, 200)), kv_len=4499)])
+"""
+
+
+def test_the_rounded_curve_is_the_same_bits_under_any_blas():
+    """A plan's choices at an SLO's edge follow the last bits of its curves, so those bits must not follow the
+    machine: the rounded curve of Mixtral on four MI300Xs (the golden plan that differed between a 2-core AVX-512
+    machine and one BLAS thread) computed in fresh processes under OpenBLAS's SkylakeX, Haswell and Sandybridge
+    kernels, on one thread and on two, is the same list of floats, bit for bit."""
+    import os
+    import subprocess
+    import sys
+
+    outputs = set()
+    for core, threads in [("SkylakeX", "2"), ("Haswell", "1"), ("Sandybridge", "2")]:
+        env = {**os.environ, "OPENBLAS_CORETYPE": core, "OPENBLAS_NUM_THREADS": threads}
+        done = subprocess.run([sys.executable, "-c", ROUNDED_CURVE_SCRIPT], env=env, capture_output=True, text=True,
+                              check=True, timeout=120)
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
+
+
 def test_the_busiest_device_formula_by_hand():
     """4 experts, top-1, over 2 devices of 2 experts each, one token: each expert is hit with p = 1 - (3/4)^1 = 1/4,
     a device's hits ~ Binomial(2, 1/4): P(0) = 9/16, P(1) = 6/16, so F(0) = 9/16 and F(1) = 15/16, and the larger of

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from functools import partial
 
 from service.core.dtypes import bytes_per_element
@@ -218,6 +219,7 @@ class WorkerStep:
         tokens = [pool.attention_data_parallel * b * q_len for b in distinct]
         design = np.array([(1.0, b, *_device_shares(pool.tensor_parallel, moe, w)) for b, w in zip(distinct, tokens,
                                                                                                 strict=True)])
+        # The design is integers: its rank is no matter of the last bits.
         rank = np.linalg.matrix_rank(design)
         chosen: list[int] = []
         for index in range(len(distinct)):
@@ -275,11 +277,47 @@ def _rows_through(analysed: list[list[RowResult]], design, chosen: list[int], ex
                         for rows in analysed])
     memory = np.array([[r.memory_time_s for r in rows] for rows in analysed]) - weights
     instances = np.array([r.instances for r in analysed[0]], dtype=float)
-    solve = np.linalg.pinv(design[chosen])
+    inverse = np.array(_inverse([tuple(int(v) for v in design[i]) for i in chosen]))
     hit = np.asarray(experts_hit)
-    compute_all = design @ (solve @ compute)
-    memory_all = design @ (solve @ memory) + np.outer(hit / hit[chosen[0]], weights[0])
-    return (np.maximum(compute_all, memory_all) @ instances).tolist()
+    compute_all = _products(design, _products(inverse, compute))
+    memory_all = _products(design, _products(inverse, memory)) + np.outer(hit / hit[chosen[0]], weights[0])
+    return (np.maximum(compute_all, memory_all) * instances).sum(axis=1).tolist()
+
+
+# The rounded curves' linear algebra is done so that every machine computes the same bits: a BLAS product's or
+# solve's last bits follow the CPU's kernels and the threads it runs on (a plan on a 2-core AVX-512 machine differed
+# from one on a single thread), and a plan's choices at an SLO's edge follow those bits. The design is integers, so
+# its inverse is exact (fractions); products are sums taken in one order.
+
+
+def _inverse(rows: list[tuple[int, ...]]) -> list[list[float]]:
+    """The (pseudo-)inverse of the spanning rows (k rows, n >= k columns): the least-norm solution's matrix
+    A^T (A A^T)^-1, exactly, as floats (n x k)."""
+    a = [[Fraction(v) for v in row] for row in rows]
+    k = len(a)
+    gram = [[sum((x * y for x, y in zip(a[i], a[j], strict=True)), Fraction(0)) for j in range(k)] for i in range(k)]
+    # Gauss-Jordan on [gram | I]: gram is symmetric positive definite (the rows are independent).
+    work = [gram[i] + [Fraction(int(i == j)) for j in range(k)] for i in range(k)]
+    for column in range(k):
+        pivot = next(r for r in range(column, k) if work[r][column])
+        work[column], work[pivot] = work[pivot], work[column]
+        lead = work[column][column]
+        work[column] = [v / lead for v in work[column]]
+        for r in range(k):
+            if r != column and work[r][column]:
+                factor = work[r][column]
+                work[r] = [v - factor * p for v, p in zip(work[r], work[column], strict=True)]
+    gram_inverse = [row[k:] for row in work]
+    return [[float(sum((a[m][col] * gram_inverse[m][j] for m in range(k)), Fraction(0))) for j in range(k)]
+            for col in range(len(a[0]))]
+
+
+def _products(left, right):
+    """left @ right, its sums taken column by column of `left`, in order (elementwise operations only)."""
+    total = left[:, :1] * right[0]
+    for j in range(1, left.shape[1]):
+        total = total + left[:, j:j + 1] * right[j]
+    return total
 
 
 def _device_shares(devices: int, moe, worker_tokens: int) -> tuple[int, int]:
