@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-test serve migrate check docs test test-fast test-newest lock golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-unmeasured bench-mlperf bench-calibration bench-charts bench-explorer bench-access-log bench-measure
+.PHONY: install install-test serve migrate check docs test test-fast test-newest lock golden clean bench bench-sweep bench-in-process bench-plan bench-inferencex bench-unmeasured bench-mlperf bench-dstack bench-calibration bench-charts bench-explorer bench-access-log bench-measure
 
 # Every install is held to constraints.txt: the versions `make test` was verified with (see that file; `make lock`
 # re-pins it on purpose, `make test-newest` tries the newest releases without touching it).
@@ -113,6 +113,10 @@ bench-unmeasured: install
 # MLPerf Inference v5.1's Llama 2 70B Offline results against the bound and the expectation of the same deployments.
 bench-mlperf: install
 	$(BIN)/python bench/mlperf_inference.py
+
+# dstack's DeepSeek-R1 runs on the H200 and MI300X (March 2025) held against the bound and the expectation.
+bench-dstack: install
+	$(BIN)/python bench/dstack_runs.py
 
 # A calibrated operator answer's cost beside an uncalibrated one, and a 10,000-timing fit's and write's.
 bench-calibration: install
