@@ -51,8 +51,8 @@ from service.core.expectations.attention_kernels import (
     AttentionShape,
     attention_work,
 )
-from service.persistence.catalog import ATTENTION_CALIBRATIONS_PATH
-from service.translation.kernels.aiconfigurator import DEVICES, MOE_ENGINES, PACKAGE
+from service.persistence.catalog import ATTENTION_CALIBRATIONS_PATH, nominal_device
+from service.translation.kernels.aiconfigurator import DEVICES, LATER_DEVICES, MOE_ENGINES, PACKAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_ROWS = 20  # per fit, kept in tests/data for the tests
@@ -90,7 +90,7 @@ def shape_of(kind: str, row: dict) -> AttentionShape | None:
     kv_heads = int(row["num_key_value_heads"])
     if kv_heads > heads or heads % kv_heads:
         return None
-    window = int(row["window_size"]) or None
+    window = int(row.get("window_size", 0)) or None  # tables without the column (A100's SGLang, vLLM) time full attention
     q_len, kv_len = (1, int(row["step"]) + 1) if kind == ATTENTION_DECODE else (int(row["isl"]), int(row["isl"]))
     return AttentionShape(False, batch, heads, kv_heads, int(row["head_dim"]), int(row["head_dim"]), q_len, kv_len,
                           window)
@@ -101,10 +101,11 @@ def newest_timings(folder: Path, kind: str) -> tuple[str, dict[str, dict[Attenti
     table; None where none does."""
     _, name, columns = TABLES[kind]
     for path in sorted(folder.glob(f"*/{name}"), key=lambda p: Version(p.parent.name), reverse=True):
-        table = pq.read_table(path, columns=columns).to_pydict()
+        present = [c for c in columns if c in pq.read_schema(path).names]
+        table = pq.read_table(path, columns=present).to_pydict()
         fastest: dict[str, dict[AttentionShape, float]] = {}
-        for values in zip(*(table[c] for c in columns), strict=True):
-            row = dict(zip(columns, values, strict=True))
+        for values in zip(*(table[c] for c in present), strict=True):
+            row = dict(zip(present, values, strict=True))
             dtype, shape = dtype_of(kind, row), shape_of(kind, row)
             if dtype is None or shape is None:
                 continue
@@ -135,8 +136,10 @@ def main(data: Path) -> None:
     calibrations, sample = [], []
     print("device engine kind dtype: fitted, checked; median and p90 error (the bound's median); the kernels' roofs")
     # The decode kinds first: the prompts' fits, added later, leave the decode fits' random splits as they were.
-    for kinds in (DECODE_KINDS, (MLA_PREFILL, ATTENTION_PREFILL)):
-        fit_kinds(data, kinds, rng, calibrations, sample)
+    # The systems added later after both (LATER_DEVICES).
+    for devices in (DEVICES, LATER_DEVICES):
+        for kinds in (DECODE_KINDS, (MLA_PREFILL, ATTENTION_PREFILL)):
+            fit_kinds(data, devices, kinds, rng, calibrations, sample)
     write_fits(ATTENTION_CALIBRATIONS_PATH, "t = t0 + max(T_compute / compute_efficiency, T_memory / "
                "memory_efficiency) of one layer's attention core on one device (a decode step's, one query token a "
                "sequence, or a prompt's), T at the catalog's nominal roofs (a decode's at the bf16 peak, a prompt's at "
@@ -144,8 +147,9 @@ def main(data: Path) -> None:
                ROOT / "tests" / "data" / "aiconfigurator_attention_sample.csv", AttentionShape._fields, sample)
 
 
-def fit_kinds(data: Path, kinds: tuple[str, ...], rng: np.random.Generator, calibrations: list, sample: list) -> None:
-    for system, device_id in DEVICES.items():
+def fit_kinds(data: Path, devices: dict[str, str], kinds: tuple[str, ...], rng: np.random.Generator,
+              calibrations: list, sample: list) -> None:
+    for system, device_id in devices.items():
         for engine in sorted(set(MOE_ENGINES.values())):
             for kind in kinds:
                 folder = TABLES[kind][0]
@@ -154,6 +158,9 @@ def fit_kinds(data: Path, kinds: tuple[str, ...], rng: np.random.Generator, cali
                     continue
                 version, by_dtype = found
                 for dtype, timings in sorted(by_dtype.items()):
+                    # A prompt computes in its dtype: a device with no tensor peak in it (the A100 in fp8) runs none.
+                    if kind not in DECODE_KINDS and nominal_device(device_id).peak(dtype, "tensor") is None:
+                        continue
                     fields = fit_one(device_id, engine, kind, dtype, version, timings, rng, sample)
                     calibrations.append(fields)
                     print(fit_line(f"{device_id} {engine} {kind} {dtype}", fields))

@@ -13,6 +13,10 @@ which rewrites service/data/calibrations/gemm.json (TensorRT-LLM's tables for NV
 shipped calibrations; service/translation/kernels/aiter.py says how aiter's are read) and
 tests/data/aiconfigurator_gemm_sample.csv, and prints the same fit's error on every engine's tables.
 
+The least-squares fits' last digits follow the machine's BLAS (about 1e-10 apart between two machines): when a
+refresh only adds a device (LATER_DEVICES), keep the shipped entries as they are and append the new device's, as
+the A100's were added (its random splits come after every other table's, so the rest fit to the same rows).
+
 Per (device, engine, dtype): the calibration of service/core/expectations/kernels.py (the formula at the catalog's nominal
 roofs, corrected by the nearest fitted shapes) fitted to a random 10 % of the table, its error reported on the
 other 90 %, beside the bare bound's error on the same rows; the kernels' own roofs (kernel_roofs) from the whole
@@ -32,7 +36,7 @@ import pyarrow.parquet as pq
 from service.core.expectations.kernels import KernelCalibration, fit_kernel_terms, kernel_roofs
 from service.persistence.catalog import nominal_device
 from service.translation.kernels import aiter
-from service.translation.kernels.aiconfigurator import DEVICES, DTYPES, PACKAGE
+from service.translation.kernels.aiconfigurator import DEVICES, DTYPES, LATER_DEVICES, PACKAGE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.tabulate_gemm_lattices import tabulate
@@ -134,13 +138,18 @@ def main(data: Path, configs: Path | None) -> None:
         for i in rng.choice(len(measured), size=min(SAMPLE_ROWS, len(measured)), replace=False):
             sample.append([device_id, dtype, *(int(x) for x in sizes[i]), f"{measured[i]:.6g}"])
 
-    for system, device_id in DEVICES.items():
-        for engine in ENGINES:
-            for dtype, source, sizes, measured, hbm in aiconfigurator_tables(data, system, device_id, engine):
-                keep(device_id, engine, dtype, fit_table(device_id, dtype, engine, source, sizes, measured, hbm, rng))
+    def fit_systems(devices: dict[str, str]) -> None:
+        for system, device_id in devices.items():
+            for engine in ENGINES:
+                for dtype, source, sizes, measured, hbm in aiconfigurator_tables(data, system, device_id, engine):
+                    keep(device_id, engine, dtype, fit_table(device_id, dtype, engine, source, sizes, measured, hbm,
+                                                             rng))
+
+    fit_systems(DEVICES)
     if configs is not None:
         for device_id, dtype, source, sizes, measured, hbm in aiter_tables(configs):
             keep(device_id, "aiter", dtype, fit_table(device_id, dtype, "aiter", source, sizes, measured, hbm, rng))
+    fit_systems(LATER_DEVICES)
     out = ROOT / "service" / "data" / "calibrations" / "gemm.json"
     out.write_text(json.dumps({"model": "t = (t0 + max(T_compute / compute_efficiency, T_memory / memory_efficiency)) "
                                         "x exp(the nearest anchors' mean residual), T at the catalog's nominal roofs",

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.kernel_table_fits import fit_line, fit_table, system_of, write_fits
 from service.core.expectations.fused_moe import FusedMoeShape, fused_moe_work
 from service.persistence.catalog import MOE_CALIBRATIONS_PATH
-from service.translation.kernels.aiconfigurator import DEVICES, MOE_DTYPES, MOE_ENGINES, PACKAGE
+from service.translation.kernels.aiconfigurator import DEVICES, LATER_DEVICES, MOE_DTYPES, MOE_ENGINES, PACKAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_ROWS = 20  # per (device, engine, dtype), kept in tests/data for the tests
@@ -78,7 +78,7 @@ def main(data: Path) -> None:
     rng = np.random.default_rng(2026)
     calibrations, sample = [], []
     print("device engine dtype: fitted, checked; median and p90 error (the bound's median); the kernels' roofs")
-    for system, device_id in DEVICES.items():
+    for system, device_id in (DEVICES | LATER_DEVICES).items():  # the later ones last (LATER_DEVICES)
         for engine in sorted(set(MOE_ENGINES.values())):
             for theirs in MOE_DTYPES:
                 found = newest_timings(data / system / "moe" / engine, theirs)

@@ -18,7 +18,7 @@ import numpy as np
 
 from service.core.expectations.kernels import KernelCalibration, fit_kernel_terms, kernel_roofs
 from service.persistence.catalog import nominal_device
-from service.translation.kernels.aiconfigurator import DEVICES
+from service.translation.kernels.aiconfigurator import DEVICES, LATER_DEVICES
 
 
 def fit_table(*, device_id: str, engine: str, dtype: str, operator: str, source: str, peak_dtype: str,
@@ -58,7 +58,7 @@ def fit_table(*, device_id: str, engine: str, dtype: str, operator: str, source:
 
 
 def system_of(device_id: str) -> str:
-    return next(system for system, device in DEVICES.items() if device == device_id)
+    return next(system for system, device in (DEVICES | LATER_DEVICES).items() if device == device_id)
 
 
 def fit_line(label: str, fields: dict) -> str:

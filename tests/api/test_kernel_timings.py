@@ -260,12 +260,12 @@ def test_ten_thousand_timings_fit_a_writers_json_body(client):
 
 
 def test_the_fused_moe_fits_are_listed_beside_the_gemm_ones_under_their_own_ids(client):
-    """Every calibration behind an `expected` is listed: the 48 fused-MoE fits too, each under an id of its own (the
+    """Every calibration behind an `expected` is listed: the 49 fused-MoE fits too, each under an id of its own (the
     TensorRT-LLM fp8 GEMM fit of the B200 and its fused-MoE fit share device, engine and dtype), and a serving answer
     composed from them names them."""
     ids = [entry["id"] for entry in client.get("/v1/calibrations").json()]
     assert len(ids) == len(set(ids))
-    assert sum(":fused_moe:" in i for i in ids) == 48
+    assert sum(":fused_moe:" in i for i in ids) == 49
     gemm = client.get("/v1/calibrations/kernel:shipped:nvidia-b200:trtllm:fp8").json()
     moe = client.get("/v1/calibrations/kernel:shipped:nvidia-b200:trtllm:fused_moe:fp8").json()
     assert gemm["scope"] == "plain matmuls computing in fp8" and "fused MoE" in moe["scope"]

@@ -64,9 +64,11 @@ def test_time_to_train_at_the_roofline_and_at_a_stated_mfu(client):
     plan = response.json()
     assert plan["total_flops"] == pytest.approx(plan["model_flops_per_token"] * 2e12)
     assert plan["total_flops"] == pytest.approx(8.4e22, rel=0.03)
-    roofline, stated = plan["estimates"]
-    assert (roofline["basis"], stated["basis"]) == ("roofline", "stated")
+    roofline, kernels, stated = plan["estimates"]
+    assert (roofline["basis"], kernels["basis"], stated["basis"]) == ("roofline", "kernels", "stated")
     assert roofline["mfu"] == plan["step"]["mfu"]
+    # The A100's own kernel tables (AIConfigurator's bf16 GEMMs) expect a slower step than the roofline's.
+    assert kernels["mfu"] < roofline["mfu"] and kernels["days"] > roofline["days"]
     # days = FLOPs / (1000 x 312e12 x 0.4) / 86,400; device-hours = 1000 x 24 x days; cost = 2 per device-hour.
     days = plan["total_flops"] / (1000 * 312e12 * 0.4) / 86_400
     assert stated["days"] == pytest.approx(days)
@@ -323,6 +325,22 @@ def test_bad_adapters_are_refused_naming_the_field(client, peft, loc, says):
     assert any(f["loc"] == loc and says in f["msg"] for f in fields), fields
 
 
+def test_the_a100s_train_on_the_80gb_sxm_tables(client):
+    """The A100 SXM 80GB reads AIConfigurator's bf16 GEMM tables; the 40GB SXM, the same chip with HBM2 at 1,555 GB/s
+    against 2,039, stands in on them at its own roofs, and says so. Same peak, less bandwidth: its expected step is no
+    shorter than the 80GB's, and both are longer than their bounds."""
+    body = {"model_id": "llama-3.1-8b", "seq_len": 4096, "micro_batch_size": 1, "gradient_accumulation_steps": 4,
+            "data_parallel": 8, "zero_stage": 1}
+    sxm80 = client.post("/v1/analyze/training", json={**body, "device_id": "nvidia-a100-80gb-sxm"}).json()
+    sxm40 = client.post("/v1/analyze/training", json={**body, "device_id": "nvidia-a100-40gb-sxm"}).json()
+    assert sxm80["expected"]["tables"] == ["kernel:shipped:nvidia-a100-80gb-sxm:trtllm:bf16"]
+    assert sxm80["expected"]["stand_in_for"] is None
+    assert sxm40["expected"]["stand_in_for"] == "nvidia-a100-80gb-sxm"
+    assert sxm40["expected"]["step_time_s"] >= sxm80["expected"]["step_time_s"]
+    for answer in (sxm80, sxm40):
+        assert answer["expected"]["basis"] == "kernels" and answer["expected"]["step_time_s"] > answer["step_time_s"]
+
+
 def test_a_device_with_kernel_tables_answers_an_expected_step_with_its_checks(client):
     answer = client.post("/v1/analyze/training", json=MLPERF_LORA).json()
     expected = answer["expected"]
@@ -335,6 +353,8 @@ def test_a_device_with_kernel_tables_answers_an_expected_step_with_its_checks(cl
     first = expected["checked"][0]
     assert (first["device_id"], round(first["measured_step_s"], 3), round(first["error"], 2)) == ("amd-mi325x", 2.931, 0.36)
     assert {c["device_id"] for c in expected["checked"]} == {"amd-mi325x", "amd-mi300x", "nvidia-b200", "nvidia-h100-sxm"}
-    # A device no kernel table covers, nor a stand-in, answers the bound alone.
-    bare = client.post("/v1/analyze/training", json={**MLPERF_LORA, "device_id": "nvidia-a100-80gb-sxm", "dtypes": {}}).json()
+    # A device no kernel table covers, nor a stand-in, answers the bound alone (the L40S: AIConfigurator's timings of
+    # it ran from its L2, and are not shipped).
+    bare = client.post("/v1/analyze/training", json={**MLPERF_LORA, "device_id": "nvidia-l40s", "dtypes": {},
+                                                      "inter_node_bandwidth_bytes_per_s": 50e9}).json()
     assert bare["expected"] is None and bare["step_time_s"] > 0

@@ -125,7 +125,9 @@ def test_the_shipped_fused_moe_fits_hold_to_the_timings_they_were_fitted_to():
         assert bound <= measured, (key, shape)
         expected = max(bound, calibration.expected_time_s(flops, hbm))
         errors.setdefault(key, []).append(abs(expected / measured - 1))
-    assert len(errors) == len(shipped) == 48  # 3 engines: bf16 and fp8 on 2 Hoppers, and fp4 on 4 Blackwells
+    # 3 engines: bf16 and fp8 on 2 Hoppers, and fp4 on 4 Blackwells (48); and the A100's SGLang bf16 table (its
+    # TensorRT-LLM and vLLM tables time power-law routing only)
+    assert len(errors) == len(shipped) == 49
     for key, values in errors.items():
         calibration = shipped[key]
         assert calibration.median_error < calibration.bound_median_error, key

@@ -21,6 +21,10 @@ STAND_INS = {
                                  "of their own"),
     "nvidia-h100-pcie": ("nvidia-h100-sxm", "the same GH100 chip with fewer SMs and HBM2e; AIConfigurator's "
                                             "h100_pcie tables are not shipped"),
+    "nvidia-a100-40gb-sxm": ("nvidia-a100-80gb-sxm", "the same GA100 chip with 40 GB of HBM2; AIConfigurator times "
+                                                     "the 80 GB part"),
+    "nvidia-a100-80gb-pcie": ("nvidia-a100-80gb-sxm", "the same GA100 chip and memory at a lower power limit; "
+                                                      "AIConfigurator's a100_pcie system holds no tables"),
 }
 
 
