@@ -7,9 +7,9 @@ How a run is read:
 - the model is DeepSeek-V3's architecture in its fp8 checkpoint (weights and the matmuls' activations in fp8, 128 x 128
   blocks); the cache in bf16, each engine's default ("auto": the model's dtype) as launched;
 - the layout each launch command gives: 8-way tensor parallelism, SGLang's H200 run with attention data parallelism
-  (--enable-dp-attention: 8 attention groups); TensorRT-LLM's experts over 4 of the 8 devices two-way split
-  (--ep_size 4) are read as split over all 8 (expert parallelism is 1 or the worker's devices here), and its launch's
-  --max_batch_size 512 and --max_num_tokens 16384 as its scheduler's;
+  (--enable-dp-attention: 8 attention groups); TensorRT-LLM's experts, over 4 devices and two-way split by width
+  (--ep_size 4), are read as every expert split by width over the 8 (the service takes expert parallelism of 1 or of
+  the worker's devices), and its launch's --max_batch_size 512 and --max_num_tokens 16384 as its scheduler's;
 - the client: a closed loop at the run's concurrency, every prompt and output exactly the stated lengths; the runs sent
   500 prompts, the request sends 500 / concurrency a unit of concurrency, at most 20 (the service's limit), so the
   runs at 4 and 8 in flight are simulated over 80 and 160 prompts.
