@@ -221,6 +221,35 @@ def report(checked_on: str, predicted: dict[str, list]) -> None:
     print()
 
 
+def across_precisions(groups) -> None:
+    """Each engine's line fitted in one weights' type (every device's newest runs) predicting its runs in the other
+    (fp8 and fp4), beside the same runs predicted within their type with their device left out: what carrying a line
+    to an unmeasured type (engines.CARRIED_PRECISIONS: bf16 reads fp8's) is checked by."""
+    from service.core.expectations.engines import left_out, predicted
+
+    def errors(train, test):
+        return [abs(t / p.point.tpot_s - 1) for t, p in zip(predicted(train, test)[0], test, strict=True)]
+
+    across, within = [], []
+    print("| engine | weights | speculative | runs | TPOT error, the other type's line: median / p90 | "
+          "within the type, device left out: median |")
+    print("|---|---|---|---|---|---|")
+    for (engine, precision, method), points in sorted(groups.items()):
+        train = groups.get((engine, "fp4" if precision == "fp8" else "fp8", method), [])
+        if len(train) < 3:
+            continue
+        carried = errors(train, points)
+        own = [e for device, runs in left_out(points)
+               if len(others := [p for p in points if p.device_id != device]) >= 3 for e in errors(others, runs)]
+        across += carried
+        within += own
+        print(f"| {engine} | {precision} | {method} | {len(points)} | {np.median(carried):.1%} / "
+              f"{np.percentile(carried, 90):.1%} | {f'{np.median(own):.1%}' if own else '-'} |")
+    print(f"\nAcross weights' types: {len(across)} runs, TPOT {np.median(across):.1%} median, "
+          f"{np.percentile(across, 90):.1%} p90; within a type, device left out: {len(within)} runs, "
+          f"{np.median(within):.1%} median, {np.percentile(within, 90):.1%} p90\n")
+
+
 def main() -> None:
     os.environ.setdefault("ROOFLINE_LOG_LEVEL", "WARNING")
     from fastapi.testclient import TestClient
@@ -252,6 +281,8 @@ def main() -> None:
                    "are fitted to)", {name: held_out(groups) for name, groups in fitted.items()})
             report(f"every run ({len(rows)} rows: older engines' runs of the same configurations too), by the same "
                    "fits", {name: held_out(fitted[name], every[name]) for name in fitted})
+            print("## An engine's line carried across weights' types\n")
+            across_precisions(fitted["kernels"])
             planner_against_measured(newest, fitted["kernels"], catalog, lambda body: unit_run(
                 ServingAnalysisRequest.model_validate(body), catalog, on_kernels=True))
             h200 = [serving_body(device, c) for c in range(1, 1 + ROUNDS * PER_ROUND)

@@ -278,7 +278,8 @@ class ServingCalibrationOut(BaseModel):
     extrapolated: bool = Field(description="The request's workload shape, concurrency or layout (expert parallelism, "
                                            "attention data parallelism, disaggregation, speculative decoding) lies "
                                            "outside those of the runs fitted (a layout is weighed where the runs' "
-                                           "were recorded)")
+                                           "were recorded), or the weights' type is one no run of the engine was "
+                                           "measured in (a bf16 deployment reads the fp8 line)")
     basis: str = Field(description="What it was fitted on, the fit, and how wrong it was")
 
 

@@ -290,6 +290,32 @@ def test_a_calibration_of_kernels_is_asked_for_over_the_devices_own_runs(client)
     assert auto["bound"] == kernels["bound"] == none["bound"]
 
 
+def test_a_bf16_deployment_reads_the_engines_fp8_line_over_its_own_bf16_kernels_and_says_it_extrapolates(client):
+    """No serving run in bf16 weights is shipped. Llama 3.1 70B in bf16 on 4 H100s under SGLang composes its step from
+    the H100's bf16 tables and carries SGLang's fp8 line (engines.CARRIED_PRECISIONS): TPOT = max(bound, scale x
+    (composed TPOT + its prefill share) + overhead), the line's own numbers, checked here by hand from the answer's
+    composed figures and the line's published fit; `extrapolated` whatever the workload, and the note says which line
+    and how it did across the types it was checked on. vLLM has no line in any type: still none, and why."""
+    from service.persistence.catalog import engine_calibrations
+
+    body = {"model_id": "llama-3.1-70b", "device_id": "nvidia-h100-sxm", "input_len": 1024, "output_len": 1024,
+            "concurrency": 16, "tensor_parallel": 4, "engine": "sglang", "calibration": "kernels"}
+    answer = client.post("/v1/analyze/serving", json=body).json()
+    expected, bound = answer["expected"], answer["bound"]
+    assert expected["basis"] == "kernels" and expected["calibration"]["id"] == "engine:sglang:fp8:none"
+    assert expected["calibration"]["extrapolated"] is True
+    assert "kernel:shipped:nvidia-h100-sxm:trtllm:bf16" in expected["kernels"]["tables"]
+    line = engine_calibrations()[("sglang", "fp8", "none")]
+    composed = expected["kernels"]["tpot_s"] + expected["kernels"]["prefill_share_s"]
+    by_hand = max(bound["tpot_s"], line.tpot_scale * composed + line.tpot_overhead_s)
+    assert expected["tpot_s"] == pytest.approx(by_hand, rel=1e-12)
+    note = answer["assumptions"][-1]
+    assert "no sglang serving run in bf16 weights is shipped: its fp8 line" in note and "18.1 %" in note
+    vllm = client.post("/v1/analyze/serving", json={**body, "engine": "vllm"}).json()
+    assert vllm["expected"] is None
+    assert "no engine calibration exists for vllm in bf16" in vllm["assumptions"][-1]
+
+
 def test_a_device_without_kernel_tables_says_why_it_expects_nothing(client):
     """The L40S's AIConfigurator GEMMs ran from its L2 and are not shipped (service/translation/kernels/aiconfigurator.py):
     no tables, so no expectation, and the answer says which piece is missing."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
@@ -10,7 +11,7 @@ from schemas.models import StepMemoryOut
 from schemas.serving import ServingAnalysis, ServingAnalysisRequest, ServingPool
 from service.core.errors import CostModelError
 from service.core.expectations import serving_runs
-from service.core.expectations.engines import EngineCalibration, layout_signature
+from service.core.expectations.engines import ACROSS_PRECISIONS_CHECK, EngineCalibration, layout_signature, line_for
 from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
@@ -291,7 +292,7 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
                 return answer, (f"{note}; percentiles: null, the submitted runs have no scheduling calibration: "
                                 f"{catalog.scheduling_not_fitted(runs)}")
             return with_simulation(request, catalog, setup, bound, scheduling, answer, note)
-    engine = engine_calibrations().get((request.engine, precision, method))
+    engine, carried_from = line_for(engine_calibrations(), request.engine, precision, method)
     tables = kernel_tables(device, catalog.measured(device.id), request.engine)
     if engine is None or tables is None:
         missing = ([] if tables else [f"{device.id} has no kernel tables (POST /v1/devices/{device.id}/kernel-timings "
@@ -304,12 +305,17 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
         return None, f"expected: null, {runs_note}{' and '.join(missing)}"
     composed = composed_on(setup, tables)
     expectation = expect(engine, bound, basis=composed)
+    if carried_from is not None:  # no run in these weights' type: the line extrapolates, whatever the workload
+        expectation = replace(expectation, extrapolated=True)
     kernels = {"tables": tables.ids, "stand_in_for": tables.stand_in_for, "basis": tables.describe(),
                **{name: getattr(composed, name) for name in COMPOSED_FIELDS}}
     answer = {**vars(expectation), "basis": "kernels", "kernels": kernels,
               "calibration": calibration_fields(engine, expectation.extrapolated)}
-    note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}; the bound is "
-            "unchanged by it")
+    carried = ("" if carried_from is None else
+               f" (no {request.engine} serving run in {precision} weights is shipped: its {carried_from} line, "
+               f"{ACROSS_PRECISIONS_CHECK}, over this deployment's own {precision} kernels; extrapolated)")
+    note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}{carried}; the "
+            "bound is unchanged by it")
     # kernel_evaluator is memoised: the evaluator composed_on used, whose steps the simulation then times.
     return with_simulation(request, catalog, setup, bound, carried_scheduling_calibrations().get(
         (request.engine, precision, method)), answer, note, kernel_evaluator(device, tables))

@@ -16,7 +16,7 @@ from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
 from service.core import budget
 from service.core.errors import CostModelError
-from service.core.expectations.engines import layout_signature
+from service.core.expectations.engines import ACROSS_PRECISIONS_CHECK, layout_signature, line_for
 from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.planning import deployment, serving
@@ -206,6 +206,10 @@ def _layout_covered(covers, speculative: str):
     return covered
 
 
+def _never_covered(concurrency: int, mode: str, expert_parallel: int, groups: int) -> bool:
+    return False
+
+
 def _runs_expectation(runs: ServingCalibration, request: ServingPlanRequest) -> serving.Expectation:
     """A device's own serving calibration, as the search asks it: of the bound's figures (the basis is the bound)."""
     def ttft(bound: float, _basis: float) -> float:
@@ -229,7 +233,7 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
     if request.engine is None:
         return {}, "slo basis: bounds (no engine named: serving calibrations are fitted per engine)"
     method = speculative_method(request)
-    engine = engine_calibrations().get((request.engine, precision, method))
+    engine, carried_from = line_for(engine_calibrations(), request.engine, precision, method)
     planned, missing, bases = {}, [], []
     for device_id in dict.fromkeys(request.device_ids):
         runs = (catalog.serving_calibration(device_id, request.engine, model, precision, method)
@@ -243,10 +247,15 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
         if engine is None or tables is None:
             missing.append(device_id)
             continue
-        planned[device_id] = Planned(serving.Expectation(
-            engine.address, engine.ttft_s, engine.tpot_s,
-            _layout_covered(partial(engine.covers, request.input_len, request.output_len), method), "kernels"), tables)
-        bases.append(f"{device_id}: the replica as {tables.describe()}, then {engine.basis}")
+        # A line carried from another weights' type extrapolates at every concurrency and layout.
+        covered = (_layout_covered(partial(engine.covers, request.input_len, request.output_len), method)
+                   if carried_from is None else _never_covered)
+        planned[device_id] = Planned(serving.Expectation(engine.address, engine.ttft_s, engine.tpot_s, covered,
+                                                         "kernels"), tables)
+        carried = ("" if carried_from is None else
+                   f" (no {request.engine} serving run in {precision} weights is shipped: its {carried_from} line, "
+                   f"{ACROSS_PRECISIONS_CHECK}; extrapolated)")
+        bases.append(f"{device_id}: the replica as {tables.describe()}, then {engine.basis}{carried}")
     if missing:
         return {}, (f"slo basis: bounds (no serving calibration for {', '.join(missing)} with engine {request.engine}, "
                     f"these weights and speculative method {method}, and no kernel tables and engine calibration to "
