@@ -12,6 +12,8 @@ from schemas.models import DTYPES_DOC, Length, MemoryOptions, ModelChoice, Model
 
 Parallel = Annotated[int, Field(ge=1, le=1024)]
 MAX_SERVING_CONCURRENCY = 65_536
+# The timed requests a unit of concurrency a simulated workload may ask for (each costs the simulation its events).
+MAX_PROMPTS_PER_CONCURRENCY = 20
 POOL_FIELDS = ("workers", "tensor_parallel", "expert_parallel", "attention_data_parallel", "max_batch_per_group")
 
 SERVING_EXAMPLE: dict[str, Any] = {
@@ -150,7 +152,7 @@ class WorkloadOptions(StrictModel):
     range_ratio: Annotated[float, Field(gt=0, le=1)] = Field(
         1.0, description="Lengths drawn uniformly from [range_ratio x length, length] (`--random-range-ratio`; "
                          "InferenceX runs 0.8); 1: every prompt input_len and every output output_len")
-    prompts_per_concurrency: Annotated[int, Field(ge=1, le=20)] = Field(
+    prompts_per_concurrency: Annotated[int, Field(ge=1, le=MAX_PROMPTS_PER_CONCURRENCY)] = Field(
         10, description="Timed requests per request in flight (InferenceX: --num-prompts 10 x concurrency)")
     input_histogram: LengthBins | None = Field(
         None, description="Prompt lengths as [[tokens, weight], ...] (up to 64 bins, weights not all 0, none longer "

@@ -191,6 +191,14 @@ ACROSS_PRECISIONS_CHECK = ("carried across weights' types (fp8 and fp4 lines pre
                            "by 18.1 % in the median, 52.4 % at the 90th percentile, over 401 runs)")
 
 
+def carried_note(engine: str, precision: str, carried_from: str | None) -> str:
+    """What an answer says of a line carried from another weights' type (line_for): nothing where it is its own."""
+    if carried_from is None:
+        return ""
+    return (f" (no {engine} serving run in {precision} weights is shipped: its {carried_from} line, "
+            f"{ACROSS_PRECISIONS_CHECK}, over this deployment's own {precision} kernels; extrapolated)")
+
+
 def line_for(lines: dict[tuple[str, str, str], EngineCalibration], engine: str, precision: str,
              speculative: str) -> tuple[EngineCalibration | None, str | None]:
     """The engine's line for the weights' type and speculative method, else the line of the type that stands in for

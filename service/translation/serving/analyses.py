@@ -11,7 +11,7 @@ from schemas.models import StepMemoryOut
 from schemas.serving import ServingAnalysis, ServingAnalysisRequest, ServingPool
 from service.core.errors import CostModelError
 from service.core.expectations import serving_runs
-from service.core.expectations.engines import ACROSS_PRECISIONS_CHECK, EngineCalibration, layout_signature, line_for
+from service.core.expectations.engines import EngineCalibration, carried_note, layout_signature, line_for
 from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
@@ -311,11 +311,8 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
                **{name: getattr(composed, name) for name in COMPOSED_FIELDS}}
     answer = {**vars(expectation), "basis": "kernels", "kernels": kernels,
               "calibration": calibration_fields(engine, expectation.extrapolated)}
-    carried = ("" if carried_from is None else
-               f" (no {request.engine} serving run in {precision} weights is shipped: its {carried_from} line, "
-               f"{ACROSS_PRECISIONS_CHECK}, over this deployment's own {precision} kernels; extrapolated)")
-    note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}{carried}; the "
-            "bound is unchanged by it")
+    note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}"
+            f"{carried_note(request.engine, precision, carried_from)}; the bound is unchanged by it")
     # kernel_evaluator is memoised: the evaluator composed_on used, whose steps the simulation then times.
     return with_simulation(request, catalog, setup, bound, carried_scheduling_calibrations().get(
         (request.engine, precision, method)), answer, note, kernel_evaluator(device, tables))

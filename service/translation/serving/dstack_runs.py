@@ -15,7 +15,8 @@ How a run is read:
   runs at 4 and 8 in flight are simulated over 80 and 160 prompts.
 
 The engines are those of early 2025 (SGLang 0.4.2-0.4.3, vLLM 0.7, TensorRT-LLM 0.17), the kernel tables and engine
-lines of late 2026: an expectation slower than a run is the engines' progress the answer cannot see.
+lines of late 2026: where the expectation is faster than a run, that is the engines' progress since, which the
+runs cannot show.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from schemas.serving import MAX_PROMPTS_PER_CONCURRENCY
 from service.persistence.catalog import DATA_DIR
+from service.translation.serving.inferencex import FP8_BLOCK_SCALED
 
 DSTACK_PATH = DATA_DIR / "serving-runs" / "dstack-deepseek-r1-h200-mi300x.json"
-MOST_PROMPTS_PER_CONCURRENCY = 20  # the service's limit on workload.prompts_per_concurrency
-FP8_CHECKPOINT = {"weights": "fp8", "activations": "fp8", "kv_cache": "bf16", "weight_group_size": 128 * 128,
-                  "weight_scale_bytes": 4.0}
+# DeepSeek's fp8 checkpoint as InferenceX's runs state it, the cache at the engines' default.
+FP8_CHECKPOINT = FP8_BLOCK_SCALED | {"kv_cache": "bf16"}
 # Each launch command's layout and scheduler, beyond 8-way tensor parallelism (the module's docstring).
 LAYOUTS: dict[tuple[str, str], dict[str, Any]] = {
     ("nvidia-h200-sxm", "sglang"): {"attention_data_parallel": 8},
@@ -48,7 +50,7 @@ def dstack_runs() -> list[dict[str, Any]]:
 
 def serving_body(run: dict[str, Any], calibration: str = "kernels") -> dict[str, Any]:
     """The POST /v1/analyze/serving body of one run (the module's docstring)."""
-    prompts = max(1, min(MOST_PROMPTS_PER_CONCURRENCY, round(run["prompts"] / run["concurrency"])))
+    prompts = max(1, min(MAX_PROMPTS_PER_CONCURRENCY, round(run["prompts"] / run["concurrency"])))
     return {"model_id": dstack_data()["model_id"], "device_id": run["device_id"], "engine": run["engine"],
             "input_len": run["input_len"], "output_len": run["output_len"], "concurrency": run["concurrency"],
             "tensor_parallel": 8, "dtypes": FP8_CHECKPOINT, "calibration": calibration,

@@ -16,7 +16,7 @@ from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
 from service.core import budget
 from service.core.errors import CostModelError
-from service.core.expectations.engines import ACROSS_PRECISIONS_CHECK, layout_signature, line_for
+from service.core.expectations.engines import carried_note, layout_signature, line_for
 from service.core.expectations.kernel_steps import KernelTables
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.planning import deployment, serving
@@ -235,6 +235,7 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
     method = speculative_method(request)
     engine, carried_from = line_for(engine_calibrations(), request.engine, precision, method)
     planned, missing, bases = {}, [], []
+    carried = carried_note(request.engine, precision, carried_from)
     for device_id in dict.fromkeys(request.device_ids):
         runs = (catalog.serving_calibration(device_id, request.engine, model, precision, method)
                 if request.calibration == "auto" else None)
@@ -252,9 +253,6 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
                    if carried_from is None else _never_covered)
         planned[device_id] = Planned(serving.Expectation(engine.address, engine.ttft_s, engine.tpot_s, covered,
                                                          "kernels"), tables)
-        carried = ("" if carried_from is None else
-                   f" (no {request.engine} serving run in {precision} weights is shipped: its {carried_from} line, "
-                   f"{ACROSS_PRECISIONS_CHECK}; extrapolated)")
         bases.append(f"{device_id}: the replica as {tables.describe()}, then {engine.basis}{carried}")
     if missing:
         return {}, (f"slo basis: bounds (no serving calibration for {', '.join(missing)} with engine {request.engine}, "
