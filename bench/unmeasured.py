@@ -250,16 +250,58 @@ def across_precisions(groups) -> None:
           f"{np.median(within):.1%} median, {np.percentile(within, 90):.1%} p90\n")
 
 
+def across_models(dsr1, gpt_oss, layers: dict[str, int]) -> None:
+    """Each engine's line fitted to its DeepSeek-R1 runs (every device's newest) predicting its gpt-oss-120b runs, a
+    model it never saw (dense attention with sinks and a sliding window, 128 small experts in MXFP4), its overheads as
+    fitted and scaled to gpt-oss's layers (EngineCalibration.for_layers, what the service does); and vLLM's, fitted
+    to gpt-oss alone, with each device left out in turn."""
+    from service.core.expectations.engines import fit_engine_calibration, left_out, predicted
+
+    print("| engine | weights | gpt-oss runs | devices | fitted to | TPOT error: median / p90 | TTFT error: median |")
+    print("|---|---|---|---|---|---|---|")
+    carried: list[float] = []
+    for (engine, precision, method), points in sorted(gpt_oss.items()):
+        devices = ", ".join(sorted({p.device_id for p in points}))
+        if len(train := dsr1.get((engine, precision, method), [])) >= 3:
+            fitted = fit_engine_calibration(train, engine=engine, precision=precision, speculative=method, source="",
+                                            layers=layers["dsr1"])
+            for label, line in (("as fitted", fitted), ("per layer", fitted.for_layers(layers["gptoss"]))):
+                tpot = [line.tpot_s(p.bound_tpot_s, p.point.bound_tpot_s, p.point.bound_prefill_share_s)
+                        for p in points]
+                ttft = [line.ttft_s(p.bound_ttft_s, p.point.bound_ttft_s) for p in points]
+                errors = _across_models_row(engine, precision, points, devices,
+                                            f"DeepSeek-R1 ({len(train)} runs), {label}", points, tpot, ttft)
+            carried += errors  # the last line's: per layer, as the service carries it
+            continue
+        pairs = [(predicted([p for p in points if p.device_id != device], runs), runs)
+                 for device, runs in left_out(points)]
+        tpot = [t for (times, _), _ in pairs for t in times]
+        ttft = [t for (_, times), _ in pairs for t in times]
+        _across_models_row(engine, precision, points, devices, "gpt-oss, its device left out",
+                           [p for _, runs in pairs for p in runs], tpot, ttft)
+    print(f"\nDeepSeek-R1 lines carried to gpt-oss per layer: {len(carried)} runs, TPOT {np.median(carried):.1%} median, "
+          f"{np.percentile(carried, 90):.1%} p90\n")
+
+
+def _across_models_row(engine, precision, points, devices, basis, tested, tpot, ttft) -> list[float]:
+    tpot_errors = [abs(t / p.point.tpot_s - 1) for t, p in zip(tpot, tested, strict=True)]
+    ttft_errors = [abs(t / p.point.ttft_s - 1) for t, p in zip(ttft, tested, strict=True)]
+    print(f"| {engine} | {precision} | {len(points)} | {devices} | {basis} | {np.median(tpot_errors):.1%} / "
+          f"{np.percentile(tpot_errors, 90):.1%} | {np.median(ttft_errors):.1%} |")
+    return tpot_errors
+
+
 def main() -> None:
     os.environ.setdefault("ROOFLINE_LOG_LEVEL", "WARNING")
     from fastapi.testclient import TestClient
 
     from schemas.serving import ServingAnalysisRequest
     from service.main import create_app
-    from service.persistence.catalog import DATA_DIR
+    from service.persistence.catalog import DATA_DIR, shipped_gpt_oss_runs
     from service.runtime.config import Settings
+    from service.translation.models.analyses import catalog_model
     from service.translation.serving.analyses import bound_and_composed, unit_run
-    from service.translation.serving.inferencex import engine_points, newest_runs
+    from service.translation.serving.inferencex import MODEL_IDS, engine_points, newest_runs
 
     rows = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
     with tempfile.TemporaryDirectory() as folder:
@@ -283,6 +325,9 @@ def main() -> None:
                    "fits", {name: held_out(fitted[name], every[name]) for name in fitted})
             print("## An engine's line carried across weights' types\n")
             across_precisions(fitted["kernels"])
+            print("## An engine's line carried to another model (gpt-oss-120b, InferenceX's means)\n")
+            across_models(fitted["kernels"], engine_points(newest_runs(shipped_gpt_oss_runs()), of),
+                          {model: catalog_model(catalog, MODEL_IDS[model])[1].layers for model in MODEL_IDS})
             planner_against_measured(newest, fitted["kernels"], catalog, lambda body: unit_run(
                 ServingAnalysisRequest.model_validate(body), catalog, on_kernels=True))
             h200 = [serving_body(device, c) for c in range(1, 1 + ROUNDS * PER_ROUND)

@@ -2,7 +2,9 @@
 service/data/serving-runs/inferencex-dsr1.json (SemiAnalysis InferenceX), the newest run of each configuration
 (inferencex.newest_runs: today's engine): one per engine, precision and speculative method with at least three runs,
 each run against its deployment as its device's kernel tables compose it
-(service/core/expectations/kernel_steps.py), over every device with tables.
+(service/core/expectations/kernel_steps.py), over every device with tables. An engine with no DeepSeek-R1 run (vLLM)
+is fitted on InferenceX's gpt-oss-120b runs (inferencex-gptoss-120b.json); the other engines' gpt-oss runs are left
+to check their DeepSeek-R1 lines on a model those never saw (bench/unmeasured.py).
 
     .venv/bin/python scripts/fit_engine_calibration.py > service/data/calibrations/engines.json
 
@@ -21,21 +23,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     from schemas.serving import ServingAnalysisRequest
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
+    from service.persistence.catalog import shipped_gpt_oss_runs
+    from service.translation.models.analyses import catalog_model
     from service.translation.serving.analyses import bound_and_composed
-    from service.translation.serving.inferencex import engine_calibrations, engine_points
+    from service.translation.serving.inferencex import MODEL_IDS, engine_lines
 
     with shipped_runs_app() as (rows, app, _):
-        groups = engine_points(rows, lambda body: bound_and_composed(
-            ServingAnalysisRequest.model_validate(body), app.state.catalog))
-    fitted = engine_calibrations(groups)
+        catalog = app.state.catalog
+        fitted = engine_lines(rows, shipped_gpt_oss_runs(), lambda body: bound_and_composed(
+            ServingAnalysisRequest.model_validate(body), catalog),
+            {model: catalog_model(catalog, model_id)[1].layers for model, model_id in MODEL_IDS.items()})
     for calibration in fitted:
         held = ", ".join(f"{device} {tpot:.1%} / {ttft:.1%} ({runs})" for device, tpot, ttft, runs in calibration.per_device)
         print(f"{calibration.id}: {calibration.fitted_on} runs on {', '.join(calibration.devices)}; TPOT "
               f"{calibration.tpot_median_error:.1%} median, {calibration.tpot_p90_error:.1%} p90; TTFT "
               f"{calibration.ttft_median_error:.1%}; per device left out (TPOT / TTFT): {held or '-'}", file=sys.stderr)
     dump_calibrations("TPOT = tpot_scale x (composed + composed prefill_share) + tpot_overhead_s; TTFT = ttft_scale x "
-                        "composed + ttft_overhead_s; composed: the run's deployment with every row as its device's "
-                        "kernel tables expect it", fitted)
+                      "composed + ttft_overhead_s; composed: the run's deployment with every row as its device's "
+                      "kernel tables expect it; the overheads are those of a model of `layers` decoder layers "
+                      "(EngineCalibration.for_layers scales them to another's)", fitted)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.kernel_table_fits import fit_line, fit_table, system_of, write_fits
 from service.core.expectations.fused_moe import FusedMoeShape, fused_moe_work
 from service.persistence.catalog import MOE_CALIBRATIONS_PATH
-from service.translation.kernels.aiconfigurator import DEVICES, LATER_DEVICES, MOE_DTYPES, MOE_ENGINES, PACKAGE
+from service.translation.kernels.aiconfigurator import (
+    DEVICES,
+    LATER_DEVICES,
+    LATER_MOE_DTYPES,
+    MOE_DTYPES,
+    MOE_ENGINES,
+    PACKAGE,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_ROWS = 20  # per (device, engine, dtype), kept in tests/data for the tests
@@ -62,10 +69,12 @@ def newest_timings(folder: Path, theirs: str) -> tuple[str, dict[FusedMoeShape, 
 
 def fit_one(device_id: str, engine: str, theirs: str, version: str, timings: dict[FusedMoeShape, float],
             rng: np.random.Generator, sample: list) -> dict:
-    dtype, dtypes = MOE_DTYPES[theirs]
+    _, dtypes = (MOE_DTYPES | LATER_MOE_DTYPES)[theirs]
     shapes = list(timings)
+    weight_only = dtypes.weights != dtypes.activations
     return fit_table(
-        device_id=device_id, engine=engine, dtype=dtype, operator="fused_moe", peak_dtype=dtype,
+        device_id=device_id, engine=engine, dtype=dtypes.activations, operator="fused_moe",
+        peak_dtype=dtypes.activations, weights=dtypes.weights if weight_only else None,
         source=f"{PACKAGE}: systems/data/{system_of(device_id)}/moe/{engine}/{version}/moe_perf.parquet, its "
                f"balanced {theirs} timings, the fastest kernel of each of {len(shapes):,} shapes",
         shapes=shapes, work=np.array([fused_moe_work(shape, dtypes) for shape in shapes]),
@@ -78,15 +87,17 @@ def main(data: Path) -> None:
     rng = np.random.default_rng(2026)
     calibrations, sample = [], []
     print("device engine dtype: fitted, checked; median and p90 error (the bound's median); the kernels' roofs")
-    for system, device_id in (DEVICES | LATER_DEVICES).items():  # the later ones last (LATER_DEVICES)
-        for engine in sorted(set(MOE_ENGINES.values())):
-            for theirs in MOE_DTYPES:
-                found = newest_timings(data / system / "moe" / engine, theirs)
-                if found is None:
-                    continue
-                fields = fit_one(device_id, engine, theirs, *found, rng, sample)
-                calibrations.append(fields)
-                print(fit_line(f"{device_id} {engine} {fields['dtype']}", fields))
+    # The later devices after the others, then the later dtypes (LATER_DEVICES, LATER_MOE_DTYPES).
+    for dtypes in (MOE_DTYPES, LATER_MOE_DTYPES):
+        for system, device_id in (DEVICES | LATER_DEVICES).items():
+            for engine in sorted(set(MOE_ENGINES.values())):
+                for theirs, (key, _) in dtypes.items():
+                    found = newest_timings(data / system / "moe" / engine, theirs)
+                    if found is None:
+                        continue
+                    fields = fit_one(device_id, engine, theirs, *found, rng, sample)
+                    calibrations.append(fields)
+                    print(fit_line(f"{device_id} {engine} {key}", fields))
     write_fits(MOE_CALIBRATIONS_PATH, "t = t0 + max(T_compute / compute_efficiency, T_memory / memory_efficiency) of "
                "one fused MoE layer on one device, T at the catalog's nominal roofs (service/core/expectations/"
                "fused_moe.py)", calibrations, ROOT / "tests" / "data" / "aiconfigurator_moe_sample.csv",

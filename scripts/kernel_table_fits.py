@@ -23,10 +23,11 @@ from service.translation.kernels.aiconfigurator import DEVICES, LATER_DEVICES
 
 def fit_table(*, device_id: str, engine: str, dtype: str, operator: str, source: str, peak_dtype: str,
               shapes: Sequence[tuple], work: np.ndarray, measured: np.ndarray, sizes: np.ndarray,
-              rng: np.random.Generator, sample: list, sample_rows: int) -> dict:
+              rng: np.random.Generator, sample: list, sample_rows: int, weights: str | None = None) -> dict:
     """A KernelCalibration's fields for the timings `measured` of `shapes` (seconds), whose FLOPs and HBM bytes are
-    `work`'s two columns; `sizes`: the three sizes of each shape the fit's shape terms read. Appends `sample_rows` of
-    the kept timings to `sample` as [device, engine, dtype, *shape, seconds]."""
+    `work`'s two columns; `sizes`: the three sizes of each shape the fit's shape terms read; `weights`: the stored
+    type of weight-only kernels' weights. Appends `sample_rows` of the kept timings to `sample` as [device, engine,
+    its key, *shape, seconds]."""
     device = nominal_device(device_id)
     peak, bandwidth = device.peak(peak_dtype, "tensor").flops_per_s, device.memory_level("hbm").bandwidth_bytes_per_s
     compute, memory = work[:, 0] / peak, work[:, 1] / bandwidth
@@ -44,7 +45,8 @@ def fit_table(*, device_id: str, engine: str, dtype: str, operator: str, source:
         "fitted_on": int(len(on)), "checked_on": int(len(held)), "median_error": 0.0, "p90_error": 0.0,
         "bound_median_error": 0.0, "checked_by": "the other 90 % of the table, by the formula alone",
         "unidentified": list(fit.unidentified),
-        "roof_compute_efficiency": roof_compute, "roof_memory_efficiency": roof_memory, "operator": operator}
+        "roof_compute_efficiency": roof_compute, "roof_memory_efficiency": roof_memory, "operator": operator,
+        **({"weights": weights} if weights is not None else {})}
     calibration = KernelCalibration(**fields)
     bound = np.maximum(compute[held], memory[held])
     predicted = np.maximum(bound, calibration.expected_times_s(compute[held] * peak, memory[held] * bandwidth))
@@ -53,7 +55,7 @@ def fit_table(*, device_id: str, engine: str, dtype: str, operator: str, source:
                   bound_median_error=float(np.median(np.abs(bound / measured[held] - 1))))
     kept_shapes = [s for s, keep in zip(shapes, kept, strict=True) if keep]
     for i in rng.choice(len(kept_shapes), size=min(sample_rows, len(kept_shapes)), replace=False):
-        sample.append([device_id, engine, dtype, *kept_shapes[i], f"{measured[i]:.6g}"])
+        sample.append([device_id, engine, calibration.key, *kept_shapes[i], f"{measured[i]:.6g}"])
     return fields
 
 

@@ -91,7 +91,8 @@ def moe_calibrations() -> dict[tuple[str, str, str], KernelCalibration]:
     """The fused-MoE calibrations shipped with the service (scripts/fit_moe_calibration.py), by (device id, engine,
     dtype)."""
     entries = json.loads(MOE_CALIBRATIONS_PATH.read_text())["calibrations"]
-    return {(entry["device_id"], entry["engine"], entry["dtype"]): KernelCalibration(**entry) for entry in entries}
+    calibrations = (KernelCalibration(**entry) for entry in entries)
+    return {(calibration.device_id, calibration.engine, calibration.key): calibration for calibration in calibrations}
 
 
 @lru_cache
@@ -185,6 +186,12 @@ def measured_scheduling_of(fields: dict[str, Any]) -> SchedulingCalibration | No
 def shipped_runs() -> tuple[dict[str, Any], ...]:
     """The measured serving runs shipped with the service (SemiAnalysis InferenceX), as their rows."""
     return tuple(json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"])
+
+
+def shipped_gpt_oss_runs() -> tuple[dict[str, Any], ...]:
+    """InferenceX's gpt-oss-120b runs (inferencex-gptoss-120b.json, their means): they give an engine with no
+    DeepSeek-R1 run its line (vLLM), and check the others' lines on a second model."""
+    return tuple(json.loads((DATA_DIR / "serving-runs" / "inferencex-gptoss-120b.json").read_text())["rows"])
 
 
 @lru_cache

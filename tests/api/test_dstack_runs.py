@@ -51,9 +51,9 @@ def test_each_run_is_the_deployment_its_launch_command_gave():
 
 def test_the_bound_holds_against_every_run_and_the_expectation_says_its_basis(client):
     """Every run: the bound's TPOT and TTFT at or under the measured medians, its output tokens/s at or over the
-    measured. SGLang (both devices) and TensorRT-LLM are expected from the devices' kernel tables and the engine lines
-    carried over (basis kernels), never faster than the bound; vLLM has no line (no vLLM serving runs are shipped),
-    and the answer says so."""
+    measured. Every engine is expected from the devices' kernel tables and the engine lines carried over (basis
+    kernels), never faster than the bound; vLLM's line was fitted to gpt-oss-120b's fp4 runs, and its answer says it
+    was carried to these fp8 weights and to DeepSeek-V3, extrapolated."""
     for run in dstack_runs():
         answer = client.post("/v1/analyze/serving", json=serving_body(run)).json()
         bound, expected = answer["bound"], answer["expected"]
@@ -62,8 +62,9 @@ def test_the_bound_holds_against_every_run_and_the_expectation_says_its_basis(cl
         assert bound["ttft_s"] <= run["median_ttft_s"], label
         assert bound["output_tokens_per_s"] >= run["output_tokens_per_s"], label
         if run["engine"] == "vllm":
-            assert expected is None, label
-            assert any("no engine calibration exists for vllm" in note for note in answer["assumptions"]), label
-            continue
+            assert expected["calibration"]["id"] == "engine:vllm:fp4:none", label
+            assert expected["calibration"]["extrapolated"] is True, label
+            assert any("its fp4 line" in note and "carried to deepseek-v3" in note
+                       for note in answer["assumptions"]), label
         assert expected["basis"] == "kernels", label
         assert expected["tpot_s"] >= bound["tpot_s"] and expected["output_tokens_per_s"] <= bound["output_tokens_per_s"]

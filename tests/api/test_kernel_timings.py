@@ -260,12 +260,15 @@ def test_ten_thousand_timings_fit_a_writers_json_body(client):
 
 
 def test_the_fused_moe_fits_are_listed_beside_the_gemm_ones_under_their_own_ids(client):
-    """Every calibration behind an `expected` is listed: the 49 fused-MoE fits too, each under an id of its own (the
-    TensorRT-LLM fp8 GEMM fit of the B200 and its fused-MoE fit share device, engine and dtype), and a serving answer
-    composed from them names them."""
+    """Every calibration behind an `expected` is listed: the 79 fused-MoE fits too, each under an id of its own (the
+    TensorRT-LLM fp8 GEMM fit of the B200 and its fused-MoE fit share device, engine and dtype; vLLM's bf16 fused-MoE
+    fit of the H200 and its MXFP4 weight-only one share its compute dtype), and a serving answer composed from them
+    names them."""
     ids = [entry["id"] for entry in client.get("/v1/calibrations").json()]
     assert len(ids) == len(set(ids))
-    assert sum(":fused_moe:" in i for i in ids) == 49
+    assert sum(":fused_moe:" in i for i in ids) == 79
+    marlin = client.get("/v1/calibrations/kernel:shipped:nvidia-h200-sxm:vllm:fused_moe:fp4-weights:bf16").json()
+    assert "fp4 weights multiplied in bf16" in marlin["scope"] and "w4a16_mxfp4" in marlin["source"]
     gemm = client.get("/v1/calibrations/kernel:shipped:nvidia-b200:trtllm:fp8").json()
     moe = client.get("/v1/calibrations/kernel:shipped:nvidia-b200:trtllm:fused_moe:fp8").json()
     assert gemm["scope"] == "plain matmuls computing in fp8" and "fused MoE" in moe["scope"]

@@ -292,10 +292,12 @@ def test_a_calibration_of_kernels_is_asked_for_over_the_devices_own_runs(client)
 
 def test_a_bf16_deployment_reads_the_engines_fp8_line_over_its_own_bf16_kernels_and_says_it_extrapolates(client):
     """No serving run in bf16 weights is shipped. Llama 3.1 70B in bf16 on 4 H100s under SGLang composes its step from
-    the H100's bf16 tables and carries SGLang's fp8 line (engines.CARRIED_PRECISIONS): TPOT = max(bound, scale x
-    (composed TPOT + its prefill share) + overhead), the line's own numbers, checked here by hand from the answer's
-    composed figures and the line's published fit; `extrapolated` whatever the workload, and the note says which line
-    and how it did across the types it was checked on. vLLM has no line in any type: still none, and why."""
+    the H100's bf16 tables and carries SGLang's fp8 line (engines.CARRIED_PRECISIONS), fitted to DeepSeek-R1 (61
+    layers), its overhead scaled to Llama's 80 layers (EngineCalibration.for_layers): TPOT = max(bound, scale x
+    (composed TPOT + its prefill share) + overhead x 80 / 61), the line's own numbers, checked here by hand from the
+    answer's composed figures and the line's published fit; `extrapolated` whatever the workload, and the note says
+    which line and how it did across the types and models it was checked on. vLLM's only line is fp4 (gpt-oss-120b,
+    36 layers): bf16 carries it when there is no fp8 one, scaled by 80 / 36."""
     from service.persistence.catalog import engine_calibrations
 
     body = {"model_id": "llama-3.1-70b", "device_id": "nvidia-h100-sxm", "input_len": 1024, "output_len": 1024,
@@ -306,14 +308,19 @@ def test_a_bf16_deployment_reads_the_engines_fp8_line_over_its_own_bf16_kernels_
     assert expected["calibration"]["extrapolated"] is True
     assert "kernel:shipped:nvidia-h100-sxm:trtllm:bf16" in expected["kernels"]["tables"]
     line = engine_calibrations()[("sglang", "fp8", "none")]
+    assert line.layers == 61
     composed = expected["kernels"]["tpot_s"] + expected["kernels"]["prefill_share_s"]
-    by_hand = max(bound["tpot_s"], line.tpot_scale * composed + line.tpot_overhead_s)
+    by_hand = max(bound["tpot_s"], line.tpot_scale * composed + line.tpot_overhead_s * 80 / 61)
     assert expected["tpot_s"] == pytest.approx(by_hand, rel=1e-12)
     note = answer["assumptions"][-1]
     assert "no sglang serving run in bf16 weights is shipped: its fp8 line" in note and "18.1 %" in note
-    vllm = client.post("/v1/analyze/serving", json={**body, "engine": "vllm"}).json()
-    assert vllm["expected"] is None
-    assert "no engine calibration exists for vllm in bf16" in vllm["assumptions"][-1]
+    assert "carried to llama-3.1-70b, its overheads scaled to its 80 layers" in note and "64.2 %" in note
+    vllm = client.post("/v1/analyze/serving", json={**body, "engine": "vllm"}).json()["expected"]
+    assert vllm["calibration"]["id"] == "engine:vllm:fp4:none" and vllm["calibration"]["extrapolated"] is True
+    line = engine_calibrations()[("vllm", "fp4", "none")]
+    composed = vllm["kernels"]["tpot_s"] + vllm["kernels"]["prefill_share_s"]
+    assert vllm["tpot_s"] == pytest.approx(max(bound["tpot_s"], line.tpot_scale * composed
+                                               + line.tpot_overhead_s * 80 / 36), rel=1e-12)
 
 
 def test_a_device_without_kernel_tables_says_why_it_expects_nothing(client):
@@ -370,18 +377,20 @@ def test_the_shipped_engine_calibrations_are_fitted_to_todays_kernel_tables(clie
     change, scripts/fit_engine_calibration.py must run again. Re-fitting here from the shipped runs gives the
     shipped lines and each left-out device's error (to a millionth: the optimiser's last digits)."""
     from schemas.serving import ServingAnalysisRequest
-    from service.persistence.catalog import engine_calibrations
+    from service.persistence.catalog import engine_calibrations, shipped_gpt_oss_runs
     from service.translation.serving.analyses import bound_and_composed
-    from service.translation.serving.inferencex import engine_calibrations as fit
-    from service.translation.serving.inferencex import engine_points, newest_runs
+    from service.translation.serving.inferencex import engine_lines
 
     shipped = engine_calibrations()
-    again = {(c.engine, c.precision, c.speculative): c for c in fit(engine_points(
-        newest_runs(RUNS), lambda body: bound_and_composed(ServingAnalysisRequest.model_validate(body),
-                                                           client.app.state.catalog)))}
+    again = {(c.engine, c.precision, c.speculative): c for c in engine_lines(
+        RUNS, shipped_gpt_oss_runs(), lambda body: bound_and_composed(ServingAnalysisRequest.model_validate(body),
+                                                                      client.app.state.catalog),
+        {"dsr1": 61, "gptoss": 36})}  # DeepSeek-V3's num_hidden_layers, gpt-oss-120b's
     assert set(again) == set(shipped) and len(shipped) >= 20
+    assert shipped[("vllm", "fp4", "none")].models == ("gpt-oss-120b",)  # no DeepSeek-R1 run of vLLM is shipped
     for key, calibration in again.items():
         assert calibration.devices == shipped[key].devices and calibration.layouts == shipped[key].layouts, key
+        assert calibration.models == shipped[key].models and calibration.layers == shipped[key].layers, key
         for name in ("tpot_scale", "tpot_overhead_s", "ttft_scale", "ttft_overhead_s", "tpot_median_error"):
             # As above: a millionth, and a nanosecond of an overhead (one of 9.5 us moved by 1.7e-11 s between CPUs).
             assert getattr(calibration, name) == pytest.approx(getattr(shipped[key], name), rel=1e-6, abs=1e-9), key

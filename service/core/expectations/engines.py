@@ -5,8 +5,9 @@ scheduler, launches and sampling between steps, and its kernels' share of the st
 MoE dispatch, attention by context, collectives). Those are the engine's, not the device's: an engine
 calibration is the fit TPOT = scale x (composed step + composed prefill share) + overhead and TTFT = scale x
 composed prefill + overhead (the same soft-L1 line as a device's own, serving_runs.py) over the runs of one engine,
-weights' type and speculative method on every device that has both runs and kernel tables. A device without runs
-then takes its own kernels' step and the engine's line.
+weights' type and speculative method, of one model, on every device that has both runs and kernel tables. A device
+without runs then takes its own kernels' step and the engine's line; another model, the line with its overheads
+scaled by its layers (for_layers), said to extrapolate.
 
 It is checked as it is used: each device's runs left out in turn and predicted by the fit to the other devices'
 (its error per device is kept), so the error it reports is the error on a device it never saw.
@@ -15,7 +16,7 @@ It is checked as it is used: each device's runs left out in turn and predicted b
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
 
@@ -78,9 +79,13 @@ class EngineCalibration:
     concurrency: tuple[int, int]
     layouts: tuple[str, ...]
     unidentified: tuple[str, ...] = ()
+    # The model its runs served (catalog ids) and its decoder layers: the overheads are that model's, and scale with
+    # the layers of another (for_layers).
+    models: tuple[str, ...] = ()
+    layers: int = 0
 
     def __post_init__(self):
-        for name in ("devices", "layouts", "unidentified"):  # read back from JSON as lists
+        for name in ("devices", "layouts", "unidentified", "models"):  # read back from JSON as lists
             object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "per_device", tuple(tuple(item) for item in self.per_device))
         object.__setattr__(self, "shapes", tuple(tuple(item) for item in self.shapes))
@@ -96,6 +101,17 @@ class EngineCalibration:
     def device_id(self) -> str:
         """Not one device's: the devices it was fitted over."""
         return ", ".join(self.devices)
+
+    def for_layers(self, layers: int) -> EngineCalibration:
+        """The line for a model of `layers` decoder layers: its overheads scaled from its own model's. An engine's
+        costs between kernels come a layer at a time (launches, synchronisations, the graph's nodes): carried from
+        DeepSeek-R1 (61 layers) to gpt-oss-120b (36) as they were fitted, TensorRT-LLM's and ATOM's lines put gpt-oss's
+        TPOT at twice what was measured (ACROSS_MODELS_CHECK)."""
+        if not self.layers or layers == self.layers:
+            return self
+        factor = layers / self.layers
+        return replace(self, tpot_overhead_s=self.tpot_overhead_s * factor,
+                       ttft_overhead_s=self.ttft_overhead_s * factor)
 
     def tpot_s(self, bound: float, composed: float, prefill_share_s: float = 0.0) -> float:
         """`composed`, `prefill_share_s`: the composed deployment's; `bound`: the bound's TPOT, the floor."""
@@ -144,9 +160,10 @@ MIN_RUNS = 3
 
 
 def fit_engine_calibration(points: Sequence[EnginePoint], *, engine: str, precision: str, speculative: str,
-                           source: str) -> EngineCalibration:
-    """Fitted to every point; checked by leaving each device out in turn where there are two devices or more, else
-    (one device: its costs cannot be told from its kernels') by leaving each run out."""
+                           source: str, model: str = "", layers: int = 0) -> EngineCalibration:
+    """Fitted to every point (runs of one `model`, of `layers` decoder layers); checked by leaving each device out in
+    turn where there are two devices or more, else (one device: its costs cannot be told from its kernels') by leaving
+    each run out."""
     if len(points) < MIN_RUNS:
         raise ValueError(f"an engine calibration needs at least {MIN_RUNS} runs")
     devices = tuple(sorted({p.device_id for p in points}))
@@ -178,17 +195,31 @@ def fit_engine_calibration(points: Sequence[EnginePoint], *, engine: str, precis
         shapes=tuple(sorted({(p.input_len, p.output_len) for p in plain})),
         concurrency=(min(p.concurrency for p in plain), max(p.concurrency for p in plain)),
         layouts=tuple(sorted({p.layout for p in points})),
-        unidentified=unidentified_overheads(plain))
+        unidentified=unidentified_overheads(plain), models=(model,) if model else (), layers=layers)
 
 
-# Weights' types no serving run measured, and the line whose weights' type stands in for them. Checked where it can
+# For a weights' type an engine has no line in, the types whose line stands in, nearest first. Checked where it can
 # be: across the two types measured (each engine's fp8 line predicting its fp4 runs, and the reverse; every newest
 # InferenceX run, bench/unmeasured.py) the TPOT was off by 18.1 % in the median and 52.4 % at the 90th percentile,
-# against 15.9 % and 39.6 % within a type with the device left out. A 16-bit deployment's kernels are its own (the
-# composed step reads its bf16 tables); what is carried is the engine's costs around them.
-CARRIED_PRECISIONS = {"bf16": "fp8", "fp16": "fp8"}
+# against 15.9 % and 39.6 % within a type with the device left out. A deployment's kernels are its own (a 16-bit one's
+# composed step reads its bf16 tables); what is carried is the engine's costs around them. vLLM's only line is fp4
+# (gpt-oss's MXFP4 experts): its fp8 and 16-bit deployments carry it.
+CARRIED_PRECISIONS = {"bf16": ("fp8", "fp4"), "fp16": ("fp8", "fp4"), "fp8": ("fp4",), "fp4": ("fp8",)}
 ACROSS_PRECISIONS_CHECK = ("carried across weights' types (fp8 and fp4 lines predicting each other's runs: TPOT off "
                            "by 18.1 % in the median, 52.4 % at the 90th percentile, over 401 runs)")
+
+
+# Measured by bench/unmeasured.py (across_models): each engine's DeepSeek-R1 line predicting its gpt-oss-120b runs.
+ACROSS_MODELS_CHECK = ("checked where it could be: TensorRT-LLM's and ATOM's DeepSeek-R1 lines so carried to their gpt-oss-120b "
+                       "runs put TPOT off by 64.2 % in the median, 103.5 % at the 90th percentile, over 78 runs")
+
+
+def model_note(line: EngineCalibration, model: str, layers: int) -> str:
+    """What an answer says of a line carried to a model its runs did not serve: nothing where they did."""
+    if not line.models or model in line.models:
+        return ""
+    return (f" (fitted to {', '.join(line.models)} of {line.layers} layers: carried to {model}, its overheads scaled "
+            f"to its {layers} layers, {ACROSS_MODELS_CHECK}; extrapolated)")
 
 
 def carried_note(engine: str, precision: str, carried_from: str | None) -> str:
@@ -201,10 +232,13 @@ def carried_note(engine: str, precision: str, carried_from: str | None) -> str:
 
 def line_for(lines: dict[tuple[str, str, str], EngineCalibration], engine: str, precision: str,
              speculative: str) -> tuple[EngineCalibration | None, str | None]:
-    """The engine's line for the weights' type and speculative method, else the line of the type that stands in for
-    an unmeasured one (CARRIED_PRECISIONS): (the line, the type it was fitted in where carried, else None)."""
+    """The engine's line for the weights' type and speculative method, else the line of the nearest type that stands
+    in for an unmeasured one (CARRIED_PRECISIONS): (the line, the type it was fitted in where carried, else None)."""
     own = lines.get((engine, precision, speculative))
-    if own is not None or precision not in CARRIED_PRECISIONS:
+    if own is not None:
         return own, None
-    carried = lines.get((engine, CARRIED_PRECISIONS[precision], speculative))
-    return carried, (CARRIED_PRECISIONS[precision] if carried is not None else None)
+    for stand_in in CARRIED_PRECISIONS.get(precision, ()):
+        carried = lines.get((engine, stand_in, speculative))
+        if carried is not None:
+            return carried, stand_in
+    return None, None

@@ -5,7 +5,10 @@ The bound places each row at its roof. A kernel table says how far below the roo
 the largest clearly compute- and memory-bound timings reach: KernelCalibration.kernel_*_efficiency, else the fit's):
 - a matmul: those of its compute dtype's table, else the device's floor;
 - a grouped (MoE) matmul: those of its dtype's fused-MoE table as the serving engine runs it (its own, else
-  TensorRT-LLM's: service/data/calibrations/moe.json), else the matmul's; MoE kernels read the experts' weights at
+  TensorRT-LLM's: service/data/calibrations/moe.json), else the matmul's; where the deployment's experts are stored
+  narrower than the activations they multiply (gpt-oss's MXFP4 experts in bf16 under vLLM on Hopper, through Marlin),
+  the table of those weight-only kernels where the engine has one (weight_only_experts): on an H200 they read the
+  experts at 0.53 of the datasheet against 0.82 for the bf16 kernels, no faster than on an H100; MoE kernels read the experts' weights at
   0.5-0.93 of the datasheet's bandwidth and multiply at 0.06-0.86 of the peak (SGLang's fp8 at 0.23, TensorRT-LLM's at
   0.59, B200), where the same device's GEMMs run at their own roofs;
 - an attention row: its kind's (latent or grouped-query, decode or prefill) fit as the serving engine runs it (its
@@ -31,14 +34,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from service.core.dtypes import peak_dtype
+from service.core.dtypes import bytes_per_element, peak_dtype
 from service.core.expectations.attention_kernels import attention_key
-from service.core.expectations.kernels import COMPUTE, MEMORY, KernelCalibration
+from service.core.expectations.kernels import COMPUTE, MEMORY, KernelCalibration, weight_only_key
 from service.core.memo import read_only
 from service.core.transformer.analysis import Evaluator
-from service.core.transformer.layers import Row
+from service.core.transformer.layers import ModelDTypes, Row
 
 MATMUL_KINDS = frozenset({"matmul", "grouped_matmul"})
+
+
+def weight_only_experts(dtypes: ModelDTypes) -> str | None:
+    """The fused-MoE table key of a deployment whose routed experts are stored narrower than the activations they
+    multiply (KernelCalibration.key), else None: its experts run as their compute dtype's kernels."""
+    stored, computed = peak_dtype(dtypes.experts or dtypes.weights), peak_dtype(dtypes.activations)
+    return weight_only_key(stored, computed) if bytes_per_element(stored) < bytes_per_element(computed) else None
 
 
 @dataclass(frozen=True)
@@ -99,7 +109,7 @@ class KernelTables:
                          "of the datasheet, the formula off by "
                          f"{fit.median_error:.1%} (median) on {fit.checked_on:,} held out"
                          for fit in sorted(self.fits.values(), key=lambda f: f.dtype))
-        moe = "; ".join(f"{fit.dtype}: {fit.fitted_on:,} {fit.engine} {fit.timings_name} timings, compute at "
+        moe = "; ".join(f"{fit.key}: {fit.fitted_on:,} {fit.engine} {fit.timings_name} timings, compute at "
                         f"{fit.kernel_compute_efficiency:.3g} of the peak, HBM at {fit.kernel_memory_efficiency:.3g}"
                         for fit in sorted(self.moe_fits.values(), key=lambda f: f.dtype))
         grouped = (f" (grouped ones, the experts', by their dtype's fused-MoE fit where it has one: {moe})"

@@ -30,6 +30,11 @@ TIMINGS_NAMES = {"matmul": "GEMM", "fused_moe": "fused-MoE", MLA_DECODE: "MLA de
                  ATTENTION_DECODE: "decode attention", MLA_PREFILL: "MLA prefill", ATTENTION_PREFILL: "prefill attention"}
 
 
+def weight_only_key(weights: str, activations: str) -> str:
+    """The key of a table of kernels whose weights are stored narrower than the activations they multiply."""
+    return f"{weights}-weights:{activations}"
+
+
 @dataclass(frozen=True)
 class KernelCalibration:
     device_id: str
@@ -68,11 +73,19 @@ class KernelCalibration:
     # a decode step's, "mla_decode" or "attention_decode" (`dtype` then the cache's, the queries bf16), a prompt's,
     # "mla_prefill" or "attention_prefill" (`dtype` the activations').
     operator: str = "matmul"
+    # A fused-MoE table of weight-only experts (vLLM's Marlin MXFP4 on Hopper): their stored type, narrower than
+    # `dtype`, the activations' they are multiplied in; None: stored in `dtype` too.
+    weights: str | None = None
+
+    @property
+    def key(self) -> str:
+        """What the fit is kept by among a device's and engine's tables: its dtype, and its weights' where apart."""
+        return self.dtype if self.weights is None else weight_only_key(self.weights, self.dtype)
 
     @property
     def id(self) -> str:
         timed = "" if self.operator == "matmul" else f"{self.operator}:"
-        return f"kernel:{self.origin}:{self.device_id}:{self.engine}:{timed}{self.dtype}"
+        return f"kernel:{self.origin}:{self.device_id}:{self.engine}:{timed}{self.key}"
 
     @property
     def timings_name(self) -> str:

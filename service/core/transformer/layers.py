@@ -65,6 +65,13 @@ class ModelDTypes(NamedTuple):
     kept: frozenset[str] = frozenset()
 
     @property
+    def headline_weights(self) -> str:
+        """The weights' type a deployment is labelled by (InferenceX's `precision`), which serving calibrations and
+        engine lines are kept by: the routed experts' where the checkpoint stores them apart (gpt-oss's fp4 experts
+        hold most of its bytes), else `weights`."""
+        return self.experts or self.weights
+
+    @property
     def unquantised(self) -> str:
         """The 16-bit type the unquantised weights are stored in: the activations' where they are 16 bits or more,
         else bf16 (a W8A8 checkpoint keeps its embedding, head and router in bf16)."""

@@ -9,6 +9,7 @@ import csv
 import io
 from collections.abc import Iterable
 
+from service.core.expectations.kernels import weight_only_key
 from service.core.transformer.layers import ModelDTypes
 
 PACKAGE = "aiconfigurator-core 0.12.0 (PyPI, Apache-2.0)"
@@ -28,12 +29,19 @@ DTYPES = {"bfloat16": ("bf16", 2), "fp8": ("fp8", 1), "nvfp4": ("fp4", 0.5 + 1 /
 # Their MoE tables (moe/<engine>/<version>/moe_perf.parquet) by the scheduler family an engine name runs
 # (simulation/engines.engine_family), and their moe_dtype: (the service's dtype, the dtypes a deployment in it runs:
 # DeepSeek's fp8 blocks carry an fp32 scale per 128 x 128 weights, as the InferenceX fp8 deployments state it, NVFP4
-# an fp8 one per 16, as schemas.models.SCHEMES["nvfp4"]). Their w4a8 and int4 tables are left out: no catalog
-# precision runs them.
+# an fp8 one per 16, as schemas.models.SCHEMES["nvfp4"]). Their int4 tables are left out: their group size is not
+# stated.
 MOE_ENGINES = {"sglang": "sglang", "trt": "trtllm", "vllm": "vllm"}
 MOE_DTYPES = {"fp8_block": ("fp8", ModelDTypes("fp8", "fp8", "fp8", 128 * 128, 4.0)),
               "nvfp4": ("fp4", ModelDTypes("fp4", "fp4", "fp8", 16, 1.0)),
               "bfloat16": ("bf16", ModelDTypes())}
+# Added later, and fitted after every table above (as LATER_DEVICES): MXFP4 experts (an 8-bit scale per 32, gpt-oss's
+# checkpoint) multiplied in bf16 (Marlin, weight-only) or in fp8 (w4a8_mxfp4_mxfp8, FlashInfer's and TensorRT-LLM's on
+# Blackwell), kept by KernelCalibration.key.
+LATER_MOE_DTYPES = {
+    "w4a16_mxfp4": (weight_only_key("fp4", "bf16"), ModelDTypes("fp4", "bf16", "bf16", 32, 1.0)),
+    "w4a8_mxfp4_mxfp8": (weight_only_key("fp4", "fp8"), ModelDTypes("fp4", "fp8", "fp8", 32, 1.0)),
+}
 COLUMNS = ("kind", "m", "n", "k", "dtype", "c_dtype", "time_s")
 
 

@@ -124,7 +124,7 @@ def kernel_public(calibration: KernelCalibration) -> dict:
         "engine": calibration.engine, "scope": (f"plain matmuls computing in {calibration.dtype}"
                                                 if calibration.operator == "matmul" else
                                                 f"one MoE layer's routed experts on one device (fused MoE), "
-                                                f"{calibration.dtype} weights: a serving step's grouped matmuls"),
+                                                f"{_stored(calibration)}: a serving step's grouped matmuls"),
         "model": KERNEL_MODEL,
         "parameters": [
             {"name": "t0", "value": calibration.t0_s, "unit": "s", "meaning": "a kernel's fixed cost (launch, tail)"},
@@ -136,6 +136,12 @@ def kernel_public(calibration: KernelCalibration) -> dict:
         "median_error": calibration.median_error, "p90_error": calibration.p90_error,
         "bound_median_error": calibration.bound_median_error, "source": calibration.source,
         "shapes": [list(span) for span in calibration.shapes] if calibration.shapes else None}
+
+
+def _stored(calibration: KernelCalibration) -> str:
+    if calibration.weights is None:
+        return f"{calibration.dtype} weights"
+    return f"{calibration.weights} weights multiplied in {calibration.dtype} (weight-only kernels)"
 
 
 def _overhead(calibration: ServingCalibration | EngineCalibration, name: str, value: float, meaning: str) -> dict:
@@ -186,7 +192,9 @@ def engine_public(calibration: EngineCalibration) -> dict:
         "engine": calibration.engine,
         "scope": f"deployments in {calibration.precision}, speculative decoding {calibration.speculative}, on a device "
                  f"with kernel tables and no serving calibration of its own (basis 'kernels'); layouts fitted: "
-                 f"{', '.join(calibration.layouts)}" + (f"; each device left out of the fit: {held}" if held else ""),
+                 f"{', '.join(calibration.layouts)}" + (f"; each device left out of the fit: {held}" if held else "")
+                 + (f"; fitted to {', '.join(calibration.models)} ({calibration.layers} layers): another model reads "
+                    f"its overheads scaled by its layers, extrapolated" if calibration.models else ""),
         "model": ENGINE_MODEL,
         **_line_fields(calibration, "composed deployment's",
                        "composed TPOT and prefill share (the deployment as its kernel tables run it)",

@@ -39,10 +39,15 @@ def _own(device_id: str, measured: MeasuredRoofs | None) -> dict:
     return fits | submitted
 
 
-def _own_moe(device_id: str, engine: str | None) -> dict:
-    """The device's fused-MoE fits by dtype for the engine: its own table's, else TensorRT-LLM's; none without an
-    engine."""
-    return _engines_own(moe_calibrations(), device_id, engine)
+def _own_moe(device_id: str, engine: str | None, experts: str | None) -> dict:
+    """The device's fused-MoE fits by the dtype they compute in for the engine: its own table's, else TensorRT-LLM's;
+    none without an engine. `experts`: the deployment's weight-only experts (kernel_steps.weight_only_experts), whose
+    table, where there is one, stands for its compute dtype's."""
+    own = _engines_own(moe_calibrations(), device_id, engine)
+    fits = {fit.dtype: fit for fit in own.values() if fit.weights is None}
+    if experts in own:
+        fits[own[experts].dtype] = own[experts]
+    return fits
 
 
 def _own_attention(device_id: str, engine: str | None) -> dict:
@@ -61,12 +66,13 @@ def _engines_own(shipped: dict, device_id: str, engine: str | None) -> dict:
             if device == device_id and name == table}
 
 
-def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None, engine: str | None = None) -> KernelTables | None:
-    """The device's kernel tables (with `engine`'s fused-MoE fits), or None where neither it nor a stand-in has
-    any."""
+def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None, engine: str | None = None,
+                   experts: str | None = None) -> KernelTables | None:
+    """The device's kernel tables (with `engine`'s fused-MoE fits, those of weight-only `experts` where it has
+    them), or None where neither it nor a stand-in has any."""
     fits = _own(device.id, measured)
     if fits:
-        return KernelTables(device.id, fits, moe_fits=_own_moe(device.id, engine),
+        return KernelTables(device.id, fits, moe_fits=_own_moe(device.id, engine, experts),
                             attention_fits=_own_attention(device.id, engine))
     if device.id not in STAND_INS:
         return None
@@ -82,7 +88,7 @@ def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None, engine: s
     hbm = device.memory_level("hbm")
     if hbm is None:
         return None
-    return standing_in(KernelTables(other_id, other, moe_fits=_own_moe(other_id, engine),
+    return standing_in(KernelTables(other_id, other, moe_fits=_own_moe(other_id, engine, experts),
                                     attention_fits=_own_attention(other_id, engine)),
                        device.id, peak_of, hbm.bandwidth_bytes_per_s, reason)
 
@@ -93,6 +99,6 @@ kernel_tables = ByIdentity(_kernel_tables, objects=2, limit=32)
 kernel_evaluator = ByIdentity(lambda device, tables: KernelEvaluator(device, tables=tables), objects=2, limit=32)
 
 
-def shipped_kernel_tables(device_id: str, engine: str | None = None) -> KernelTables | None:
+def shipped_kernel_tables(device_id: str, engine: str | None = None, experts: str | None = None) -> KernelTables | None:
     """The same, for a catalog device as shipped (no submitted timings)."""
-    return _kernel_tables(nominal_device(device_id), None, engine)
+    return _kernel_tables(nominal_device(device_id), None, engine, experts)

@@ -11,8 +11,14 @@ from schemas.models import StepMemoryOut
 from schemas.serving import ServingAnalysis, ServingAnalysisRequest, ServingPool
 from service.core.errors import CostModelError
 from service.core.expectations import serving_runs
-from service.core.expectations.engines import EngineCalibration, carried_note, layout_signature, line_for
-from service.core.expectations.kernel_steps import KernelTables
+from service.core.expectations.engines import (
+    EngineCalibration,
+    carried_note,
+    layout_signature,
+    line_for,
+    model_note,
+)
+from service.core.expectations.kernel_steps import KernelTables, weight_only_experts
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
 from service.core.planning import deployment
@@ -155,12 +161,18 @@ def composed_on(setup: ServingSetup, tables: KernelTables) -> deployment.Serving
     return setup.deployment_on(kernel_evaluator(setup.device, tables))
 
 
+def deployment_tables(setup: ServingSetup, catalog: DeviceCatalog, engine: str | None) -> KernelTables | None:
+    """The kernel tables the deployment's rows read on its device under `engine` (its weight-only experts' fused-MoE
+    table where the engine has one)."""
+    return kernel_tables(setup.device, catalog.measured(setup.device.id), engine, weight_only_experts(setup.dtypes))
+
+
 def bound_and_composed(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> tuple[
         deployment.ServingBound, deployment.ServingBound | None]:
     """The request's bound and its deployment composed from its device's kernel tables (None where the device has
     none): what an engine calibration is fitted against (scripts/fit_engine_calibration.py)."""
     setup = serving_setup(request, catalog)
-    tables = kernel_tables(setup.device, catalog.measured(setup.device.id), request.engine)
+    tables = deployment_tables(setup, catalog, request.engine)
     return setup.deployment_on(setup.evaluator), composed_on(setup, tables) if tables is not None else None
 
 
@@ -279,7 +291,7 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
         return None, "expected: null, the request names no engine (calibrations are fitted per engine)"
     expect = partial(serving_runs.expect, input_len=request.input_len, output_len=request.output_len,
                      concurrency=request.concurrency, layout=layout_of(request))
-    method, precision, device = speculative_method(request), setup.dtypes.weights, setup.device
+    method, precision, device = speculative_method(request), setup.dtypes.headline_weights, setup.device
     if request.calibration == "auto":
         runs = catalog.serving_calibration(device.id, request.engine, setup.name, precision, method)
         if runs is not None:
@@ -293,7 +305,7 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
                                 f"{catalog.scheduling_not_fitted(runs)}")
             return with_simulation(request, catalog, setup, bound, scheduling, answer, note)
     engine, carried_from = line_for(engine_calibrations(), request.engine, precision, method)
-    tables = kernel_tables(device, catalog.measured(device.id), request.engine)
+    tables = deployment_tables(setup, catalog, request.engine)
     if engine is None or tables is None:
         missing = ([] if tables else [f"{device.id} has no kernel tables (POST /v1/devices/{device.id}/kernel-timings "
                                       "gives it some)"])
@@ -304,15 +316,16 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
                      "and speculative method (POST /v1/serving-runs calibrates it), and ")
         return None, f"expected: null, {runs_note}{' and '.join(missing)}"
     composed = composed_on(setup, tables)
-    expectation = expect(engine, bound, basis=composed)
-    if carried_from is not None:  # no run in these weights' type: the line extrapolates, whatever the workload
+    expectation = expect(engine.for_layers(setup.arch.layers), bound, basis=composed)
+    carried_to = model_note(engine, setup.name, setup.arch.layers)
+    if carried_from is not None or carried_to:  # no run in these weights or of this model: extrapolated, whatever
         expectation = replace(expectation, extrapolated=True)
     kernels = {"tables": tables.ids, "stand_in_for": tables.stand_in_for, "basis": tables.describe(),
                **{name: getattr(composed, name) for name in COMPOSED_FIELDS}}
     answer = {**vars(expectation), "basis": "kernels", "kernels": kernels,
               "calibration": calibration_fields(engine, expectation.extrapolated)}
     note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}"
-            f"{carried_note(request.engine, precision, carried_from)}; the bound is unchanged by it")
+            f"{carried_note(request.engine, precision, carried_from)}{carried_to}; the bound is unchanged by it")
     # kernel_evaluator is memoised: the evaluator composed_on used, whose steps the simulation then times.
     return with_simulation(request, catalog, setup, bound, carried_scheduling_calibrations().get(
         (request.engine, precision, method)), answer, note, kernel_evaluator(device, tables))
@@ -371,7 +384,7 @@ def unit_run_and_bound(request: ServingAnalysisRequest, catalog: DeviceCatalog, 
     bound = setup.deployment_on(setup.evaluator)
     evaluator = setup.evaluator
     if on_kernels:
-        tables = kernel_tables(setup.device, catalog.measured(setup.device.id), request.engine)
+        tables = deployment_tables(setup, catalog, request.engine)
         if tables is None:
             return None
         evaluator = kernel_evaluator(setup.device, tables)

@@ -1,8 +1,13 @@
-"""SemiAnalysis InferenceX runs (service/data/serving-runs/inferencex-dsr1.json) as the deployments they measured:
-one row to one POST /v1/analyze/serving body. The import of measured runs (issue 26) maps rows the same way.
+"""SemiAnalysis InferenceX runs (service/data/serving-runs/inferencex-dsr1.json, and inferencex-gptoss-120b.json) as
+the deployments they measured: one row to one POST /v1/analyze/serving body. The import of measured runs (issue 26)
+maps rows the same way.
 
 How a row's fields are read (docs/serving.md says why):
-- hardware to a catalog device, model `dsr1` to the catalog's DeepSeek-V3 (DeepSeek-R1 has its architecture);
+- hardware to a catalog device, model `dsr1` to the catalog's DeepSeek-V3 (DeepSeek-R1 has its architecture), `gptoss`
+  to gpt-oss-120b;
+- gpt-oss at precision fp4 is its checkpoint: MXFP4 routed experts beside bf16 attention, router and embeddings,
+  with the activations and cache its recipe sets (GPT_OSS_RECIPES);
+- the measured TPOT and TTFT: the rows' medians, or their means where only those were kept (the gpt-oss extract);
 - precision fp8: DeepSeek's fp8 checkpoint (an fp32 scale per 128 x 128 block) with fp8 activations and KV cache;
   fp4: NVFP4 on NVIDIA (an fp8 scale per 16), MXFP4 on AMD (an 8-bit scale per 32), fp4 activations, fp8 KV cache;
 - spec_method mtp: 3 draft tokens, every one accepted (acceptance length 4): the rows do not record the engine's
@@ -35,13 +40,22 @@ from service.translation.serving.analyses import layout_of_body
 DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
               "mi355x": "amd-mi355x", "mi300x": "amd-mi300x", "mi325x": "amd-mi325x", "h100": "nvidia-h100-sxm",
               "h200": "nvidia-h200-sxm"}
-MODEL_IDS = {"dsr1": "deepseek-v3"}
+MODEL_IDS = {"dsr1": "deepseek-v3", "gptoss": "gpt-oss-120b"}
 MTP_DRAFT_TOKENS = 3
 
 FP8_BLOCK_SCALED = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 128 * 128,
                     "weight_scale_bytes": 4.0}
 NVFP4 = {"scheme": "nvfp4", "kv_cache": "fp8"}
 MXFP4 = {"weights": "fp4", "activations": "fp4", "kv_cache": "fp8", "weight_group_size": 32, "weight_scale_bytes": 1.0}
+GPT_OSS_CHECKPOINT = {"weights": "bf16", "experts": "fp4", "experts_group_size": 32, "weight_scale_bytes": 1.0,
+                      "activations": "bf16", "kv_cache": "bf16"}
+# What each recipe changes of the checkpoint's own (gptoss_fp4_*.sh): vLLM on Hopper keeps bf16 (its experts through
+# Marlin, weight-only); on B200 vLLM (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) and TensorRT-LLM multiply the experts in fp8
+# (read as every matmul's activations: the attention's projections, a fifth of the FLOPs, then at the fp8 peak too,
+# which keeps the bound a bound), and every recipe but Hopper's sets an fp8 cache.
+GPT_OSS_RECIPES = {("b200", "vllm"): {"activations": "fp8", "kv_cache": "fp8"},
+                   ("b200", "trt"): {"activations": "fp8", "kv_cache": "fp8"},
+                   ("mi355x", "atom"): {"kv_cache": "fp8"}}
 
 
 class UnmappedRun(ValueError):
@@ -49,6 +63,10 @@ class UnmappedRun(ValueError):
 
 
 def _dtypes(row: dict[str, Any]) -> dict[str, Any]:
+    if row["model"] == "gptoss":
+        if row["precision"] != "fp4":
+            raise UnmappedRun(f"gpt-oss in precision {row['precision']!r}")
+        return GPT_OSS_CHECKPOINT | GPT_OSS_RECIPES.get((row["hardware"], row["framework"]), {})
     if row["precision"] == "fp8":
         return FP8_BLOCK_SCALED
     if row["precision"] == "fp4":
@@ -68,10 +86,20 @@ def _pool(row: dict[str, Any], role: str) -> dict[str, int]:
     return {"workers": workers, "tensor_parallel": size, "expert_parallel": experts, "attention_data_parallel": groups}
 
 
+def measured_tpot(metrics: dict[str, float]) -> float:
+    """The run's TPOT: its median, or its mean where the row kept only that (inferencex-gptoss-120b.json)."""
+    return metrics["median_tpot"] if "median_tpot" in metrics else metrics["mean_tpot"]
+
+
+def measured_ttft(metrics: dict[str, float]) -> float:
+    """The run's TTFT: its median, or its mean where the row kept only that."""
+    return metrics["median_ttft"] if "median_ttft" in metrics else metrics["mean_ttft"]
+
+
 def running_per_group(row: dict[str, Any], groups: int, decode_devices: int) -> int:
     """The requests each decode group ran at once in the measured run (Little's law), rounded down, at least 1."""
     metrics = row["metrics"]
-    running = metrics["output_tput_per_gpu"] * decode_devices * metrics["median_tpot"]
+    running = metrics["output_tput_per_gpu"] * decode_devices * measured_tpot(metrics)
     return max(1, int(running // groups))
 
 
@@ -126,6 +154,8 @@ def newest_runs(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 SOURCE = "SemiAnalysis InferenceX DeepSeek-R1 runs, as shipped in service/data/serving-runs/inferencex-dsr1.json"
+GPT_OSS_SOURCE = ("SemiAnalysis InferenceX gpt-oss-120b runs (their mean TPOT and TTFT), as shipped in "
+                  "service/data/serving-runs/inferencex-gptoss-120b.json")
 
 
 def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, Any]], dict[str, Any]],
@@ -163,16 +193,32 @@ def engine_points(rows: Iterable[dict[str, Any]], deployments_of: Callable[[dict
         composed = bound if on_bounds else composed
         groups[(row["framework"], row["precision"], row["spec_method"])].append(EnginePoint(
             body["device_id"], layout, ServingPoint(row["isl"], row["osl"], row["conc"], composed.tpot_s,
-                                                    composed.ttft_s, metrics["median_tpot"], metrics["median_ttft"],
+                                                    composed.ttft_s, measured_tpot(metrics), measured_ttft(metrics),
                                                     composed.prefill_share_s), bound.tpot_s, bound.ttft_s))
     return groups
 
 
-def engine_calibrations(groups: dict[tuple[str, str, str], list[EnginePoint]],
-                        source: str = SOURCE) -> list[EngineCalibration]:
-    """One engine calibration per engine, precision and speculative method with at least three runs."""
-    return [fit_engine_calibration(points, engine=engine, precision=precision, speculative=method, source=source)
+def engine_calibrations(groups: dict[tuple[str, str, str], list[EnginePoint]], source: str = SOURCE, *,
+                        model: str = MODEL_IDS["dsr1"], layers: int = 0) -> list[EngineCalibration]:
+    """One engine calibration per engine, precision and speculative method with at least three runs (of `model`, of
+    `layers` decoder layers)."""
+    return [fit_engine_calibration(points, engine=engine, precision=precision, speculative=method, source=source,
+                                   model=model, layers=layers)
             for (engine, precision, method), points in sorted(groups.items()) if len(points) >= 3]
+
+
+def engine_lines(dsr1_rows: Iterable[dict[str, Any]], gpt_oss_rows: Iterable[dict[str, Any]],
+                 deployments_of: Callable[[dict[str, Any]], tuple[Any, Any]],
+                 layers: Mapping[str, int]) -> list[EngineCalibration]:
+    """The engine lines shipped (scripts/fit_engine_calibration.py), by id: each engine's, fitted to the newest of its
+    DeepSeek-R1 runs; an engine with none (vLLM), to its gpt-oss-120b runs (the other engines' are left to check their
+    lines on a second model: bench/unmeasured.py). `layers`: the decoder layers of each row model (MODEL_IDS' keys)."""
+    groups = engine_points(newest_runs(dsr1_rows), deployments_of)
+    gpt_oss = engine_points(newest_runs(gpt_oss_rows), deployments_of)
+    only_gpt_oss = {key: points for key, points in gpt_oss.items() if key not in groups}
+    fitted = (engine_calibrations(groups, layers=layers["dsr1"])
+              + engine_calibrations(only_gpt_oss, GPT_OSS_SOURCE, model=MODEL_IDS["gptoss"], layers=layers["gptoss"]))
+    return sorted(fitted, key=lambda calibration: calibration.id)
 
 
 def simulated_request(row: dict[str, Any]) -> dict[str, Any]:

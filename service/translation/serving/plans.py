@@ -16,14 +16,15 @@ from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
 from service.core import budget
 from service.core.errors import CostModelError
-from service.core.expectations.engines import carried_note, layout_signature, line_for
-from service.core.expectations.kernel_steps import KernelTables
+from service.core.expectations.engines import carried_note, layout_signature, line_for, model_note
+from service.core.expectations.kernel_steps import KernelTables, weight_only_experts
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.planning import deployment, serving
 from service.core.planning.replica import replica_model, worker_replica_model
 from service.core.training.collectives import in_network_reduction_note
 from service.core.transformer.architecture import Architecture
 from service.core.transformer.capacity import check_positions
+from service.core.transformer.layers import ModelDTypes
 from service.persistence.catalog import DeviceCatalog, engine_calibrations
 from service.runtime.errors import Unprocessable
 from service.translation.kernels.tables import kernel_evaluator, kernel_tables
@@ -146,7 +147,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
     devices_for_target: int | None = None
     dtypes = core_dtypes(request, arch)
     speculative = speculative_of(request, catalog)
-    expectations, basis_note = _expectations(request, catalog, name, dtypes.weights)
+    expectations, basis_note = _expectations(request, catalog, name, arch, dtypes)
     link_notes: list[str] = []
     for device_id in dict.fromkeys(request.device_ids):
         device = catalog.get(device_id)  # an unknown id is the client's 404, not a skipped candidate
@@ -173,7 +174,7 @@ def plan_serving(request: ServingPlanRequest, catalog: DeviceCatalog) -> Serving
         _refuse(fitting, slo, request, best_rate, (best_within_slos, devices_for_target),
                 "expected" if expectations else "bound")
     configs.sort(key=serving.rank_key)  # each device's best of each shape (serving.search)
-    kept, tail_notes = with_tails(configs, request, catalog, name, dtypes.weights)
+    kept, tail_notes = with_tails(configs, request, catalog, name, dtypes.headline_weights)
     return ServingPlan(model=name, slo_basis="expected" if expectations else "bound",
                        configs=[_out(c, percentiles, launch_for(request, c, catalog)) for c, percentiles in kept],
                        pareto=[_out(c) for c in _thinned(serving.pareto(fitting), MAX_FRONTIER)], searched=searched,
@@ -223,8 +224,8 @@ def _runs_expectation(runs: ServingCalibration, request: ServingPlanRequest) -> 
                                _layout_covered(partial(runs.covers, request.input_len, request.output_len), method))
 
 
-def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: str,
-                  precision: str) -> tuple[dict[str, Planned], str]:
+def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: str, arch: Architecture,
+                  dtypes: ModelDTypes) -> tuple[dict[str, Planned], str]:
     """Each candidate device's expectation, where every one has one (an expectation on some devices and bounds on
     others would compare unlike figures): from its own serving runs where asked ('auto') and fitted, else from its
     kernel tables and the engine's costs carried over; and what the plan says of it."""
@@ -232,10 +233,12 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
         return {}, "slo basis: bounds (calibration 'none')"
     if request.engine is None:
         return {}, "slo basis: bounds (no engine named: serving calibrations are fitted per engine)"
-    method = speculative_method(request)
+    method, precision, experts = speculative_method(request), dtypes.headline_weights, weight_only_experts(dtypes)
     engine, carried_from = line_for(engine_calibrations(), request.engine, precision, method)
     planned, missing, bases = {}, [], []
     carried = carried_note(request.engine, precision, carried_from)
+    line = engine.for_layers(arch.layers) if engine is not None else None
+    carried_to = model_note(engine, model, arch.layers) if engine is not None else ""
     for device_id in dict.fromkeys(request.device_ids):
         runs = (catalog.serving_calibration(device_id, request.engine, model, precision, method)
                 if request.calibration == "auto" else None)
@@ -244,16 +247,17 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
             bases.append(f"{device_id}: {runs.basis}")
             continue
         device = catalog.get(device_id)
-        tables = kernel_tables(device, catalog.measured(device.id), request.engine) if engine is not None else None
-        if engine is None or tables is None:
+        tables = (kernel_tables(device, catalog.measured(device.id), request.engine, experts) if line is not None
+                  else None)
+        if engine is None or line is None or tables is None:
             missing.append(device_id)
             continue
-        # A line carried from another weights' type extrapolates at every concurrency and layout.
+        # A line carried from another weights' type or model extrapolates at every concurrency and layout.
         covered = (_layout_covered(partial(engine.covers, request.input_len, request.output_len), method)
-                   if carried_from is None else _never_covered)
-        planned[device_id] = Planned(serving.Expectation(engine.address, engine.ttft_s, engine.tpot_s, covered,
+                   if carried_from is None and not carried_to else _never_covered)
+        planned[device_id] = Planned(serving.Expectation(line.address, line.ttft_s, line.tpot_s, covered,
                                                          "kernels"), tables)
-        bases.append(f"{device_id}: the replica as {tables.describe()}, then {engine.basis}{carried}")
+        bases.append(f"{device_id}: the replica as {tables.describe()}, then {engine.basis}{carried}{carried_to}")
     if missing:
         return {}, (f"slo basis: bounds (no serving calibration for {', '.join(missing)} with engine {request.engine}, "
                     f"these weights and speculative method {method}, and no kernel tables and engine calibration to "

@@ -125,7 +125,7 @@ def run_records(body, catalog: DeviceCatalog) -> list[dict[str, Any]]:
                         "exceeds_bound_reason)"} for field, measured, limit in beaten])
         records.append({
             "device_id": request.device_id, "engine": request.engine, "model": name,
-            "precision": core_dtypes(request, arch).weights, "speculative": speculative_method(request),
+            "precision": core_dtypes(request, arch).headline_weights, "speculative": speculative_method(request),
             "input_len": request.input_len, "output_len": request.output_len, "concurrency": request.concurrency,
             "request": request.model_dump(mode="json", exclude_defaults=True, exclude={"calibration"}),
             "tpot_s": run.tpot_s, "ttft_s": run.ttft_s, "bound_tpot_s": bound.tpot_s, "bound_ttft_s": bound.ttft_s,
