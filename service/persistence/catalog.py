@@ -433,9 +433,13 @@ class DeviceCatalog:
     def serving_calibration(self, device_id: str, engine: str, model: str, precision: str,
                             speculative: str) -> ServingCalibration | None:
         """The calibration fitted to the runs submitted for exactly this device, engine, model, weights' type and
-        speculative method, else the one shipped for the device, engine, weights' type and method, else None."""
-        return (self._serving.get((device_id, engine, model, precision, speculative))
-                or serving_calibrations().get((device_id, engine, precision, speculative)))
+        speculative method, else the one shipped for them (the shipped runs served DeepSeek-R1: another model's
+        deployment was not measured, and reads its kernel tables instead), else None."""
+        submitted = self._serving.get((device_id, engine, model, precision, speculative))
+        if submitted is not None:
+            return submitted
+        shipped = serving_calibrations().get((device_id, engine, precision, speculative))
+        return shipped if shipped is not None and shipped.model == model else None
 
     def measured_serving_calibrations(self) -> list[ServingCalibration]:
         return [self._serving[key] for key in sorted(self._serving)]

@@ -323,6 +323,21 @@ def test_a_bf16_deployment_reads_the_engines_fp8_line_over_its_own_bf16_kernels_
                                                + line.tpot_overhead_s * 80 / 36), rel=1e-12)
 
 
+def test_a_model_the_shipped_runs_did_not_serve_is_not_answered_from_them(client):
+    """The B200's shipped SGLang fp8 calibration was fitted to DeepSeek-R1's runs: DeepSeek-V3 reads it (basis runs);
+    Llama 3.1 70B in fp8 on the same device and engine was never measured, and reads its kernel tables with SGLang's
+    line carried to it (basis kernels, extrapolated), not DeepSeek's runs."""
+    from service.persistence.catalog import serving_calibrations
+
+    assert {c.model for c in serving_calibrations().values()} == {"deepseek-v3"}
+    own = deepseek(client, tensor_parallel=8, engine="sglang").json()["expected"]
+    assert own["basis"] == "runs" and own["calibration"]["id"] == "serving:nvidia-b200:sglang:fp8:none"
+    llama = deepseek(client, model_id="llama-3.1-70b", tensor_parallel=4, engine="sglang",
+                     dtypes={"weights": "fp8", "activations": "fp8", "kv_cache": "fp8"}).json()["expected"]
+    assert llama["basis"] == "kernels" and llama["calibration"]["id"] == "engine:sglang:fp8:none"
+    assert llama["calibration"]["extrapolated"] is True
+
+
 def test_a_device_without_kernel_tables_says_why_it_expects_nothing(client):
     """The L40S's AIConfigurator GEMMs ran from its L2 and are not shipped (service/translation/kernels/aiconfigurator.py):
     no tables, so no expectation, and the answer says which piece is missing."""
@@ -441,6 +456,7 @@ def test_the_shipped_carried_scheduling_calibrations_are_fitted_to_todays_kernel
                ("sglang", "fp4", "mtp"): ("amd-mi355x", "nvidia-b200")}
     for key, calibration in again.items():
         assert calibration.devices == shipped[key].devices == devices[key], key
+        assert (shipped[key].models, shipped[key].layers) == (("deepseek-v3",), 61), key  # DeepSeek-R1's runs
         for name in ("decode_scale", "prefill_scale", "step_overhead_s", "request_overhead_s", "tpot_median_error",
                      "ttft_median_error"):
             assert getattr(calibration, name) == pytest.approx(getattr(shipped[key], name), rel=1e-6, abs=1e-9), key

@@ -30,6 +30,19 @@ def test_a_line_carried_to_another_model_scales_its_overheads_by_the_layers():
     assert model_note(fitted, "deepseek-v3", 61) == ""
 
 
+def test_a_carried_scheduling_fit_scales_its_fixed_costs_by_the_layers_as_the_line_does():
+    """SGLang's fp8 scheduling fit, carried to devices without runs, was fitted to DeepSeek-R1 (61 layers): for an
+    80-layer model its fixed costs a step and a request are 80 / 61 of its own; its scales stay."""
+    from service.persistence.catalog import carried_scheduling_calibrations
+
+    fitted = carried_scheduling_calibrations()[("sglang", "fp8", "none")]
+    deeper = fitted.for_layers(80)
+    assert deeper.step_overhead_s == pytest.approx(fitted.step_overhead_s * 80 / 61, rel=1e-12)
+    assert deeper.request_overhead_s == pytest.approx(fitted.request_overhead_s * 80 / 61, rel=1e-12)
+    assert (deeper.decode_scale, deeper.prefill_scale) == (fitted.decode_scale, fitted.prefill_scale)
+    assert fitted.for_layers(61) is fitted
+
+
 def test_a_weights_type_without_a_line_reads_the_nearest_type_with_one():
     """bf16 reads fp8's line, else fp4's; fp8 reads fp4's and fp4 fp8's; a type's own line first; none where the
     engine has no line in any of them."""

@@ -15,7 +15,7 @@ device in turn; the errors are those pooled over every held-out run, and per dev
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -41,11 +41,24 @@ class CarriedSchedulingCalibration(FittedTiming):
     ttft_p90_error: float
     ttft_p99_median_error: float | None
     per_device: tuple[tuple[str, float, float, int], ...]  # (device left out, TPOT and TTFT median errors, runs)
+    # The model its runs served and its decoder layers: its fixed costs are that model's (engines.EngineCalibration).
+    models: tuple[str, ...] = ()
+    layers: int = 0
 
     def __post_init__(self):
         super().__post_init__()
         object.__setattr__(self, "devices", tuple(self.devices))
         object.__setattr__(self, "per_device", tuple(map(tuple, self.per_device)))
+        object.__setattr__(self, "models", tuple(self.models))
+
+    def for_layers(self, layers: int) -> CarriedSchedulingCalibration:
+        """The fit for a model of `layers` decoder layers: its fixed costs a step and a request scaled from its own
+        model's, as an engine line's overheads are (EngineCalibration.for_layers)."""
+        if not self.layers or layers == self.layers:
+            return self
+        factor = layers / self.layers
+        return replace(self, step_overhead_s=self.step_overhead_s * factor,
+                       request_overhead_s=self.request_overhead_s * factor)
 
     @property
     def address(self) -> str:
@@ -64,10 +77,11 @@ class CarriedSchedulingCalibration(FittedTiming):
                 + f"; per device left out (TPOT / TTFT): {held}")
 
 
-def calibrate_carried(groups: Mapping[EngineScope, Sequence[tuple[str, MeasuredRun]]],
-                      source: str) -> list[CarriedSchedulingCalibration]:
-    """One calibration per scope whose runs (device id, run) cover two devices or more (so that it can be checked on
-    a device it never saw), each device left out leaving three runs or more to fit."""
+def calibrate_carried(groups: Mapping[EngineScope, Sequence[tuple[str, MeasuredRun]]], source: str, *,
+                      model: str = "", layers: int = 0) -> list[CarriedSchedulingCalibration]:
+    """One calibration per scope whose runs (device id, run: of `model`, of `layers` decoder layers) cover two devices
+    or more (so that it can be checked on a device it never saw), each device left out leaving three runs or more to
+    fit."""
     found = []
     for (engine, precision, method), runs in sorted(groups.items()):
         devices = sorted({device for device, _ in runs})
@@ -93,5 +107,6 @@ def calibrate_carried(groups: Mapping[EngineScope, Sequence[tuple[str, MeasuredR
             fitted=fit.fitted, prior=fit.prior, fitted_on=len(runs), devices=tuple(devices), checked_on=len(tpot),
             tpot_median_error=float(np.median(tpot)), tpot_p90_error=float(np.percentile(tpot, 90)),
             ttft_median_error=float(np.median(ttft)), ttft_p90_error=float(np.percentile(ttft, 90)),
-            ttft_p99_median_error=float(np.median(tail)) if tail else None, per_device=tuple(per_device)))
+            ttft_p99_median_error=float(np.median(tail)) if tail else None, per_device=tuple(per_device),
+            models=(model,) if model else (), layers=layers))
     return found

@@ -327,8 +327,9 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
     note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}"
             f"{carried_note(request.engine, precision, carried_from)}{carried_to}; the bound is unchanged by it")
     # kernel_evaluator is memoised: the evaluator composed_on used, whose steps the simulation then times.
-    return with_simulation(request, catalog, setup, bound, carried_scheduling_calibrations().get(
-        (request.engine, precision, method)), answer, note, kernel_evaluator(device, tables))
+    carried = carried_scheduling_calibrations().get((request.engine, precision, method))
+    return with_simulation(request, catalog, setup, bound, carried.for_layers(setup.arch.layers) if carried else None,
+                           answer, note, kernel_evaluator(device, tables))
 
 
 def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: ServingSetup,

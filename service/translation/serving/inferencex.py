@@ -172,7 +172,8 @@ def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, A
                          metrics["median_tpot"], metrics["median_ttft"], bound["prefill_share_s"]))
         layouts[scope(row)].add(layout_of_body(body, row["spec_method"]))
     return [fit_serving_calibration(points, id=":".join(key), device_id=key[0], engine=key[1], precision=key[2],
-                                    speculative=key[3], source=source, layouts=sorted(layouts[key]))
+                                    speculative=key[3], source=source, layouts=sorted(layouts[key]),
+                                    model=MODEL_IDS["dsr1"])
             for key, points in sorted(groups.items()) if len(points) >= 3]
 
 
@@ -303,8 +304,8 @@ def _measured(row: dict[str, Any], run) -> MeasuredRun:
 
 
 def carried_scheduling_calibrations(rows: Iterable[dict[str, Any]], run_of: Callable[[dict[str, Any]], Any],
-                                    lines: Mapping[tuple[str, str, str], Any],
-                                    source: str = SOURCE) -> list[CarriedSchedulingCalibration]:
+                                    lines: Mapping[tuple[str, str, str], Any], source: str = SOURCE,
+                                    layers: int = 0) -> list[CarriedSchedulingCalibration]:
     """One scheduling calibration per engine, precision and speculative method over the devices with kernel tables,
     each aggregated run simulated at unit timing on its device's kernel tables by `run_of(its simulated request)` (None
     where the device has none: the run is left out). Disaggregated runs are left out: the simulation does not answer
@@ -319,7 +320,7 @@ def carried_scheduling_calibrations(rows: Iterable[dict[str, Any]], run_of: Call
         if run is not None:
             device, engine, precision, method = scope(row)
             groups[(engine, precision, method)].append((device, _measured(row, run)))
-    return [c for c in calibrate_carried(groups, source)
+    return [c for c in calibrate_carried(groups, source, model=MODEL_IDS["dsr1"], layers=layers)
             if (line := lines.get((c.engine, c.precision, c.speculative))) is not None and beats_the_line(c, line)]
 
 
