@@ -1,7 +1,7 @@
 """Fit the serving calibrations shipped in service/data/calibrations/serving.json from the measured runs shipped in
-service/data/serving-runs/inferencex-dsr1.json (SemiAnalysis InferenceX), the newest run of each configuration
-(inferencex.newest_runs: today's engine), one per device, engine, precision and speculative method with at least
-three runs, each against this service's own bound at the run's deployment.
+service/data/serving-runs/inferencex-dsr1.json and inferencex-gptoss-120b.json (SemiAnalysis InferenceX), the newest
+run of each configuration (inferencex.newest_runs: today's engine), one per device, engine, model, precision and
+speculative method with at least three runs, each against this service's own bound at the run's deployment.
 
     .venv/bin/python scripts/fit_serving_calibration.py > service/data/calibrations/serving.json
 
@@ -19,11 +19,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main() -> None:
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
-    from service.translation.serving.inferencex import calibrations
+    from service.persistence.catalog import shipped_gpt_oss_runs
+    from service.translation.serving.inferencex import GPT_OSS_SOURCE, calibrations, newest_runs
 
     with shipped_runs_app() as (rows, _, client):
-        fitted = calibrations(rows, lambda body: client.post(
-            "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])
+        def bound_of(body):
+            return client.post("/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"]
+
+        fitted = calibrations(rows, bound_of) + calibrations(newest_runs(shipped_gpt_oss_runs()), bound_of,
+                                                             GPT_OSS_SOURCE)
     for calibration in fitted:
         print(f"{calibration.id}: {calibration.fitted_on} runs, checked by {calibration.checked_by} on "
               f"{calibration.checked_on}: TPOT {calibration.tpot_median_error:.1%} median, "

@@ -110,15 +110,19 @@ def lattice_key(device_id: str, dtype: str) -> str:
 
 
 @lru_cache
-def serving_calibrations() -> dict[tuple[str, str, str, str], ServingCalibration]:
+def serving_calibrations() -> dict[tuple[str, str, str | None, str, str], ServingCalibration]:
     """The serving calibrations shipped with the service (scripts/fit_serving_calibration.py), by (device id, engine,
-    precision, speculative method)."""
+    model, precision, speculative method)."""
     entries = json.loads(SERVING_CALIBRATIONS_PATH.read_text())["calibrations"]
     found = {}
     for entry in entries:
-        calibration = serving_calibration_of(entry)
-        found[(calibration.device_id, calibration.engine, calibration.precision, calibration.speculative)] = calibration
+        c = serving_calibration_of(entry)
+        found[(c.device_id, c.engine, c.model, c.precision, c.speculative)] = c
     return found
+
+
+# The model the shipped scheduling calibrations' runs served (InferenceX's DeepSeek-R1 runs: its architecture's id).
+SCHEDULED_MODEL = "deepseek-v3"
 
 
 @lru_cache
@@ -433,22 +437,24 @@ class DeviceCatalog:
     def serving_calibration(self, device_id: str, engine: str, model: str, precision: str,
                             speculative: str) -> ServingCalibration | None:
         """The calibration fitted to the runs submitted for exactly this device, engine, model, weights' type and
-        speculative method, else the one shipped for them (the shipped runs served DeepSeek-R1: another model's
-        deployment was not measured, and reads its kernel tables instead), else None."""
+        speculative method, else the one shipped for them (InferenceX's DeepSeek-R1 and gpt-oss-120b runs: another
+        model's deployment was not measured, and reads its kernel tables instead), else None."""
         submitted = self._serving.get((device_id, engine, model, precision, speculative))
         if submitted is not None:
             return submitted
-        shipped = serving_calibrations().get((device_id, engine, precision, speculative))
-        return shipped if shipped is not None and shipped.model == model else None
+        return serving_calibrations().get((device_id, engine, model, precision, speculative))
 
     def measured_serving_calibrations(self) -> list[ServingCalibration]:
         return [self._serving[key] for key in sorted(self._serving)]
 
     def scheduling_calibration(self, serving: ServingCalibration) -> SchedulingCalibration | None:
         """The scheduling calibration fitted to the same runs as `serving` (one serving_calibration answered): the
-        submitted runs' own where it is a measured one, else the shipped one of its device and scope."""
+        submitted runs' own where it is a measured one, else the shipped one of its device and scope (DeepSeek-R1's:
+        no other model's runs are simulated)."""
         if serving.origin == "measured":
             return self._scheduling.get(_measured_key(serving))
+        if serving.model != SCHEDULED_MODEL:
+            return None
         return scheduling_calibrations().get((serving.device_id, serving.engine, serving.precision,
                                               serving.speculative))
 

@@ -195,15 +195,20 @@ def test_a_calibration_never_changes_the_bound(client):
 
 def test_the_shipped_serving_calibrations_are_fitted_to_todays_bounds(client):
     """A calibration is a fit to the bounds: where the bounds change, scripts/fit_serving_calibration.py must run
-    again. Re-fitting here from the shipped runs (the newest of each configuration) gives the shipped parameters."""
-    from service.persistence.catalog import serving_calibrations
-    from service.translation.serving.inferencex import calibrations, newest_runs
+    again. Re-fitting here from the shipped runs (the newest of each configuration, DeepSeek-R1's and gpt-oss-120b's)
+    gives the shipped parameters."""
+    from service.persistence.catalog import serving_calibrations, shipped_gpt_oss_runs
+    from service.translation.serving.inferencex import GPT_OSS_SOURCE, calibrations, newest_runs
 
     shipped = serving_calibrations()
-    again = {(c.device_id, c.engine, c.precision, c.speculative): c for c in calibrations(
-        newest_runs(RUNS), lambda body: client.post("/v1/analyze/serving",
-                                                    json=body | {"calibration": "none"}).json()["bound"])}
-    assert set(again) == set(shipped)
+
+    def bound_of(body):
+        return client.post("/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"]
+
+    fitted = calibrations(newest_runs(RUNS), bound_of) + calibrations(newest_runs(shipped_gpt_oss_runs()), bound_of,
+                                                                      GPT_OSS_SOURCE)
+    again = {(c.device_id, c.engine, c.model, c.precision, c.speculative): c for c in fitted}
+    assert set(again) == set(shipped) and len(shipped) == 44 + 5
     # To a millionth, and overheads to a nanosecond: the optimiser's last digits move between scipy releases (1.17.1
     # moved one scale by 1.3e-9 of itself) and between CPUs (OpenBLAS picks its kernels by CPU: on an AMD EPYC an
     # overhead of 2.6 ms moved by 2.3e-12 s), while a change of the bounds moves the fit by far more.
@@ -326,16 +331,23 @@ def test_a_bf16_deployment_reads_the_engines_fp8_line_over_its_own_bf16_kernels_
 def test_a_model_the_shipped_runs_did_not_serve_is_not_answered_from_them(client):
     """The B200's shipped SGLang fp8 calibration was fitted to DeepSeek-R1's runs: DeepSeek-V3 reads it (basis runs);
     Llama 3.1 70B in fp8 on the same device and engine was never measured, and reads its kernel tables with SGLang's
-    line carried to it (basis kernels, extrapolated), not DeepSeek's runs."""
+    line carried to it (basis kernels, extrapolated), not DeepSeek's runs. The B200 under TensorRT-LLM in fp4 has runs
+    of both models: gpt-oss-120b reads its own (their id names the model), DeepSeek-V3 its own."""
     from service.persistence.catalog import serving_calibrations
 
-    assert {c.model for c in serving_calibrations().values()} == {"deepseek-v3"}
+    assert {c.model for c in serving_calibrations().values()} == {"deepseek-v3", "gpt-oss-120b"}
     own = deepseek(client, tensor_parallel=8, engine="sglang").json()["expected"]
     assert own["basis"] == "runs" and own["calibration"]["id"] == "serving:nvidia-b200:sglang:fp8:none"
     llama = deepseek(client, model_id="llama-3.1-70b", tensor_parallel=4, engine="sglang",
                      dtypes={"weights": "fp8", "activations": "fp8", "kv_cache": "fp8"}).json()["expected"]
     assert llama["basis"] == "kernels" and llama["calibration"]["id"] == "engine:sglang:fp8:none"
     assert llama["calibration"]["extrapolated"] is True
+    gpt_oss = deepseek(client, model_id="gpt-oss-120b", tensor_parallel=2, concurrency=16, engine="trt",
+                       dtypes={"weights": "bf16", "experts": "fp4", "experts_group_size": 32, "weight_scale_bytes": 1,
+                               "activations": "fp8", "kv_cache": "fp8"}).json()
+    assert gpt_oss["expected"]["basis"] == "runs"
+    assert gpt_oss["expected"]["calibration"]["id"] == "serving:nvidia-b200:trt:fp4:none:gpt-oss-120b"
+    assert "percentiles: null" in gpt_oss["assumptions"][-1]  # no simulation fitted to gpt-oss's runs
 
 
 def test_a_device_without_kernel_tables_says_why_it_expects_nothing(client):
@@ -362,7 +374,7 @@ def test_a_devices_own_calibration_weighs_the_layout_too(client):
     experts over the 8 and an attention group a device is answered from them, extrapolated."""
     from service.persistence.catalog import serving_calibrations
 
-    assert serving_calibrations()[("nvidia-b200", "sglang", "fp8", "none")].layouts == ("plain",)
+    assert serving_calibrations()[("nvidia-b200", "sglang", "deepseek-v3", "fp8", "none")].layouts == ("plain",)
     plain = fp8_deepseek_on(client, "nvidia-b200")
     wide = fp8_deepseek_on(client, "nvidia-b200", expert_parallel=8, attention_data_parallel=8)
     assert plain["expected"]["basis"] == wide["expected"]["basis"] == "runs"

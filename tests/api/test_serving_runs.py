@@ -151,7 +151,7 @@ def test_inferencex_rows_fit_what_the_shipped_calibration_was_fitted_to(client):
                                                                   "runs": rows})
     assert created.status_code == 201, created.text
     [fitted] = created.json()["calibrations"]
-    shipped = serving_calibrations()[("nvidia-b300", "dynamo-trt", "fp8", "mtp")]
+    shipped = serving_calibrations()[("nvidia-b300", "dynamo-trt", "deepseek-v3", "fp8", "mtp")]
     values = {p["name"]: p["value"] for p in fitted["parameters"]}
     assert values["tpot_scale"] == pytest.approx(shipped.tpot_scale)
     # To a nanosecond: the fit's last digits move between CPUs (OpenBLAS picks its kernels by CPU; 2.3e-12 s here).

@@ -344,8 +344,9 @@ def with_simulation(request: ServingAnalysisRequest, catalog: DeviceCatalog, set
                             "weights' type and speculative method (where its runs on two devices or more were "
                             "simulated on their kernel tables, the devices left out were predicted worse than by the "
                             "steady-state line, or no such runs exist)")
-        return answer, (f"{note}; percentiles: null, no scheduling calibration exists for this device, engine, "
-                        "weights' type and speculative method (the shipped InferenceX ones)")
+        return answer, (f"{note}; percentiles: null, no scheduling calibration exists for this device, engine, model, "
+                        "weights' type and speculative method (the shipped ones simulate InferenceX's DeepSeek-R1 "
+                        "runs)")
     if request.disaggregated is not None:
         return answer, (f"{note}; percentiles: null, the scheduling simulation of disaggregated pools missed "
                         "InferenceX's disaggregated runs by more than the steady-state line does (docs/serving.md), so "

@@ -160,20 +160,22 @@ GPT_OSS_SOURCE = ("SemiAnalysis InferenceX gpt-oss-120b runs (their mean TPOT an
 
 def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, Any]], dict[str, Any]],
                  source: str = SOURCE) -> list[ServingCalibration]:
-    """One serving calibration per device, engine, precision and speculative method with at least three runs, each
-    run beside `bound_of(its serving request)` (the answer's `bound`), by (device, engine, precision, method)."""
-    groups: dict[tuple[str, str, str, str], list[ServingPoint]] = defaultdict(list)
-    layouts: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
+    """One serving calibration per device, engine, model, precision and speculative method with at least three runs,
+    each run beside `bound_of(its serving request)` (the answer's `bound`). Its id: the device, engine, precision and
+    method, and the model where it is not DeepSeek-R1 (whose calibrations were shipped first, under those ids)."""
+    groups: dict[tuple[str, ...], list[ServingPoint]] = defaultdict(list)
+    layouts: dict[tuple[str, ...], set[str]] = defaultdict(set)
     for row in rows:
         body = serving_request(row)
         bound, metrics = bound_of(body), row["metrics"]
-        groups[scope(row)].append(
+        key = (*scope(row), row["model"])
+        groups[key].append(
             ServingPoint(row["isl"], row["osl"], row["conc"], bound["tpot_s"], bound["ttft_s"],
-                         metrics["median_tpot"], metrics["median_ttft"], bound["prefill_share_s"]))
-        layouts[scope(row)].add(layout_of_body(body, row["spec_method"]))
-    return [fit_serving_calibration(points, id=":".join(key), device_id=key[0], engine=key[1], precision=key[2],
-                                    speculative=key[3], source=source, layouts=sorted(layouts[key]),
-                                    model=MODEL_IDS["dsr1"])
+                         measured_tpot(metrics), measured_ttft(metrics), bound["prefill_share_s"]))
+        layouts[key].add(layout_of_body(body, row["spec_method"]))
+    return [fit_serving_calibration(points, id=":".join(key[:4] if key[4] == "dsr1" else (*key[:4], MODEL_IDS[key[4]])),
+                                    device_id=key[0], engine=key[1], precision=key[2], speculative=key[3],
+                                    source=source, layouts=sorted(layouts[key]), model=MODEL_IDS[key[4]])
             for key, points in sorted(groups.items()) if len(points) >= 3]
 
 
