@@ -173,10 +173,17 @@ def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, A
             ServingPoint(row["isl"], row["osl"], row["conc"], bound["tpot_s"], bound["ttft_s"],
                          measured_tpot(metrics), measured_ttft(metrics), bound["prefill_share_s"]))
         layouts[key].add(layout_of_body(body, row["spec_method"]))
-    return [fit_serving_calibration(points, id=":".join(key[:4] if key[4] == "dsr1" else (*key[:4], MODEL_IDS[key[4]])),
-                                    device_id=key[0], engine=key[1], precision=key[2], speculative=key[3],
-                                    source=source, layouts=sorted(layouts[key]), model=MODEL_IDS[key[4]])
+    return [fit_serving_calibration(points, id=_calibration_id(key), device_id=key[0], engine=key[1],
+                                    precision=key[2], speculative=key[3], source=source, layouts=sorted(layouts[key]),
+                                    model=MODEL_IDS[key[4]])
             for key, points in sorted(groups.items()) if len(points) >= 3]
+
+
+def _calibration_id(key: tuple[str, ...]) -> str:
+    """device:engine:precision:method, and :model where the rows' model is not DeepSeek-R1 (kept under the ids they
+    were first shipped with)."""
+    scope_key, model = key[:4], key[4]
+    return ":".join(scope_key if model == "dsr1" else (*scope_key, MODEL_IDS[model]))
 
 
 def engine_points(rows: Iterable[dict[str, Any]], deployments_of: Callable[[dict[str, Any]], tuple[Any, Any]], *,
