@@ -255,7 +255,7 @@ def across_models(dsr1, gpt_oss, layers: dict[str, int]) -> None:
     model it never saw (dense attention with sinks and a sliding window, 128 small experts in MXFP4), its overheads as
     fitted and scaled to gpt-oss's layers (EngineCalibration.for_layers, what the service does); and vLLM's, fitted
     to gpt-oss alone, with each device left out in turn."""
-    from service.core.expectations.engines import fit_engine_calibration, left_out, predicted
+    from service.core.expectations.engines import carried_to_model, fit_engine_calibration, left_out, predicted
 
     print("| engine | weights | gpt-oss runs | devices | fitted to | TPOT error: median / p90 | TTFT error: median |")
     print("|---|---|---|---|---|---|---|")
@@ -265,10 +265,8 @@ def across_models(dsr1, gpt_oss, layers: dict[str, int]) -> None:
         if len(train := dsr1.get((engine, precision, method), [])) >= 3:
             fitted = fit_engine_calibration(train, engine=engine, precision=precision, speculative=method, source="",
                                             layers=layers["dsr1"])
-            for label, line in (("as fitted", fitted), ("per layer", fitted.for_layers(layers["gptoss"]))):
-                tpot = [line.tpot_s(p.bound_tpot_s, p.point.bound_tpot_s, p.point.bound_prefill_share_s)
-                        for p in points]
-                ttft = [line.ttft_s(p.bound_ttft_s, p.point.bound_ttft_s) for p in points]
+            for label, to_layers in (("as fitted", layers["dsr1"]), ("per layer", layers["gptoss"])):
+                tpot, ttft = carried_to_model(fitted, to_layers, points)
                 errors = _across_models_row(engine, precision, points, devices,
                                             f"DeepSeek-R1 ({len(train)} runs), {label}", points, tpot, ttft)
             carried += errors  # the last line's: per layer, as the service carries it

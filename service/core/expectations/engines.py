@@ -148,6 +148,15 @@ def predicted(train: Sequence[EnginePoint], test: Sequence[EnginePoint]) -> tupl
                     [(p.bound_tpot_s, p.bound_ttft_s) for p in test])
 
 
+def carried_to_model(line: EngineCalibration, layers: int,
+                     points: Sequence[EnginePoint]) -> tuple[list[float], list[float]]:
+    """Another model's runs (`points`, of `layers` decoder layers): their TPOT and TTFT as `line`, carried to that
+    model, expects them (what an answer does: for_layers)."""
+    carried = line.for_layers(layers)
+    return ([carried.tpot_s(p.bound_tpot_s, p.point.bound_tpot_s, p.point.bound_prefill_share_s) for p in points],
+            [carried.ttft_s(p.bound_ttft_s, p.point.bound_ttft_s) for p in points])
+
+
 def left_out(points: Sequence[EnginePoint]) -> Iterator[tuple[str, list[EnginePoint]]]:
     """Each device's runs, where the points span two devices or more: what the fit to the others predicts."""
     devices = sorted({p.device_id for p in points})
@@ -209,7 +218,8 @@ ACROSS_PRECISIONS_CHECK = ("carried across weights' types (fp8 and fp4 lines pre
                            "by 18.1 % in the median, 52.4 % at the 90th percentile, over 401 runs)")
 
 
-# Measured by bench/unmeasured.py (across_models): each engine's DeepSeek-R1 line predicting its gpt-oss-120b runs.
+# Measured by bench/unmeasured.py (across_models): each engine's DeepSeek-R1 line predicting its gpt-oss-120b runs;
+# tests/api/test_inferencex_gpt_oss.py holds the figures to the shipped lines and runs.
 ACROSS_MODELS_CHECK = ("checked where it could be: TensorRT-LLM's and ATOM's DeepSeek-R1 lines so carried to their gpt-oss-120b "
                        "runs put TPOT off by 64.2 % in the median, 103.5 % at the 90th percentile, over 78 runs")
 
