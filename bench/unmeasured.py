@@ -225,22 +225,16 @@ def across_precisions(groups) -> None:
     """Each engine's line fitted in one weights' type (every device's newest runs) predicting its runs in the other
     (fp8 and fp4), beside the same runs predicted within their type with their device left out: what carrying a line
     to an unmeasured type (engines.CARRIED_PRECISIONS: bf16 reads fp8's) is checked by."""
-    from service.core.expectations.engines import left_out, predicted
-
-    def errors(train, test):
-        return [abs(t / p.point.tpot_s - 1) for t, p in zip(predicted(train, test)[0], test, strict=True)]
+    from service.core.expectations.engines import across_types, left_out, tpot_errors
 
     across, within = [], []
     print("| engine | weights | speculative | runs | TPOT error, the other type's line: median / p90 | "
           "within the type, device left out: median |")
     print("|---|---|---|---|---|---|")
-    for (engine, precision, method), points in sorted(groups.items()):
-        train = groups.get((engine, "fp4" if precision == "fp8" else "fp8", method), [])
-        if len(train) < 3:
-            continue
-        carried = errors(train, points)
+    for (engine, precision, method), carried in across_types(groups).items():
+        points = groups[(engine, precision, method)]
         own = [e for device, runs in left_out(points)
-               if len(others := [p for p in points if p.device_id != device]) >= 3 for e in errors(others, runs)]
+               if len(others := [p for p in points if p.device_id != device]) >= 3 for e in tpot_errors(others, runs)]
         across += carried
         within += own
         print(f"| {engine} | {precision} | {method} | {len(points)} | {np.median(carried):.1%} / "

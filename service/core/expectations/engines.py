@@ -15,7 +15,7 @@ It is checked as it is used: each device's runs left out in turn and predicted b
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
@@ -146,6 +146,23 @@ def predicted(train: Sequence[EnginePoint], test: Sequence[EnginePoint]) -> tupl
     """`test`'s TPOT and TTFT as the lines fitted to `train` expect them, never below their bounds."""
     return on_lines(fit_lines([p.point for p in train]), [p.point for p in test],
                     [(p.bound_tpot_s, p.bound_ttft_s) for p in test])
+
+
+def tpot_errors(train: Sequence[EnginePoint], test: Sequence[EnginePoint]) -> list[float]:
+    """|expected / measured - 1| of each of `test`'s TPOTs, by the line fitted to `train`."""
+    return [abs(t / p.point.tpot_s - 1) for t, p in zip(predicted(train, test)[0], test, strict=True)]
+
+
+def across_types(groups: Mapping[tuple[str, str, str], Sequence[EnginePoint]]) -> dict[tuple[str, str, str], list[float]]:
+    """Each scope's runs predicted by its engine's line fitted in the other weights' type (fp8 and fp4 each other's,
+    the same speculative method), where that type has MIN_RUNS runs or more: their TPOT errors (ACROSS_PRECISIONS_CHECK
+    pools them)."""
+    found = {}
+    for (engine, precision, method), points in sorted(groups.items()):
+        train = groups.get((engine, "fp4" if precision == "fp8" else "fp8", method), [])
+        if len(train) >= MIN_RUNS:
+            found[(engine, precision, method)] = tpot_errors(train, points)
+    return found
 
 
 def carried_to_model(line: EngineCalibration, layers: int,
