@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.calibrations import CalibrationPublic, NotFitted, Source
-from schemas.common import DeviceId, EngineName, StrictModel, not_both
+from schemas.common import DeviceId, EngineName, StrictModel, all_rules, given, not_both
 from schemas.models import Length, ModelChoice, ModelIdField
 from schemas.serving import MAX_SERVING_CONCURRENCY, ServingLayout
 
@@ -93,12 +93,43 @@ class VllmBenchServingRuns(DeployedRuns):
                                         description="At most 1,000, stored all or none")
 
 
-class InferenceXMetrics(BaseModel):
+class InferenceXMetrics(StrictModel):
+    """A run's measured times: its medians, or its means where only those were kept (extracts of InferenceX's results
+    such as the gpt-oss-120b runs the service ships keep means; a mean stands in for the median, and the calibration's
+    source should say so)."""
+
     model_config = ConfigDict(extra="ignore")
-    median_tpot: MeasuredSeconds = Field(description="Median time per output token after the first, seconds")
-    median_ttft: MeasuredSeconds = Field(description="Median time to first token, seconds")
+    schema_rules = all_rules({"anyOf": [given("median_tpot"), given("mean_tpot")]},
+                             {"anyOf": [given("median_ttft"), given("mean_ttft")]})
+    median_tpot: MeasuredSeconds | None = Field(None, description="Median time per output token after the first, "
+                                                                  "seconds (or mean_tpot)")
+    median_ttft: MeasuredSeconds | None = Field(None, description="Median time to first token, seconds (or mean_ttft)")
+    mean_tpot: MeasuredSeconds | None = Field(None, description="Mean time per output token, where no median was kept")
+    mean_ttft: MeasuredSeconds | None = Field(None, description="Mean time to first token, where no median was kept")
     output_tput_per_gpu: Annotated[float, Field(gt=0, le=1e9)] = Field(
-        description="Generated tokens per second per device: with median_tpot, the requests decoding at once")
+        description="Generated tokens per second per device: with the TPOT, the requests decoding at once")
+
+    @model_validator(mode="after")
+    def _a_time_of_each(self):
+        for quantity in ("tpot", "ttft"):
+            if getattr(self, f"median_{quantity}") is None and getattr(self, f"mean_{quantity}") is None:
+                raise ValueError(f"give median_{quantity} (or, where only the mean was kept, mean_{quantity})")
+        return self
+
+    @property
+    def tpot_s(self) -> float:
+        return _median_or_mean(self.median_tpot, self.mean_tpot)
+
+    @property
+    def ttft_s(self) -> float:
+        return _median_or_mean(self.median_ttft, self.mean_ttft)
+
+
+def _median_or_mean(median: float | None, mean: float | None) -> float:
+    if median is not None:
+        return median
+    assert mean is not None  # InferenceXMetrics' validator requires one of the two
+    return mean
 
 
 PoolSize = Annotated[int, Field(ge=0, le=4096)]
@@ -110,7 +141,7 @@ class InferenceXRow(BaseModel):
     model_config = ConfigDict(extra="ignore")
     hardware: str = Field(max_length=64, description="b200, b300, gb200, gb300, h100, h200, mi300x or mi355x")
     framework: EngineName = Field(description="The engine (sglang, vllm, trt, dynamo-trt, ...)")
-    model: str = Field(max_length=64, description="dsr1: DeepSeek-R1")
+    model: str = Field(max_length=64, description="dsr1: DeepSeek-R1; gptoss: gpt-oss-120b")
     precision: Literal["fp8", "fp4"] = Field(description="The weights' type: fp8 DeepSeek's block-scaled; fp4 NVFP4 "
                                                          "on NVIDIA, MXFP4 on AMD")
     spec_method: Literal["none", "mtp"] = Field(description="Speculative decoding (mtp: 3 draft tokens)")
@@ -129,7 +160,7 @@ class InferenceXRow(BaseModel):
     isl: Length = Field(description="Prompt tokens per request")
     osl: Length = Field(description="Generated tokens per request")
     conc: Concurrency = Field(description="Requests in flight")
-    metrics: InferenceXMetrics = Field(description="The run's measured medians and throughput")
+    metrics: InferenceXMetrics = Field(description="The run's measured medians (or means) and throughput")
 
 
 class InferenceXServingRuns(ServingRunsBase):

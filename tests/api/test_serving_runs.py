@@ -159,6 +159,30 @@ def test_inferencex_rows_fit_what_the_shipped_calibration_was_fitted_to(client):
     assert fitted["id"] == "serving:measured:nvidia-b300:dynamo-trt:deepseek-v3:fp8:mtp"
 
 
+def test_inferencex_rows_that_kept_means_fit_what_the_shipped_gpt_oss_calibration_was_fitted_to(client):
+    """The gpt-oss-120b rows the service ships kept mean TPOT and TTFT: submitted as they are (the H200's vLLM runs), they
+    fit the shipped calibration's parameters; a row with neither a median nor a mean TPOT is refused, naming it."""
+    from service.persistence.catalog import shipped_gpt_oss_runs
+    from service.translation.serving.inferencex import newest_runs
+
+    rows = [row for row in newest_runs(shipped_gpt_oss_runs()) if (row["hardware"], row["framework"]) == ("h200", "vllm")]
+    assert "median_tpot" not in rows[0]["metrics"] and "mean_tpot" in rows[0]["metrics"]
+    created = client.post("/v1/serving-runs", headers=AUTH, json={"format": "inferencex", "source": "InferenceX",
+                                                                  "runs": rows})
+    assert created.status_code == 201, created.text
+    [fitted] = [c for c in created.json()["calibrations"] if c["kind"] == "serving"]
+    shipped = serving_calibrations()[("nvidia-h200-sxm", "vllm", "gpt-oss-120b", "fp4", "none")]
+    values = {p["name"]: p["value"] for p in fitted["parameters"]}
+    assert values["tpot_scale"] == pytest.approx(shipped.tpot_scale)
+    assert values["tpot_overhead"] == pytest.approx(shipped.tpot_overhead_s, abs=1e-9)
+    timeless = {**rows[0], "metrics": {"mean_ttft": 0.1, "output_tput_per_gpu": 100.0}}
+    refused = client.post("/v1/serving-runs", headers=AUTH, json={"format": "inferencex", "source": "x",
+                                                                  "runs": [timeless]})
+    assert refused.status_code == 422
+    assert any(field["loc"].startswith("body.runs.0.metrics") and "median_tpot" in field["msg"]
+               for field in refused.json()["fields"])
+
+
 def test_an_unknown_hardware_row_is_refused_by_name(client):
     row = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"][0]
     refused = client.post("/v1/serving-runs", headers=AUTH, json={

@@ -86,14 +86,24 @@ def _pool(row: dict[str, Any], role: str) -> dict[str, int]:
     return {"workers": workers, "tensor_parallel": size, "expert_parallel": experts, "attention_data_parallel": groups}
 
 
-def measured_tpot(metrics: dict[str, float]) -> float:
+def measured_tpot(metrics: dict[str, float | None]) -> float:
     """The run's TPOT: its median, or its mean where the row kept only that (inferencex-gptoss-120b.json)."""
-    return metrics["median_tpot"] if "median_tpot" in metrics else metrics["mean_tpot"]
+    return _median_else_mean(metrics, "tpot")
 
 
-def measured_ttft(metrics: dict[str, float]) -> float:
+def measured_ttft(metrics: dict[str, float | None]) -> float:
     """The run's TTFT: its median, or its mean where the row kept only that."""
-    return metrics["median_ttft"] if "median_ttft" in metrics else metrics["mean_ttft"]
+    return _median_else_mean(metrics, "ttft")
+
+
+def _median_else_mean(metrics: dict[str, float | None], quantity: str) -> float:
+    median = metrics.get(f"median_{quantity}")
+    if median is not None:
+        return median
+    mean = metrics.get(f"mean_{quantity}")
+    if mean is None:
+        raise UnmappedRun(f"metrics with neither median_{quantity} nor mean_{quantity}")
+    return mean
 
 
 def running_per_group(row: dict[str, Any], groups: int, decode_devices: int) -> int:

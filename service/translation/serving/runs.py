@@ -85,7 +85,7 @@ def _inferencex(body: InferenceXServingRuns) -> list[MeasuredRun]:
             raise Unprocessable(f"body.runs.{index}: cannot map {exc}", [
                 {"loc": f"body.runs.{index}", "msg": f"cannot map {exc} to a deployment (docs/serving.md)"}]) from None
         request = {name: value for name, value in (request | overrides).items() if value is not None}
-        runs.append(MeasuredRun(request, row.metrics.median_tpot, row.metrics.median_ttft))
+        runs.append(MeasuredRun(request, row.metrics.tpot_s, row.metrics.ttft_s))
     return runs
 
 
