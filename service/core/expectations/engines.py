@@ -16,9 +16,9 @@ It is checked as it is used: each device's runs left out in turn and predicted b
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from service.core.expectations.serving_runs import (
     relative_errors,
     unidentified_overheads,
 )
+from service.core.layer_scaled import LayerScaled
 
 
 class EnginePoint(NamedTuple):
@@ -55,7 +56,7 @@ def layout_signature(*, expert_parallel: bool, attention_data_parallel: bool, di
 
 
 @dataclass(frozen=True)
-class EngineCalibration:
+class EngineCalibration(LayerScaled):
     id: str  # engine:precision:speculative
     engine: str
     precision: str
@@ -80,9 +81,11 @@ class EngineCalibration:
     layouts: tuple[str, ...]
     unidentified: tuple[str, ...] = ()
     # The model its runs served (catalog ids) and its decoder layers: the overheads are that model's, and scale with
-    # the layers of another (for_layers).
+    # the layers of another (for_layers: carried from DeepSeek-R1's 61 layers to gpt-oss-120b's 36 unscaled,
+    # TensorRT-LLM's and ATOM's lines put gpt-oss's TPOT at twice what was measured: ACROSS_MODELS_CHECK).
     models: tuple[str, ...] = ()
     layers: int = 0
+    PER_LAYER: ClassVar[tuple[str, ...]] = ("tpot_overhead_s", "ttft_overhead_s")
 
     def __post_init__(self):
         for name in ("devices", "layouts", "unidentified", "models"):  # read back from JSON as lists
@@ -101,17 +104,6 @@ class EngineCalibration:
     def device_id(self) -> str:
         """Not one device's: the devices it was fitted over."""
         return ", ".join(self.devices)
-
-    def for_layers(self, layers: int) -> EngineCalibration:
-        """The line for a model of `layers` decoder layers: its overheads scaled from its own model's. An engine's
-        costs between kernels come a layer at a time (launches, synchronisations, the graph's nodes): carried from
-        DeepSeek-R1 (61 layers) to gpt-oss-120b (36) as they were fitted, TensorRT-LLM's and ATOM's lines put gpt-oss's
-        TPOT at twice what was measured (ACROSS_MODELS_CHECK)."""
-        if not self.layers or layers == self.layers:
-            return self
-        factor = layers / self.layers
-        return replace(self, tpot_overhead_s=self.tpot_overhead_s * factor,
-                       ttft_overhead_s=self.ttft_overhead_s * factor)
 
     def tpot_s(self, bound: float, composed: float, prefill_share_s: float = 0.0) -> float:
         """`composed`, `prefill_share_s`: the composed deployment's; `bound`: the bound's TPOT, the floor."""

@@ -15,10 +15,12 @@ device in turn; the errors are those pooled over every held-out run, and per dev
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from service.core.layer_scaled import LayerScaled
 from service.core.simulation.fit import FittedTiming, MeasuredRun, fit_scheduling, run_errors
 
 LOWEST_SCALE = 0.5
@@ -29,7 +31,7 @@ EngineScope = tuple[str, str, str]  # engine, precision, speculative method
 
 
 @dataclass(frozen=True)
-class CarriedSchedulingCalibration(FittedTiming):
+class CarriedSchedulingCalibration(FittedTiming, LayerScaled):
     """A scheduling fit of one engine, weights' type and speculative method over several devices' kernel tables, with
     how wrong it was on each device left out of it."""
 
@@ -41,9 +43,11 @@ class CarriedSchedulingCalibration(FittedTiming):
     ttft_p90_error: float
     ttft_p99_median_error: float | None
     per_device: tuple[tuple[str, float, float, int], ...]  # (device left out, TPOT and TTFT median errors, runs)
-    # The model its runs served and its decoder layers: its fixed costs are that model's (engines.EngineCalibration).
+    # The model its runs served and its decoder layers: its fixed costs a step and a request are that model's
+    # (for_layers scales them to another's, as an engine line's overheads).
     models: tuple[str, ...] = ()
     layers: int = 0
+    PER_LAYER: ClassVar[tuple[str, ...]] = ("step_overhead_s", "request_overhead_s")
 
     def __post_init__(self):
         super().__post_init__()
@@ -51,14 +55,6 @@ class CarriedSchedulingCalibration(FittedTiming):
         object.__setattr__(self, "per_device", tuple(map(tuple, self.per_device)))
         object.__setattr__(self, "models", tuple(self.models))
 
-    def for_layers(self, layers: int) -> CarriedSchedulingCalibration:
-        """The fit for a model of `layers` decoder layers: its fixed costs a step and a request scaled from its own
-        model's, as an engine line's overheads are (EngineCalibration.for_layers)."""
-        if not self.layers or layers == self.layers:
-            return self
-        factor = layers / self.layers
-        return replace(self, step_overhead_s=self.step_overhead_s * factor,
-                       request_overhead_s=self.request_overhead_s * factor)
 
     @property
     def address(self) -> str:
