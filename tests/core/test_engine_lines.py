@@ -3,7 +3,7 @@ layers) and to a weights' type it has no line in (the nearest type's line)."""
 
 import pytest
 
-from service.core.expectations.engines import EngineCalibration, line_for, model_note
+from service.core.expectations.engines import EngineCalibration, deployment_line, line_for, model_note
 
 
 def line(precision: str = "fp8", models: tuple[str, ...] = ("deepseek-v3",), layers: int = 61) -> EngineCalibration:
@@ -55,3 +55,17 @@ def test_a_weights_type_without_a_line_reads_the_nearest_type_with_one():
     assert line_for(both, "e", "fp4", "none") == (fp4, None)
     assert line_for(only_fp4, "e", "int4", "none") == (None, None)
     assert line_for(only_fp4, "other", "bf16", "none") == (None, None)
+
+
+def test_a_deployment_reads_the_line_scaled_to_its_layers_and_says_what_was_carried():
+    """DeepSeek-V3 (61 layers) in fp8 reads the fp8 line as fitted, nothing carried; Llama (80 layers) in bf16 reads the
+    same line with its overheads at 80 / 61 (6.1 ms to 8.0 ms), carried from fp8 and to another model: both notes,
+    and it extrapolates; an engine without a line, none."""
+    lines = {("e", "fp8", "none"): line("fp8")}
+    own = deployment_line(lines, "e", "fp8", "none", "deepseek-v3", 61)
+    assert own.line is own.fitted and own.note == "" and not own.carried
+    llama = deployment_line(lines, "e", "bf16", "none", "llama-3.1-70b", 80)
+    assert llama.fitted is lines[("e", "fp8", "none")] and llama.carried
+    assert llama.line.tpot_overhead_s == pytest.approx(8.0e-3, rel=1e-12)
+    assert "its fp8 line" in llama.note and "carried to llama-3.1-70b" in llama.note
+    assert deployment_line(lines, "other", "fp8", "none", "deepseek-v3", 61) is None

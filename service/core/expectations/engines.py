@@ -261,3 +261,27 @@ def line_for(lines: dict[tuple[str, str, str], EngineCalibration], engine: str, 
         if carried is not None:
             return carried, stand_in
     return None, None
+
+
+class DeploymentLine(NamedTuple):
+    """An engine's line as one deployment reads it (deployment_line)."""
+
+    fitted: EngineCalibration  # as shipped: its id, basis and the workloads it covers
+    line: EngineCalibration  # its overheads at the deployment's layers (for_layers)
+    note: str  # what was carried from another weights' type or model, "" where nothing was
+
+    @property
+    def carried(self) -> bool:
+        """Carried to a weights' type or a model no run of it measured: it extrapolates at every workload."""
+        return bool(self.note)
+
+
+def deployment_line(lines: dict[tuple[str, str, str], EngineCalibration], engine: str, precision: str,
+                    speculative: str, model: str, layers: int) -> DeploymentLine | None:
+    """The line a deployment of `model` (of `layers` decoder layers) in `precision` weights reads under `engine`
+    (line_for), scaled to its layers, and what an answer says of what was carried; None where the engine has none."""
+    fitted, carried_from = line_for(lines, engine, precision, speculative)
+    if fitted is None:
+        return None
+    return DeploymentLine(fitted, fitted.for_layers(layers),
+                          carried_note(engine, precision, carried_from) + model_note(fitted, model, layers))

@@ -11,13 +11,7 @@ from schemas.models import StepMemoryOut
 from schemas.serving import ServingAnalysis, ServingAnalysisRequest, ServingPool
 from service.core.errors import CostModelError
 from service.core.expectations import serving_runs
-from service.core.expectations.engines import (
-    EngineCalibration,
-    carried_note,
-    layout_signature,
-    line_for,
-    model_note,
-)
+from service.core.expectations.engines import EngineCalibration, deployment_line, layout_signature
 from service.core.expectations.kernel_steps import KernelTables, weight_only_experts
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
@@ -304,7 +298,7 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
                 return answer, (f"{note}; percentiles: null, the submitted runs have no scheduling calibration: "
                                 f"{catalog.scheduling_not_fitted(runs)}")
             return with_simulation(request, catalog, setup, bound, scheduling, answer, note)
-    engine, carried_from = line_for(engine_calibrations(), request.engine, precision, method)
+    engine = deployment_line(engine_calibrations(), request.engine, precision, method, setup.name, setup.arch.layers)
     tables = deployment_tables(setup, catalog, request.engine)
     if engine is None or tables is None:
         missing = ([] if tables else [f"{device.id} has no kernel tables (POST /v1/devices/{device.id}/kernel-timings "
@@ -316,16 +310,15 @@ def expected_of(request: ServingAnalysisRequest, catalog: DeviceCatalog, setup: 
                      "and speculative method (POST /v1/serving-runs calibrates it), and ")
         return None, f"expected: null, {runs_note}{' and '.join(missing)}"
     composed = composed_on(setup, tables)
-    expectation = expect(engine.for_layers(setup.arch.layers), bound, basis=composed)
-    carried_to = model_note(engine, setup.name, setup.arch.layers)
-    if carried_from is not None or carried_to:  # no run in these weights or of this model: extrapolated, whatever
+    expectation = expect(engine.line, bound, basis=composed)
+    if engine.carried:  # no run in these weights or of this model: extrapolated, whatever the workload
         expectation = replace(expectation, extrapolated=True)
     kernels = {"tables": tables.ids, "stand_in_for": tables.stand_in_for, "basis": tables.describe(),
                **{name: getattr(composed, name) for name in COMPOSED_FIELDS}}
     answer = {**vars(expectation), "basis": "kernels", "kernels": kernels,
-              "calibration": calibration_fields(engine, expectation.extrapolated)}
-    note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.basis}"
-            f"{carried_note(request.engine, precision, carried_from)}{carried_to}; the bound is unchanged by it")
+              "calibration": calibration_fields(engine.fitted, expectation.extrapolated)}
+    note = (f"expected (basis: kernels): the deployment as {tables.describe()}; then {engine.fitted.basis}"
+            f"{engine.note}; the bound is unchanged by it")
     # kernel_evaluator is memoised: the evaluator composed_on used, whose steps the simulation then times.
     carried = carried_scheduling_calibrations().get((request.engine, precision, method))
     return with_simulation(request, catalog, setup, bound, carried.for_layers(setup.arch.layers) if carried else None,

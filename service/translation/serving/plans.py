@@ -16,7 +16,7 @@ from schemas.models import StepMemoryOut
 from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, ServingPlanRequest
 from service.core import budget
 from service.core.errors import CostModelError
-from service.core.expectations.engines import carried_note, layout_signature, line_for, model_note
+from service.core.expectations.engines import deployment_line, layout_signature
 from service.core.expectations.kernel_steps import KernelTables, weight_only_experts
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.planning import deployment, serving
@@ -234,11 +234,8 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
     if request.engine is None:
         return {}, "slo basis: bounds (no engine named: serving calibrations are fitted per engine)"
     method, precision, experts = speculative_method(request), dtypes.headline_weights, weight_only_experts(dtypes)
-    engine, carried_from = line_for(engine_calibrations(), request.engine, precision, method)
+    engine = deployment_line(engine_calibrations(), request.engine, precision, method, model, arch.layers)
     planned, missing, bases = {}, [], []
-    carried = carried_note(request.engine, precision, carried_from)
-    line = engine.for_layers(arch.layers) if engine is not None else None
-    carried_to = model_note(engine, model, arch.layers) if engine is not None else ""
     for device_id in dict.fromkeys(request.device_ids):
         runs = (catalog.serving_calibration(device_id, request.engine, model, precision, method)
                 if request.calibration == "auto" else None)
@@ -247,17 +244,17 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
             bases.append(f"{device_id}: {runs.basis}")
             continue
         device = catalog.get(device_id)
-        tables = (kernel_tables(device, catalog.measured(device.id), request.engine, experts) if line is not None
-                  else None)
-        if engine is None or line is None or tables is None:
+        tables = kernel_tables(device, catalog.measured(device.id), request.engine, experts) if engine is not None else None
+        if engine is None or tables is None:
             missing.append(device_id)
             continue
         # A line carried from another weights' type or model extrapolates at every concurrency and layout.
-        covered = (_layout_covered(partial(engine.covers, request.input_len, request.output_len), method)
-                   if carried_from is None and not carried_to else _never_covered)
+        covered = (_never_covered if engine.carried else
+                   _layout_covered(partial(engine.fitted.covers, request.input_len, request.output_len), method))
+        line = engine.line
         planned[device_id] = Planned(serving.Expectation(line.address, line.ttft_s, line.tpot_s, covered,
                                                          "kernels"), tables)
-        bases.append(f"{device_id}: the replica as {tables.describe()}, then {engine.basis}{carried}{carried_to}")
+        bases.append(f"{device_id}: the replica as {tables.describe()}, then {engine.fitted.basis}{engine.note}")
     if missing:
         return {}, (f"slo basis: bounds (no serving calibration for {', '.join(missing)} with engine {request.engine}, "
                     f"these weights and speculative method {method}, and no kernel tables and engine calibration to "
