@@ -291,9 +291,8 @@ def main() -> None:
     from service.main import create_app
     from service.persistence.catalog import DATA_DIR, shipped_gpt_oss_runs
     from service.runtime.config import Settings
-    from service.translation.models.analyses import catalog_model
     from service.translation.serving.analyses import bound_and_composed, unit_run
-    from service.translation.serving.inferencex import MODEL_IDS, engine_points, newest_runs
+    from service.translation.serving.inferencex import engine_points, model_layers, newest_runs
 
     rows = json.loads((DATA_DIR / "serving-runs" / "inferencex-dsr1.json").read_text())["rows"]
     with tempfile.TemporaryDirectory() as folder:
@@ -319,7 +318,7 @@ def main() -> None:
             across_precisions(fitted["kernels"])
             print("## An engine's line carried to another model (gpt-oss-120b, InferenceX's means)\n")
             across_models(fitted["kernels"], engine_points(newest_runs(shipped_gpt_oss_runs()), of),
-                          {model: catalog_model(catalog, MODEL_IDS[model])[1].layers for model in MODEL_IDS})
+                          model_layers(catalog))
             planner_against_measured(newest, fitted["kernels"], catalog, lambda body: unit_run(
                 ServingAnalysisRequest.model_validate(body), catalog, on_kernels=True))
             h200 = [serving_body(device, c) for c in range(1, 1 + ROUNDS * PER_ROUND)

@@ -24,15 +24,14 @@ def main() -> None:
     from schemas.serving import ServingAnalysisRequest
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.persistence.catalog import engine_calibrations
-    from service.translation.models.analyses import catalog_model
     from service.translation.serving.analyses import unit_run
-    from service.translation.serving.inferencex import MODEL_IDS, carried_scheduling_calibrations
+    from service.translation.serving.inferencex import carried_scheduling_calibrations, model_layers
 
     with shipped_runs_app() as (rows, app, _):
         fitted = carried_scheduling_calibrations(
             rows, lambda body: unit_run(ServingAnalysisRequest.model_validate(body), app.state.catalog,
                                         on_kernels=True), engine_calibrations(),
-            layers=catalog_model(app.state.catalog, MODEL_IDS["dsr1"])[1].layers)
+            layers=model_layers(app.state.catalog)["dsr1"])
     for c in fitted:
         held = ", ".join(f"{device} {tpot:.1%} / {ttft:.1%} ({runs})" for device, tpot, ttft, runs in c.per_device)
         print(f"{c.id}: {c.fitted_on} runs on {', '.join(c.devices)}; decode x{c.decode_scale:.3g}, prefill "

@@ -24,15 +24,13 @@ def main() -> None:
     from schemas.serving import ServingAnalysisRequest
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.persistence.catalog import shipped_gpt_oss_runs
-    from service.translation.models.analyses import catalog_model
     from service.translation.serving.analyses import bound_and_composed
-    from service.translation.serving.inferencex import MODEL_IDS, engine_lines
+    from service.translation.serving.inferencex import engine_lines, model_layers
 
     with shipped_runs_app() as (rows, app, _):
         catalog = app.state.catalog
         fitted = engine_lines(rows, shipped_gpt_oss_runs(), lambda body: bound_and_composed(
-            ServingAnalysisRequest.model_validate(body), catalog),
-            {model: catalog_model(catalog, model_id)[1].layers for model, model_id in MODEL_IDS.items()})
+            ServingAnalysisRequest.model_validate(body), catalog), model_layers(catalog))
     for calibration in fitted:
         held = ", ".join(f"{device} {tpot:.1%} / {ttft:.1%} ({runs})" for device, tpot, ttft, runs in calibration.per_device)
         print(f"{calibration.id}: {calibration.fitted_on} runs on {', '.join(calibration.devices)}; TPOT "

@@ -121,8 +121,9 @@ def serving_calibrations() -> dict[tuple[str, str, str | None, str, str], Servin
     return found
 
 
-# The model the shipped scheduling calibrations' runs served (InferenceX's DeepSeek-R1 runs: its architecture's id).
-SCHEDULED_MODEL = "deepseek-v3"
+# The catalog model InferenceX's DeepSeek-R1 runs served (its architecture): the model of every shipped scheduling
+# calibration, and of the serving calibrations and engine lines fitted to those runs.
+DEEPSEEK_RUNS_MODEL = "deepseek-v3"
 
 
 @lru_cache
@@ -453,7 +454,7 @@ class DeviceCatalog:
         no other model's runs are simulated)."""
         if serving.origin == "measured":
             return self._scheduling.get(_measured_key(serving))
-        if serving.model != SCHEDULED_MODEL:
+        if serving.model != DEEPSEEK_RUNS_MODEL:
             return None
         return scheduling_calibrations().get((serving.device_id, serving.engine, serving.precision,
                                               serving.speculative))

@@ -35,12 +35,14 @@ from service.core.expectations.serving_runs import ServingCalibration, ServingPo
 from service.core.simulation.carried_over import CarriedSchedulingCalibration, calibrate_carried
 from service.core.simulation.engines import GiB, engine_preset, sglang_graph_sizes
 from service.core.simulation.fit import MeasuredRun, SchedulingCalibration, calibrate
+from service.persistence.catalog import DEEPSEEK_RUNS_MODEL, DeviceCatalog
+from service.translation.models.analyses import catalog_model
 from service.translation.serving.analyses import layout_of_body
 
 DEVICE_IDS = {"b200": "nvidia-b200", "b300": "nvidia-b300", "gb200": "nvidia-gb200", "gb300": "nvidia-gb300",
               "mi355x": "amd-mi355x", "mi300x": "amd-mi300x", "mi325x": "amd-mi325x", "h100": "nvidia-h100-sxm",
               "h200": "nvidia-h200-sxm"}
-MODEL_IDS = {"dsr1": "deepseek-v3", "gptoss": "gpt-oss-120b"}
+MODEL_IDS = {"dsr1": DEEPSEEK_RUNS_MODEL, "gptoss": "gpt-oss-120b"}
 MTP_DRAFT_TOKENS = 3
 
 FP8_BLOCK_SCALED = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8", "weight_group_size": 128 * 128,
@@ -84,6 +86,11 @@ def _pool(row: dict[str, Any], role: str) -> dict[str, int]:
     groups = size if row[f"{role}_dp_attention"] else size // tp
     experts = size if row[f"{role}_ep"] > 1 or tp < size else 1
     return {"workers": workers, "tensor_parallel": size, "expert_parallel": experts, "attention_data_parallel": groups}
+
+
+def model_layers(catalog: DeviceCatalog) -> dict[str, int]:
+    """The decoder layers of each row model (MODEL_IDS' keys), whose lines' overheads are per that many layers."""
+    return {model: catalog_model(catalog, model_id)[1].layers for model, model_id in MODEL_IDS.items()}
 
 
 def measured_tpot(metrics: dict[str, float | None]) -> float:
