@@ -276,8 +276,10 @@ def across_models(dsr1, gpt_oss, layers: dict[str, int]) -> None:
 
 
 def _across_models_row(engine, precision, points, devices, basis, tested, tpot, ttft) -> list[float]:
-    tpot_errors = [abs(t / p.point.tpot_s - 1) for t, p in zip(tpot, tested, strict=True)]
-    ttft_errors = [abs(t / p.point.ttft_s - 1) for t, p in zip(ttft, tested, strict=True)]
+    from service.core.expectations.serving_runs import relative_errors
+
+    tpot_errors = list(relative_errors(tpot, [p.point.tpot_s for p in tested]))
+    ttft_errors = relative_errors(ttft, [p.point.ttft_s for p in tested])
     print(f"| {engine} | {precision} | {len(points)} | {devices} | {basis} | {np.median(tpot_errors):.1%} / "
           f"{np.percentile(tpot_errors, 90):.1%} | {np.median(ttft_errors):.1%} |")
     return tpot_errors

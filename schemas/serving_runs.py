@@ -116,21 +116,6 @@ class InferenceXMetrics(StrictModel):
                 raise ValueError(f"give median_{quantity} (or, where only the mean was kept, mean_{quantity})")
         return self
 
-    @property
-    def tpot_s(self) -> float:
-        return _median_or_mean(self.median_tpot, self.mean_tpot)
-
-    @property
-    def ttft_s(self) -> float:
-        return _median_or_mean(self.median_ttft, self.mean_ttft)
-
-
-def _median_or_mean(median: float | None, mean: float | None) -> float:
-    if median is not None:
-        return median
-    assert mean is not None  # InferenceXMetrics' validator requires one of the two
-    return mean
-
 
 PoolSize = Annotated[int, Field(ge=0, le=4096)]
 

@@ -142,7 +142,7 @@ def predicted(train: Sequence[EnginePoint], test: Sequence[EnginePoint]) -> tupl
 
 def tpot_errors(train: Sequence[EnginePoint], test: Sequence[EnginePoint]) -> list[float]:
     """|expected / measured - 1| of each of `test`'s TPOTs, by the line fitted to `train`."""
-    return [abs(t / p.point.tpot_s - 1) for t, p in zip(predicted(train, test)[0], test, strict=True)]
+    return list(relative_errors(predicted(train, test)[0], [p.point.tpot_s for p in test]))
 
 
 def across_types(groups: Mapping[tuple[str, str, str], Sequence[EnginePoint]]) -> dict[tuple[str, str, str], list[float]]:

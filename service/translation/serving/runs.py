@@ -85,7 +85,8 @@ def _inferencex(body: InferenceXServingRuns) -> list[MeasuredRun]:
             raise Unprocessable(f"body.runs.{index}: cannot map {exc}", [
                 {"loc": f"body.runs.{index}", "msg": f"cannot map {exc} to a deployment (docs/serving.md)"}]) from None
         request = {name: value for name, value in (request | overrides).items() if value is not None}
-        runs.append(MeasuredRun(request, row.metrics.tpot_s, row.metrics.ttft_s))
+        metrics = row.metrics.model_dump()
+        runs.append(MeasuredRun(request, inferencex.measured_tpot(metrics), inferencex.measured_ttft(metrics)))
     return runs
 
 
