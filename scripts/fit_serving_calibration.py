@@ -20,14 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     from scripts.fitting_app import dump_calibrations, shipped_runs_app
     from service.persistence.catalog import shipped_gpt_oss_runs
-    from service.translation.serving.inferencex import GPT_OSS_SOURCE, calibrations, newest_runs
+    from service.translation.serving.inferencex import device_calibrations
 
     with shipped_runs_app() as (rows, _, client):
         def bound_of(body):
             return client.post("/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"]
 
-        fitted = calibrations(rows, bound_of) + calibrations(newest_runs(shipped_gpt_oss_runs()), bound_of,
-                                                             GPT_OSS_SOURCE)
+        fitted = device_calibrations(rows, shipped_gpt_oss_runs(), bound_of)
     for calibration in fitted:
         print(f"{calibration.id}: {calibration.fitted_on} runs, checked by {calibration.checked_by} on "
               f"{calibration.checked_on}: TPOT {calibration.tpot_median_error:.1%} median, "

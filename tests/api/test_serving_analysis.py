@@ -198,15 +198,11 @@ def test_the_shipped_serving_calibrations_are_fitted_to_todays_bounds(client):
     again. Re-fitting here from the shipped runs (the newest of each configuration, DeepSeek-R1's and gpt-oss-120b's)
     gives the shipped parameters."""
     from service.persistence.catalog import serving_calibrations, shipped_gpt_oss_runs
-    from service.translation.serving.inferencex import GPT_OSS_SOURCE, calibrations, newest_runs
+    from service.translation.serving.inferencex import device_calibrations
 
     shipped = serving_calibrations()
-
-    def bound_of(body):
-        return client.post("/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"]
-
-    fitted = calibrations(newest_runs(RUNS), bound_of) + calibrations(newest_runs(shipped_gpt_oss_runs()), bound_of,
-                                                                      GPT_OSS_SOURCE)
+    fitted = device_calibrations(RUNS, shipped_gpt_oss_runs(), lambda body: client.post(
+        "/v1/analyze/serving", json=body | {"calibration": "none"}).json()["bound"])
     again = {(c.device_id, c.engine, c.model, c.precision, c.speculative): c for c in fitted}
     assert set(again) == set(shipped) and len(shipped) == 44 + 5
     # To a millionth, and overheads to a nanosecond: the optimiser's last digits move between scipy releases (1.17.1

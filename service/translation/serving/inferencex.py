@@ -196,6 +196,14 @@ def calibrations(rows: Iterable[dict[str, Any]], bound_of: Callable[[dict[str, A
             for key, points in sorted(groups.items()) if len(points) >= 3]
 
 
+def device_calibrations(dsr1_rows: Iterable[dict[str, Any]], gpt_oss_rows: Iterable[dict[str, Any]],
+                        bound_of: Callable[[dict[str, Any]], dict[str, Any]]) -> list[ServingCalibration]:
+    """The serving calibrations shipped (scripts/fit_serving_calibration.py): each device, engine and model's, fitted
+    to the newest of its DeepSeek-R1 and of its gpt-oss-120b runs."""
+    return (calibrations(newest_runs(dsr1_rows), bound_of)
+            + calibrations(newest_runs(gpt_oss_rows), bound_of, GPT_OSS_SOURCE))
+
+
 def _calibration_id(key: tuple[str, ...]) -> str:
     """device:engine:precision:method, and :model where the rows' model is not DeepSeek-R1 (kept under the ids they
     were first shipped with)."""
