@@ -18,12 +18,23 @@ shape (the engine picks it); timings faster than the service's bound left out (t
 same weights: at a few tokens they stay in L2). The calibration of service/core/expectations/kernels.py, with the
 terms of service/core/expectations/fused_moe.py (the service's own grouped-matmul rows), fitted to a random 10 % of
 the timings and checked on the other 90 %; the kernels' own roofs (kernel_roofs), which a composed step reads, from
-them all. No shape correction is shipped: a composed step reads the roofs alone.
+them all. No shape correction is shipped: a composed step reads the roofs alone. And the roofs of each model's shape
+the engine's tables time (`families`: its hidden and expert width, experts and top-k, fused_moe.family_of), each from
+the newest version timing that shape (TensorRT-LLM's 1.3.0rc23 B200 table times no gpt-oss shape in w4a8, rc20's
+does): a composed step of that model reads them (kernel_steps, tables.py). They are medians, the same on every
+machine, so
+
+    .venv/bin/python scripts/fit_moe_calibration.py --families /tmp/aic/aiconfigurator_core/systems/data
+
+recomputes them alone in the shipped file, every other field kept byte for byte (the least squares' last digits
+differ between machines).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +44,9 @@ from packaging.version import Version
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.kernel_table_fits import fit_line, fit_table, system_of, write_fits
-from service.core.expectations.fused_moe import FusedMoeShape, fused_moe_work
-from service.persistence.catalog import MOE_CALIBRATIONS_PATH
+from service.core.expectations.fused_moe import FusedMoeShape, family_of, fused_moe_work
+from service.core.expectations.kernels import KernelCalibration, kernel_roofs
+from service.persistence.catalog import MOE_CALIBRATIONS_PATH, nominal_device
 from service.translation.kernels.aiconfigurator import (
     DEVICES,
     LATER_DEVICES,
@@ -50,9 +62,9 @@ COLUMNS = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_
            "distribution", "latency"]
 
 
-def newest_timings(folder: Path, theirs: str) -> tuple[str, dict[FusedMoeShape, float]] | None:
-    """(the table's version, the fastest balanced time of each shape in seconds) of the newest version timing the
-    dtype; None where none does."""
+def versions(folder: Path, theirs: str) -> Iterator[tuple[str, dict[FusedMoeShape, float]]]:
+    """(the table's version, the fastest balanced time of each shape in seconds) of each version timing the dtype,
+    the newest first."""
     for path in sorted(folder.glob("*/moe_perf.parquet"), key=lambda p: Version(p.parent.name), reverse=True):
         table = pq.read_table(path, columns=COLUMNS).to_pydict()
         fastest: dict[FusedMoeShape, float] = {}
@@ -63,8 +75,38 @@ def newest_timings(folder: Path, theirs: str) -> tuple[str, dict[FusedMoeShape, 
             shape = FusedMoeShape(int(tokens), int(hidden), int(inter), int(top_k), int(experts), int(tp), int(ep))
             fastest[shape] = min(fastest.get(shape, np.inf), latency * 1e-3)
         if fastest:
-            return path.parent.name, fastest
-    return None
+            yield path.parent.name, fastest
+
+
+def newest_timings(folder: Path, theirs: str) -> tuple[str, dict[FusedMoeShape, float]] | None:
+    """The newest version timing the dtype; None where none does."""
+    return next(versions(folder, theirs), None)
+
+
+def family_roofs(folder: Path, theirs: str, device_id: str) -> list[list]:
+    """[family, compute roof, memory roof] of each model shape (fused_moe.family_of) the engine's tables time in the
+    dtype: kernel_roofs over the balanced timings of the newest version that times it, none faster than the bound;
+    the families with neither roof left out."""
+    families: dict[str, dict[FusedMoeShape, float]] = {}
+    for _, timings in versions(folder, theirs):
+        found: dict[str, dict[FusedMoeShape, float]] = {}
+        for shape, seconds in timings.items():
+            found.setdefault(family_of(shape.hidden, shape.intermediate, shape.experts, shape.top_k), {})[shape] = seconds
+        families |= {family: shapes for family, shapes in found.items() if family not in families}
+    _, dtypes = (MOE_DTYPES | LATER_MOE_DTYPES)[theirs]
+    device = nominal_device(device_id)
+    peak = device.peak(dtypes.activations, "tensor").flops_per_s
+    bandwidth = device.memory_level("hbm").bandwidth_bytes_per_s
+    roofs = []
+    for family, timings in sorted(families.items()):
+        work = np.array([fused_moe_work(shape, dtypes) for shape in timings])
+        measured = np.array(list(timings.values()))
+        compute, memory = work[:, 0] / peak, work[:, 1] / bandwidth
+        kept = np.maximum(compute, memory) <= measured
+        compute_roof, memory_roof = kernel_roofs(compute[kept], memory[kept], measured[kept])
+        if compute_roof is not None or memory_roof is not None:
+            roofs.append([family, compute_roof, memory_roof])
+    return roofs
 
 
 def fit_one(device_id: str, engine: str, theirs: str, version: str, timings: dict[FusedMoeShape, float],
@@ -96,6 +138,7 @@ def main(data: Path) -> None:
                     if found is None:
                         continue
                     fields = fit_one(device_id, engine, theirs, *found, rng, sample)
+                    fields["families"] = family_roofs(data / system / "moe" / engine, theirs, device_id)
                     calibrations.append(fields)
                     print(fit_line(f"{device_id} {engine} {key}", fields))
     write_fits(MOE_CALIBRATIONS_PATH, "t = t0 + max(T_compute / compute_efficiency, T_memory / memory_efficiency) of "
@@ -103,5 +146,22 @@ def main(data: Path) -> None:
                "fused_moe.py)", calibrations, ROOT / "tests" / "data" / "aiconfigurator_moe_sample.csv",
                FusedMoeShape._fields, sample)
 
+
+def with_families(data: Path) -> None:
+    """The shipped fits, every other field kept byte for byte, with each one's family roofs (re)computed: least
+    squares' last digits differ between machines, kernel_roofs' medians do not."""
+    shipped = json.loads(MOE_CALIBRATIONS_PATH.read_text())
+    theirs_of = {key: theirs for theirs, (key, _) in (MOE_DTYPES | LATER_MOE_DTYPES).items()}
+    for fields in shipped["calibrations"]:
+        theirs = theirs_of[KernelCalibration(**fields).key]
+        fields["families"] = family_roofs(data / system_of(fields["device_id"]) / "moe" / fields["engine"], theirs,
+                                          fields["device_id"])
+        print(f"{fields['device_id']} {fields['engine']} {theirs}: {len(fields['families'])} families")
+    MOE_CALIBRATIONS_PATH.write_text(json.dumps(shipped, indent=1) + "\n")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[1] == "--families":
+        with_families(Path(sys.argv[2]))
+    else:
+        main(Path(sys.argv[1]))

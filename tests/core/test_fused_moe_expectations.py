@@ -4,12 +4,13 @@ to a sample of the timings they were fitted to."""
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from service.core.expectations.fused_moe import FusedMoeShape, fused_moe_work
+from service.core.expectations.fused_moe import FusedMoeShape, family_of, fused_moe_work, moe_family
 from service.core.expectations.kernel_steps import KernelEvaluator, KernelTables
 from service.core.expectations.kernels import KernelCalibration
 from service.core.transformer.analysis import Evaluator, analyze_model
@@ -134,3 +135,42 @@ def test_the_shipped_fused_moe_fits_hold_to_the_timings_they_were_fitted_to():
         assert calibration.median_error < calibration.bound_median_error, key
         within = np.array(values) <= calibration.p90_error
         assert np.median(values) <= calibration.p90_error and within.sum() >= 12, (key, within.sum())
+
+
+def test_a_fit_reads_the_roofs_its_tables_measured_at_the_models_own_moe_shape():
+    """A fit with the roofs of one family (a model's MoE shape) stands them in for its table-wide ones, each where the
+    family has one: compute 0.3 table-wide and no family compute roof keeps 0.3; memory 0.6 becomes the family's 0.8.
+    A family the tables do not time (or none: a dense model) leaves the fit as it is."""
+    table_wide = replace(fit("fp8", 0.2, 0.5), roof_compute_efficiency=0.3, roof_memory_efficiency=0.6,
+                         families=(("7168x2048x256 top-8", None, 0.8),))
+    own = table_wide.for_family("7168x2048x256 top-8")
+    assert (own.kernel_compute_efficiency, own.kernel_memory_efficiency, own.family) == (0.3, 0.8, "7168x2048x256 top-8")
+    assert table_wide.for_family("2880x2880x128 top-4") is table_wide and table_wide.for_family(None) is table_wide
+    with pytest.raises(ValueError):  # a family roof above the datasheet would expect less than the bound
+        replace(table_wide, families=(("7168x2048x256 top-8", None, 1.2),))
+
+
+def test_gpt_oss_on_a_b200_reads_the_roofs_of_its_own_moe_shape():
+    """gpt-oss-120b's experts (hidden 2,880, experts 2,880 wide, 128 of them, top-4; fused_moe.moe_family) in MXFP4,
+    multiplied in fp8 under TensorRT-LLM on a B200: the newest TensorRT-LLM table timing that dtype (1.3.0rc23) times
+    DeepSeek- and Kimi-shaped layers only, whose largest memory-bound timings read 0.546 of HBM; the rc20 table times
+    gpt-oss's own shape, at 0.712. A deployment of gpt-oss reads 0.712, one of DeepSeek-V3 its own family's roofs
+    (0.632 for NVFP4, where the table-wide roof is 0.675), and the tables' description says which."""
+    gpt_oss = family_of(2880, 2880, 128, 4)
+    assert gpt_oss == "2880x2880x128 top-4"
+    plain = shipped_kernel_tables("nvidia-b200", "trt", "fp4-weights:fp8")
+    own = shipped_kernel_tables("nvidia-b200", "trt", "fp4-weights:fp8", gpt_oss)
+    assert plain.moe_fits["fp8"].kernel_memory_efficiency == pytest.approx(0.546, abs=5e-4)
+    assert own.moe_fits["fp8"].kernel_memory_efficiency == pytest.approx(0.712, abs=5e-4)
+    assert own.moe_fits["fp8"].key == "fp4-weights:fp8" and own.moe_fits["fp8"].family == gpt_oss
+    assert f"the roofs of the model's own shape, {gpt_oss}, as timed" in own.describe()
+    assert "own shape" not in plain.describe()
+    deepseek = shipped_kernel_tables("nvidia-b200", "trt", None, moe_family(DEEPSEEK))
+    assert moe_family(DEEPSEEK) == "7168x2048x256 top-8"
+    assert deepseek.moe_fits["fp4"].kernel_memory_efficiency == pytest.approx(0.632, abs=5e-4)
+    assert shipped_kernel_tables("nvidia-b200", "trt").moe_fits["fp4"].kernel_memory_efficiency == pytest.approx(
+        0.675, abs=5e-4)
+    # The families' roofs are medians of timings no faster than the bound, each within (0, 1] (KernelCalibration
+    # refuses any other): of the 49 fits of experts stored as they are multiplied, 37 have DeepSeek-V3's.
+    fits = [fit for fit in moe_calibrations().values() if fit.weights is None]
+    assert (len(fits), sum(1 for fit in fits if fit.for_family("7168x2048x256 top-8") is not fit)) == (49, 37)

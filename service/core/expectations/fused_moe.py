@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from service.core.transformer.architecture import Architecture
 from service.core.transformer.layers import ModelDTypes, expected_active_experts, grouped_expert_matmul
 
 
@@ -25,6 +26,26 @@ class FusedMoeShape(NamedTuple):
     experts: int
     tensor_parallel: int
     expert_parallel: int
+
+
+def family_of(hidden: int, intermediate: int, experts: int, top_k: int) -> str:
+    """A fused MoE's model shape, as the fits keep their roofs by it (KernelCalibration.families): the tables time
+    each model's own widths, expert count and routing at many token counts and layouts."""
+    return f"{hidden}x{intermediate}x{experts} top-{top_k}"
+
+
+def moe_shape(arch: Architecture) -> tuple[int, int, int, int] | None:
+    """(hidden, an expert's width, experts, top-k) of a model's routed experts; None for a dense model."""
+    moe = arch.moe
+    if moe is None:
+        return None
+    return moe.routed_width(arch.hidden), moe.expert_intermediate, moe.experts, moe.top_k
+
+
+def moe_family(arch: Architecture) -> str | None:
+    """The family of a model's routed experts; None for a dense model."""
+    shape = moe_shape(arch)
+    return family_of(*shape) if shape is not None else None
 
 
 def fused_moe_work(shape: FusedMoeShape, dtypes: ModelDTypes, gated: bool = True) -> tuple[float, float]:

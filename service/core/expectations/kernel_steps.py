@@ -111,6 +111,7 @@ class KernelTables:
                          for fit in sorted(self.fits.values(), key=lambda f: f.dtype))
         moe = "; ".join(f"{fit.key}: {fit.fitted_on:,} {fit.engine} {fit.timings_name} timings, compute at "
                         f"{fit.kernel_compute_efficiency:.3g} of the peak, HBM at {fit.kernel_memory_efficiency:.3g}"
+                        + (f" (the roofs of the model's own shape, {fit.family}, as timed)" if fit.family else "")
                         for fit in sorted(self.moe_fits.values(), key=lambda f: f.dtype))
         grouped = (f" (grouped ones, the experts', by their dtype's fused-MoE fit where it has one: {moe})"
                    if moe else "")

@@ -12,7 +12,7 @@ it was fitted on and how wrong it was on measurements held out of the fit. An ex
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
 
@@ -76,6 +76,13 @@ class KernelCalibration:
     # A fused-MoE table of weight-only experts (vLLM's Marlin MXFP4 on Hopper): their stored type, narrower than
     # `dtype`, the activations' they are multiplied in; None: stored in `dtype` too.
     weights: str | None = None
+    # The kernels' own roofs at each model's shape the tables time (a fused MoE's family, fused_moe.moe_family:
+    # (family, compute roof, memory roof), either None where too few of its timings are bound by it), from the newest
+    # version of the table that times that shape. How near a kernel comes to HBM depends on the model's widths and
+    # experts as much as on the device: the table-wide roofs put gpt-oss-120b's MXFP4 experts on a B200 under
+    # TensorRT-LLM at 0.55 of HBM, its own shape's timings at 0.71. A composed step of that model reads them (for_family).
+    families: tuple[tuple[str, float | None, float | None], ...] = ()
+    family: str | None = None  # the family whose roofs stand in for the table-wide ones (for_family), None: none
 
     @property
     def key(self) -> str:
@@ -101,7 +108,9 @@ class KernelCalibration:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(tuple(item) for item in getattr(self, name)))
         object.__setattr__(self, "unidentified", tuple(self.unidentified))
-        roofs = [value for value in (self.roof_compute_efficiency, self.roof_memory_efficiency) if value is not None]
+        object.__setattr__(self, "families", tuple(tuple(item) for item in self.families))
+        roofs = [value for value in (self.roof_compute_efficiency, self.roof_memory_efficiency,
+                                     *(roof for _, *pair in self.families for roof in pair)) if value is not None]
         if not (self.t0_s >= 0 and 0 < self.compute_efficiency <= 1 and 0 < self.memory_efficiency <= 1
                 and all(0 < value <= 1 for value in roofs)):
             raise ValueError(f"calibration of {self.device_id} {self.dtype} would expect less than the bound")
@@ -114,6 +123,16 @@ class KernelCalibration:
     @property
     def kernel_memory_efficiency(self) -> float:
         return self.roof_memory_efficiency or self.memory_efficiency
+
+    def for_family(self, family: str | None) -> KernelCalibration:
+        """The same fit at the roofs its tables measured at `family`'s shape (each where there is one), itself where
+        they time no such shape."""
+        found = next((pair for name, *pair in self.families if name == family), None)
+        if found is None:
+            return self
+        compute, memory = found
+        return replace(self, family=family, roof_compute_efficiency=compute or self.roof_compute_efficiency,
+                       roof_memory_efficiency=memory or self.roof_memory_efficiency)
 
     def extrapolated(self, m: int, n: int, k: int) -> bool:
         """Whether a matmul lies outside the m, n and k the fitted timings covered (False where not recorded)."""

@@ -1,7 +1,8 @@
 """Which kernel tables a device's composed steps read: its own fits (timings submitted to it, else those shipped,
 service/data/calibrations/gemm.json), else those of the nearest measured part of its vendor at its own roofs; and
 for a serving engine, its fused-MoE and attention fits on that device (service/data/calibrations/moe.json and
-attention.json: the engine's own table, else TensorRT-LLM's, per key). Without an engine (training) the experts'
+attention.json: the engine's own table, else TensorRT-LLM's, per key), the fused-MoE ones at the roofs of the model's
+own MoE shape where the tables time it. Without an engine (training) the experts'
 grouped matmuls read the GEMM fits and attention the floor: no training framework's kernel timings are public in what
 the service ships."""
 
@@ -39,15 +40,16 @@ def _own(device_id: str, measured: MeasuredRoofs | None) -> dict:
     return fits | submitted
 
 
-def _own_moe(device_id: str, engine: str | None, experts: str | None) -> dict:
+def _own_moe(device_id: str, engine: str | None, experts: str | None, family: str | None) -> dict:
     """The device's fused-MoE fits by the dtype they compute in for the engine: its own table's, else TensorRT-LLM's;
     none without an engine. `experts`: the deployment's weight-only experts (kernel_steps.weight_only_experts), whose
-    table, where there is one, stands for its compute dtype's."""
+    table, where there is one, stands for its compute dtype's; `family`: the model's (fused_moe.moe_family), whose
+    roofs each fit reads where its tables time that shape."""
     own = _engines_own(moe_calibrations(), device_id, engine)
     fits = {fit.dtype: fit for fit in own.values() if fit.weights is None}
     if experts in own:
         fits[own[experts].dtype] = own[experts]
-    return fits
+    return {dtype: fit.for_family(family) for dtype, fit in fits.items()}
 
 
 def _own_attention(device_id: str, engine: str | None) -> dict:
@@ -67,12 +69,13 @@ def _engines_own(shipped: dict, device_id: str, engine: str | None) -> dict:
 
 
 def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None, engine: str | None = None,
-                   experts: str | None = None) -> KernelTables | None:
+                   experts: str | None = None, family: str | None = None) -> KernelTables | None:
     """The device's kernel tables (with `engine`'s fused-MoE fits, those of weight-only `experts` where it has
-    them), or None where neither it nor a stand-in has any."""
+    them, at the roofs of the model's MoE `family` where they time it), or None where neither it nor a stand-in has
+    any."""
     fits = _own(device.id, measured)
     if fits:
-        return KernelTables(device.id, fits, moe_fits=_own_moe(device.id, engine, experts),
+        return KernelTables(device.id, fits, moe_fits=_own_moe(device.id, engine, experts, family),
                             attention_fits=_own_attention(device.id, engine))
     if device.id not in STAND_INS:
         return None
@@ -88,7 +91,7 @@ def _kernel_tables(device: DeviceSpec, measured: MeasuredRoofs | None, engine: s
     hbm = device.memory_level("hbm")
     if hbm is None:
         return None
-    return standing_in(KernelTables(other_id, other, moe_fits=_own_moe(other_id, engine, experts),
+    return standing_in(KernelTables(other_id, other, moe_fits=_own_moe(other_id, engine, experts, family),
                                     attention_fits=_own_attention(other_id, engine)),
                        device.id, peak_of, hbm.bandwidth_bytes_per_s, reason)
 
@@ -99,6 +102,7 @@ kernel_tables = ByIdentity(_kernel_tables, objects=2, limit=32)
 kernel_evaluator = ByIdentity(lambda device, tables: KernelEvaluator(device, tables=tables), objects=2, limit=32)
 
 
-def shipped_kernel_tables(device_id: str, engine: str | None = None, experts: str | None = None) -> KernelTables | None:
+def shipped_kernel_tables(device_id: str, engine: str | None = None, experts: str | None = None,
+                          family: str | None = None) -> KernelTables | None:
     """The same, for a catalog device as shipped (no submitted timings)."""
-    return _kernel_tables(nominal_device(device_id), None, engine, experts)
+    return _kernel_tables(nominal_device(device_id), None, engine, experts, family)

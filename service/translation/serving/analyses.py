@@ -12,6 +12,7 @@ from schemas.serving import ServingAnalysis, ServingAnalysisRequest, ServingPool
 from service.core.errors import CostModelError
 from service.core.expectations import serving_runs
 from service.core.expectations.engines import EngineCalibration, deployment_line, layout_signature
+from service.core.expectations.fused_moe import moe_family
 from service.core.expectations.kernel_steps import KernelTables, weight_only_experts
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.hardware import DeviceSpec
@@ -157,8 +158,9 @@ def composed_on(setup: ServingSetup, tables: KernelTables) -> deployment.Serving
 
 def deployment_tables(setup: ServingSetup, catalog: DeviceCatalog, engine: str | None) -> KernelTables | None:
     """The kernel tables the deployment's rows read on its device under `engine` (its weight-only experts' fused-MoE
-    table where the engine has one)."""
-    return kernel_tables(setup.device, catalog.measured(setup.device.id), engine, weight_only_experts(setup.dtypes))
+    table where the engine has one, at its model's MoE shape's roofs where the tables time it)."""
+    return kernel_tables(setup.device, catalog.measured(setup.device.id), engine, weight_only_experts(setup.dtypes),
+                         moe_family(setup.arch))
 
 
 def bound_and_composed(request: ServingAnalysisRequest, catalog: DeviceCatalog) -> tuple[

@@ -17,6 +17,7 @@ from schemas.plans import MAX_PLAN_CONCURRENCY, ServingConfig, ServingPlan, Serv
 from service.core import budget
 from service.core.errors import CostModelError
 from service.core.expectations.engines import deployment_line, layout_signature
+from service.core.expectations.fused_moe import moe_family
 from service.core.expectations.kernel_steps import KernelTables, weight_only_experts
 from service.core.expectations.serving_runs import ServingCalibration
 from service.core.planning import deployment, serving
@@ -244,7 +245,8 @@ def _expectations(request: ServingPlanRequest, catalog: DeviceCatalog, model: st
             bases.append(f"{device_id}: {runs.basis}")
             continue
         device = catalog.get(device_id)
-        tables = kernel_tables(device, catalog.measured(device.id), request.engine, experts) if engine is not None else None
+        tables = (kernel_tables(device, catalog.measured(device.id), request.engine, experts, moe_family(arch))
+                  if engine is not None else None)
         if engine is None or tables is None:
             missing.append(device_id)
             continue
