@@ -43,10 +43,10 @@ from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.kernel_table_fits import fit_line, fit_table, system_of, write_fits
+from scripts.kernel_table_fits import fit_line, fit_table, nominal_roofs, system_of, write_fits
 from service.core.expectations.fused_moe import FusedMoeShape, family_of, fused_moe_work
 from service.core.expectations.kernels import KernelCalibration, kernel_roofs
-from service.persistence.catalog import MOE_CALIBRATIONS_PATH, nominal_device
+from service.persistence.catalog import MOE_CALIBRATIONS_PATH
 from service.translation.kernels.aiconfigurator import (
     DEVICES,
     LATER_DEVICES,
@@ -94,9 +94,7 @@ def family_roofs(folder: Path, theirs: str, device_id: str) -> list[list]:
             found.setdefault(family_of(shape.hidden, shape.intermediate, shape.experts, shape.top_k), {})[shape] = seconds
         families |= {family: shapes for family, shapes in found.items() if family not in families}
     _, dtypes = (MOE_DTYPES | LATER_MOE_DTYPES)[theirs]
-    device = nominal_device(device_id)
-    peak = device.peak(dtypes.activations, "tensor").flops_per_s
-    bandwidth = device.memory_level("hbm").bandwidth_bytes_per_s
+    peak, bandwidth = nominal_roofs(device_id, dtypes.activations)
     roofs = []
     for family, timings in sorted(families.items()):
         work = np.array([fused_moe_work(shape, dtypes) for shape in timings])

@@ -28,8 +28,7 @@ def fit_table(*, device_id: str, engine: str, dtype: str, operator: str, source:
     `work`'s two columns; `sizes`: the three sizes of each shape the fit's shape terms read; `weights`: the stored
     type of weight-only kernels' weights. Appends `sample_rows` of the kept timings to `sample` as [device, engine,
     its key, *shape, seconds]."""
-    device = nominal_device(device_id)
-    peak, bandwidth = device.peak(peak_dtype, "tensor").flops_per_s, device.memory_level("hbm").bandwidth_bytes_per_s
+    peak, bandwidth = nominal_roofs(device_id, peak_dtype)
     compute, memory = work[:, 0] / peak, work[:, 1] / bandwidth
     kept = np.maximum(compute, memory) <= measured
     compute, memory, measured, sizes = compute[kept], memory[kept], measured[kept], sizes[kept]
@@ -57,6 +56,12 @@ def fit_table(*, device_id: str, engine: str, dtype: str, operator: str, source:
     for i in rng.choice(len(kept_shapes), size=min(sample_rows, len(kept_shapes)), replace=False):
         sample.append([device_id, engine, calibration.key, *kept_shapes[i], f"{measured[i]:.6g}"])
     return fields
+
+
+def nominal_roofs(device_id: str, dtype: str) -> tuple[float, float]:
+    """(the dtype's tensor peak, HBM bandwidth) of a catalog device as shipped: the roofs the tables are fitted at."""
+    device = nominal_device(device_id)
+    return device.peak(dtype, "tensor").flops_per_s, device.memory_level("hbm").bandwidth_bytes_per_s
 
 
 def system_of(device_id: str) -> str:
